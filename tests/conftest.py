@@ -1,0 +1,56 @@
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = ROOT / "bin"
+
+
+def make_record(i: int, with_traj: bool = True, pad: int = 0) -> dict:
+    rec = {
+        "id": f"rec-{i:07d}",
+        "flow": "logigen",
+        "tags": ["test"],
+        "env": {"backend": "sqlite", "id": "airline"},
+        "task": {"instruction": f"Please change reservation R{i} to economy." + " " * 0,
+                 "user_scenario": {"persona": "calm traveller", "known_info": f"reservation R{i}"},
+                 "ground_truth": {"actions": [{"name": "update_reservations",
+                                               "arguments": {"reservation_id": f"R{i}", "cabin": "economy"}}]}},
+    }
+    if with_traj:
+        rec["trajectories"] = [{
+            "id": f"rec-{i:07d}-t0",
+            "messages": [
+                {"role": "system", "content": "You are an airline agent." + "x" * pad},
+                {"role": "user", "content": f"Please change reservation R{i} to economy."},
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "call_1", "type": "function",
+                     "function": {"name": "update_reservations",
+                                  "arguments": json.dumps({"reservation_id": f"R{i}", "cabin": "economy"})}}]},
+                {"role": "tool", "tool_call_id": "call_1", "content": json.dumps({"ok": True})},
+                {"role": "assistant", "content": "Done: your reservation is now economy."},
+            ],
+        }]
+    return rec
+
+
+def jsonl(records) -> str:
+    return "".join(json.dumps(r) + "\n" for r in records)
+
+
+def run_cmd(args: list[str], stdin: str = "", env: dict | None = None, timeout: float = 120):
+    e = dict(os.environ)
+    e["PATH"] = f"{BIN}:{os.path.dirname(sys.executable)}:{e.get('PATH', '')}"
+    e["PYTHONPATH"] = str(ROOT)
+    if env:
+        e.update(env)
+    return subprocess.run(args, input=stdin, capture_output=True, text=True, env=e, timeout=timeout, cwd=ROOT)
+
+
+@pytest.fixture
+def records():
+    return [make_record(i) for i in range(20)]

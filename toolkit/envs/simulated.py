@@ -1,0 +1,88 @@
+"""The simulated backend: an LLM plays the environment (Simia-RL feedback; ASTRA emulator).
+
+Stateful per episode: the simulator sees the episode's earlier calls and results (they are the
+state). Optional fault injection (`fault_rate`, ASTRA uses 0.2) returns transient errors
+deterministically per (episode seed, call index).
+
+Env ref: {"backend": "simulated", "config": {"policy": "...", "tools": [<OpenAI tools>],
+          "reference": "<reference conversation text>", "fault_rate": 0.2,
+          "model": null, "base_url": null}}
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from toolkit.envs.base import Environment, ToolResult, register_backend
+
+
+class SimulatedEnvironment(Environment):
+    backend = "simulated"
+
+    def __init__(self, ref: dict):
+        cfg = dict(ref.get("config") or {})
+        self._policy = cfg.get("policy") or ""
+        self._tools = list(cfg.get("tools") or [])
+        self.reference = cfg.get("reference") or ""
+        self.fault_rate = float(cfg.get("fault_rate") or 0.0)
+        self.episode = str(cfg.get("episode") or ref.get("id") or "episode")
+        self._llm_cfg = {k: cfg[k] for k in ("model", "base_url", "temperature", "seed", "cache") if cfg.get(k) is not None}
+        self.client: Any = None
+        self.history: list[dict] = []
+        self._initial = ref.get("state") or {}
+        self.usage = {"prompt_tokens": 0, "completion_tokens": 0, "cost": 0.0, "requests": 0, "cache_hits": 0}
+
+    def bind_llm(self, client: Any) -> None:
+        self.client = client
+
+    def _client(self) -> Any:
+        if self.client is None:
+            from toolkit.llm import LLMConfig, get_client
+
+            self.client = get_client(LLMConfig(**self._llm_cfg))
+        return self.client
+
+    def tools(self, side: str = "agent") -> list[dict]:
+        return list(self._tools) if side == "agent" else []
+
+    def policy(self) -> str:
+        return self._policy
+
+    def reset(self, state: dict | None = None) -> None:
+        self.history = []
+        if state is not None:
+            self._initial = state
+
+    def call(self, name: str, args: dict, side: str = "agent") -> ToolResult:
+        import asyncio
+
+        return asyncio.run(self.acall(name, args, side))
+
+    async def acall(self, name: str, args: dict, side: str = "agent") -> ToolResult:
+        from toolkit.roles.env_simulator import simulate_call
+
+        call_id = f"sim_{len(self.history) // 2}_{uuid.uuid5(uuid.NAMESPACE_OID, self.episode).hex[:6]}"
+        tc = {"id": call_id, "type": "function",
+              "function": {"name": name, "arguments": json.dumps(args, ensure_ascii=False, sort_keys=True)}}
+        result, usage = await simulate_call(
+            self._client(), policy=self._policy, tools=self._tools, history=self.history, tool_call=tc,
+            reference=self.reference, fault_rate=self.fault_rate,
+            fault_key=f"{self.episode}:{len(self.history) // 2}:{name}")
+        for k in self.usage:
+            self.usage[k] += usage.get(k, 0)
+        self.history.append({"role": "assistant", "content": None, "tool_calls": [tc]})
+        self.history.append({"role": "tool", "tool_call_id": call_id, "content": result.to_content()})
+        return result
+
+    def snapshot(self) -> dict:
+        calls = []
+        for i in range(0, len(self.history), 2):
+            f = self.history[i]["tool_calls"][0]["function"]
+            calls.append({"i": i // 2, "name": f["name"], "arguments": f["arguments"],
+                          "result": self.history[i + 1]["content"]})
+        return {"initial": [self._initial] if self._initial else [], "calls": calls}
+
+
+register_backend("simulated", SimulatedEnvironment, "LLM-simulated environment (Simia / ASTRA emulator)")

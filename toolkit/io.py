@@ -1,0 +1,578 @@
+"""Streaming JSONL in/out used by every command.
+
+- reads stdin or --input (plain or .gz), writes stdout or --output (plain or .gz)
+- validates each line against the record schema; a bad line (not JSON, wrong schema, duplicate id)
+  gives one stderr message naming line number, id and field, goes whole to --rejects, and never
+  stops the good lines; the run exits 1 when anything was rejected
+- --resume skips ids already present in --output (a killed run, rerun, gives each id exactly once;
+  a torn last line left by a kill is trimmed first)
+- --shard i/n keeps a stable hash partition of ids (blake2b of the id, so every machine agrees)
+- --limit N, order-preserving output by default (--unordered emits as completed)
+- bounded memory: a window of in-flight records; seen-id sets spill to a temp SQLite file
+- progress on stderr when it is a TTY, and a one-line summary at the end
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gzip
+import hashlib
+import inspect
+import io
+import json
+import os
+import sqlite3
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Awaitable, Callable, Iterable, Iterator
+
+from pydantic import ValidationError
+
+from toolkit import __version__
+from toolkit.schema import Provenance, Record
+
+# ----------------------------------------------------------------------------------------------
+# logging: everything human goes to stderr
+
+
+def log(msg: str) -> None:
+    sys.stderr.write(msg.rstrip("\n") + "\n")
+    sys.stderr.flush()
+
+
+class UsageError(Exception):
+    """Bad invocation (exit code 2)."""
+
+
+# ----------------------------------------------------------------------------------------------
+# options
+
+
+def parse_shard(value: str | None) -> tuple[int, int] | None:
+    if value in (None, ""):
+        return None
+    try:
+        i, n = (int(x) for x in str(value).split("/"))
+    except ValueError:
+        raise UsageError(f"--shard must look like i/n (e.g. 0/4), got {value!r}") from None
+    if n < 1 or not 0 <= i < n:
+        raise UsageError(f"--shard {value}: need 0 <= i < n")
+    return i, n
+
+
+def shard_of(record_id: str, n: int) -> int:
+    h = hashlib.blake2b(record_id.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(h, "big") % n
+
+
+@dataclass
+class IOOptions:
+    input: str | None = None  # None or "-" = stdin
+    output: str | None = None  # None or "-" = stdout
+    rejects: str | None = None
+    resume: bool = False
+    shard: tuple[int, int] | None = None
+    limit: int | None = None
+    unordered: bool = False
+    progress: bool | None = None  # None = auto (TTY)
+    concurrency: int = 8
+
+    @classmethod
+    def from_config(cls, cfg: dict) -> "IOOptions":
+        return cls(
+            input=cfg.get("input"),
+            output=cfg.get("output"),
+            rejects=cfg.get("rejects"),
+            resume=bool(cfg.get("resume")),
+            shard=parse_shard(cfg.get("shard")),
+            limit=cfg.get("limit"),
+            unordered=bool(cfg.get("unordered")),
+            progress=cfg.get("progress"),
+            concurrency=int(cfg.get("concurrency") or 8),
+        )
+
+
+# ----------------------------------------------------------------------------------------------
+# files
+
+
+def _is_std(path: str | None) -> bool:
+    return path in (None, "", "-")
+
+
+def open_lines(path: str | None) -> Iterator[bytes]:
+    """Yield raw lines (bytes, newline stripped) from stdin or a file (.gz aware)."""
+    if _is_std(path):
+        f = sys.stdin.buffer
+    elif str(path).endswith(".gz"):
+        f = gzip.open(path, "rb")
+    else:
+        f = open(path, "rb")
+    try:
+        for line in f:
+            yield line.rstrip(b"\r\n")
+    finally:
+        if f is not sys.stdin.buffer:
+            f.close()
+
+
+def read_records(path: str | None) -> Iterator[Record]:
+    """Convenience for library users/tests: valid records only (raises on a bad line)."""
+    for n, raw in enumerate(open_lines(path), 1):
+        if raw.strip():
+            try:
+                yield Record.model_validate_json(raw)
+            except ValidationError as e:
+                raise ValueError(f"line {n}: {describe_validation_error(e)}") from None
+
+
+def write_records(path: str, records: Iterable[Record | dict]) -> int:
+    n = 0
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "wt", encoding="utf-8") as f:
+        for r in records:
+            if isinstance(r, dict):
+                r = Record.model_validate(r)
+            f.write(dump_line(r))
+            n += 1
+    return n
+
+
+def dump_line(record: Record) -> str:
+    return record.model_dump_json(by_alias=True) + "\n"
+
+
+def _trim_torn_tail(path: str) -> None:
+    """A SIGKILL mid-write can leave a last line without newline: drop it (it will be redone)."""
+    if path.endswith(".gz") or not os.path.exists(path):
+        return
+    with open(path, "rb+") as f:
+        f.seek(0, os.SEEK_END)
+        size = f.tell()
+        if size == 0:
+            return
+        f.seek(size - 1)
+        if f.read(1) == b"\n":
+            return
+        # scan back to the previous newline
+        pos = size - 1
+        chunk = 65536
+        while pos > 0:
+            start = max(0, pos - chunk)
+            f.seek(start)
+            buf = f.read(pos - start)
+            idx = buf.rfind(b"\n")
+            if idx >= 0:
+                f.truncate(start + idx + 1)
+                return
+            pos = start
+        f.truncate(0)
+
+
+def existing_ids(path: str) -> "IdSet":
+    ids = IdSet()
+    if _is_std(path) or not os.path.exists(path):
+        return ids
+    for raw in open_lines(path):
+        if not raw.strip():
+            continue
+        try:
+            rid = json.loads(raw).get("id")
+        except (json.JSONDecodeError, AttributeError):
+            continue
+        if isinstance(rid, str):
+            ids.add(rid)
+    return ids
+
+
+# ----------------------------------------------------------------------------------------------
+# bounded-memory id set
+
+
+class IdSet:
+    """A set of ids by 64-bit digest: in memory up to `spill_at`, then in a temp SQLite file,
+    so memory stays flat on inputs of millions of lines."""
+
+    def __init__(self, spill_at: int = 100_000):
+        self._mem: set[int] = set()
+        self._spill_at = spill_at
+        self._db: sqlite3.Connection | None = None
+        self._tmp: str | None = None
+        self._n = 0
+
+    @staticmethod
+    def _key(rid: str) -> int:
+        return int.from_bytes(hashlib.blake2b(rid.encode("utf-8"), digest_size=8).digest(), "big", signed=True)
+
+    def __contains__(self, rid: str) -> bool:
+        k = self._key(rid)
+        if k in self._mem:
+            return True
+        if self._db is not None:
+            return self._db.execute("SELECT 1 FROM ids WHERE k=?", (k,)).fetchone() is not None
+        return False
+
+    def add(self, rid: str) -> bool:
+        """Add; return False when already present."""
+        k = self._key(rid)
+        if k in self._mem:
+            return False
+        if self._db is not None:
+            cur = self._db.execute("INSERT OR IGNORE INTO ids(k) VALUES (?)", (k,))
+            if cur.rowcount == 0:
+                return False
+        else:
+            self._mem.add(k)
+            if len(self._mem) >= self._spill_at:
+                self._spill()
+        self._n += 1
+        return True
+
+    def _spill(self) -> None:
+        fd, self._tmp = tempfile.mkstemp(prefix="toolkit-ids-", suffix=".sqlite")
+        os.close(fd)
+        self._db = sqlite3.connect(self._tmp, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=OFF")
+        self._db.execute("PRAGMA synchronous=OFF")
+        self._db.execute("PRAGMA cache_size=-8000")  # ~8 MB page cache
+        self._db.execute("CREATE TABLE ids(k INTEGER PRIMARY KEY) WITHOUT ROWID")
+        self._db.execute("BEGIN")
+        self._db.executemany("INSERT INTO ids(k) VALUES (?)", ((k,) for k in self._mem))
+        self._db.execute("COMMIT")
+        self._mem = set()
+
+    def __len__(self) -> int:
+        return self._n
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+        if self._tmp and os.path.exists(self._tmp):
+            os.unlink(self._tmp)
+
+    def __del__(self) -> None:  # pragma: no cover
+        with contextlib.suppress(Exception):
+            self.close()
+
+
+# ----------------------------------------------------------------------------------------------
+# validation messages
+
+
+def describe_validation_error(e: ValidationError, limit: int = 3) -> str:
+    parts = []
+    for err in e.errors()[:limit]:
+        loc = ".".join(str(x) for x in err.get("loc", ())) or "(record)"
+        parts.append(f"field {loc}: {err.get('msg')}")
+    more = len(e.errors()) - limit
+    if more > 0:
+        parts.append(f"(+{more} more)")
+    return "; ".join(parts)
+
+
+def first_field(e: ValidationError) -> str | None:
+    errs = e.errors()
+    if not errs:
+        return None
+    return ".".join(str(x) for x in errs[0].get("loc", ())) or None
+
+
+# ----------------------------------------------------------------------------------------------
+# summary & progress
+
+
+@dataclass
+class Summary:
+    command: str
+    read: int = 0
+    written: int = 0
+    rejected: int = 0
+    skipped_resume: int = 0
+    skipped_shard: int = 0
+    dropped: int = 0  # a stage returned nothing for a record (e.g. --filter)
+    failed: int = 0  # records the stage marked as failing (verify: not passed) — informs exit code
+    started: float = field(default_factory=time.monotonic)
+    meter: Any = None  # toolkit.llm Meter, when the command used an LLM
+
+    def seconds(self) -> float:
+        return time.monotonic() - self.started
+
+    def line(self) -> str:
+        s = (f"{self.command}: read {self.read}, written {self.written}, rejected {self.rejected}")
+        if self.skipped_resume:
+            s += f", resumed-skip {self.skipped_resume}"
+        if self.skipped_shard:
+            s += f", other-shards {self.skipped_shard}"
+        if self.dropped:
+            s += f", filtered {self.dropped}"
+        if self.failed:
+            s += f", failed {self.failed}"
+        s += f", {self.seconds():.2f}s"
+        if self.meter is not None:
+            m = self.meter.snapshot() if hasattr(self.meter, "snapshot") else dict(self.meter)
+            toks = int(m.get("prompt_tokens", 0)) + int(m.get("completion_tokens", 0))
+            s += (f", llm requests {m.get('requests', 0)} (cache hits {m.get('cache_hits', 0)}),"
+                  f" tokens {toks}, cost ${float(m.get('cost', 0.0)):.4f}")
+        return s
+
+    def as_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in ("command", "read", "written", "rejected", "skipped_resume",
+                                             "skipped_shard", "dropped", "failed")}
+        d["seconds"] = round(self.seconds(), 3)
+        return d
+
+
+class Progress:
+    def __init__(self, enabled: bool | None, label: str):
+        self.enabled = sys.stderr.isatty() if enabled is None else enabled
+        self.label = label
+        self._last = 0.0
+
+    def update(self, s: Summary, force: bool = False) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if not force and now - self._last < 0.2:
+            return
+        self._last = now
+        rate = s.written / max(s.seconds(), 1e-9)
+        sys.stderr.write(f"\r{self.label}: {s.read} read, {s.written} written, {s.rejected} rejected,"
+                         f" {rate:.1f} rec/s ")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+# ----------------------------------------------------------------------------------------------
+# the stream runner
+
+StageResult = Record | list[Record] | None
+StageFn = Callable[[Record], "Awaitable[StageResult] | StageResult"]
+
+
+class StageError(Exception):
+    """Raised by a stage for one record: the record goes to rejects with this message."""
+
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(message)
+        self.field = field
+
+
+class _Writer:
+    def __init__(self, path: str | None, append: bool):
+        self.path = path
+        if _is_std(path):
+            self.f = sys.stdout
+            self._own = False
+        else:
+            d = os.path.dirname(os.path.abspath(path))
+            os.makedirs(d, exist_ok=True)
+            if path.endswith(".gz"):
+                self.f = io.TextIOWrapper(gzip.open(path, "ab" if append else "wb"), encoding="utf-8")
+            else:
+                self.f = open(path, "a" if append else "w", encoding="utf-8")
+            self._own = True
+        self._last_flush = time.monotonic()
+
+    def write(self, text: str) -> None:
+        self.f.write(text)
+        now = time.monotonic()
+        if now - self._last_flush > 0.5:
+            self.f.flush()
+            self._last_flush = now
+
+    def close(self) -> None:
+        with contextlib.suppress(BrokenPipeError):
+            self.f.flush()
+        if self._own:
+            self.f.close()
+
+
+class RecordStream:
+    """Read → validate → (skip/shard/limit) → stage fn (async, bounded concurrency) → write.
+
+    `fn(record)` may be sync or async and returns a Record, a list of Records (fan-out), or None
+    (drop). Raising StageError (or any exception) sends the input line to rejects and continues.
+    """
+
+    def __init__(self, opts: IOOptions, command: str, meter: Any = None):
+        self.opts = opts
+        self.command = command
+        self.summary = Summary(command=command, meter=meter)
+        self._rejects_f = None
+        self._progress = Progress(opts.progress, command)
+
+    # -- rejects -------------------------------------------------------------------------------
+    def reject(self, lineno: int, raw: bytes | str, error: str, rid: str | None = None,
+               field: str | None = None) -> None:
+        self.summary.rejected += 1
+        where = f"line {lineno}" + (f" (id {rid})" if rid else "")
+        log(f"{self.command}: rejected {where}: {error}")
+        if self.opts.rejects:
+            if self._rejects_f is None:
+                self._rejects_f = open(self.opts.rejects, "a", encoding="utf-8")
+            text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+            self._rejects_f.write(json.dumps({
+                "line": lineno, "id": rid, "field": field, "error": error,
+                "command": self.command, "raw": text}, ensure_ascii=False) + "\n")
+            self._rejects_f.flush()
+
+    # -- input ---------------------------------------------------------------------------------
+    def _parsed(self) -> Iterator[tuple[int, bytes, Record]]:
+        opts = self.opts
+        done = existing_ids(opts.output) if opts.resume and not _is_std(opts.output) else IdSet()
+        seen = IdSet()
+        taken = 0
+        try:
+            for lineno, raw in enumerate(open_lines(opts.input), 1):
+                if not raw.strip():
+                    continue
+                self.summary.read += 1
+                rid = None
+                try:
+                    obj = json.loads(raw)
+                except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                    self.reject(lineno, raw, f"not JSON: {e}")
+                    continue
+                if isinstance(obj, dict) and isinstance(obj.get("id"), str):
+                    rid = obj["id"]
+                try:
+                    rec = Record.model_validate(obj)
+                except ValidationError as e:
+                    self.reject(lineno, raw, describe_validation_error(e), rid, first_field(e))
+                    continue
+                if opts.shard and shard_of(rec.id, opts.shard[1]) != opts.shard[0]:
+                    self.summary.skipped_shard += 1
+                    continue
+                if not seen.add(rec.id):
+                    self.reject(lineno, raw, f"duplicate id {rec.id!r} in input", rec.id, "id")
+                    continue
+                if rec.id in done:
+                    self.summary.skipped_resume += 1
+                    continue
+                if opts.limit is not None and taken >= opts.limit:
+                    break
+                taken += 1
+                yield lineno, raw, rec
+        finally:
+            seen.close()
+            done.close()
+
+    # -- run -----------------------------------------------------------------------------------
+    def run(self, fn: StageFn, concurrency: int | None = None) -> Summary:
+        """Run synchronously (creates an event loop). Returns the summary (also logged)."""
+        return asyncio.run(self.arun(fn, concurrency))
+
+    async def arun(self, fn: StageFn, concurrency: int | None = None) -> Summary:
+        opts = self.opts
+        conc = max(1, int(concurrency or opts.concurrency or 1))
+        if opts.resume and not _is_std(opts.output):
+            _trim_torn_tail(opts.output)
+        writer = _Writer(opts.output, append=opts.resume)
+        is_async = inspect.iscoroutinefunction(fn)
+
+        async def call(rec: Record) -> StageResult:
+            if is_async:
+                return await fn(rec)
+            out = fn(rec)
+            if inspect.isawaitable(out):
+                out = await out
+            return out
+
+        window = conc * 2  # in-flight records (bounds memory and the reorder buffer)
+        pending: dict[int, asyncio.Task] = {}
+        meta: dict[int, tuple[int, bytes, str]] = {}
+        next_emit = 0
+        seq = 0
+        sem = asyncio.Semaphore(conc)
+
+        async def guarded(rec: Record) -> StageResult:
+            async with sem:
+                return await call(rec)
+
+        def emit(i: int, task: asyncio.Task) -> None:
+            lineno, raw, rid = meta.pop(i)
+            exc = task.exception()
+            if exc is not None:
+                fld = getattr(exc, "field", None)
+                msg = str(exc) if isinstance(exc, StageError) else f"{type(exc).__name__}: {exc}"
+                self.reject(lineno, raw, msg, rid, fld)
+                return
+            out = task.result()
+            if out is None:
+                self.summary.dropped += 1
+                return
+            for r in (out if isinstance(out, list) else [out]):
+                writer.write(dump_line(r))
+                self.summary.written += 1
+
+        try:
+            it = self._parsed()
+            exhausted = False
+            while True:
+                while not exhausted and len(pending) < window:
+                    try:
+                        lineno, raw, rec = next(it)
+                    except StopIteration:
+                        exhausted = True
+                        break
+                    pending[seq] = asyncio.ensure_future(guarded(rec))
+                    meta[seq] = (lineno, raw, rec.id)
+                    seq += 1
+                    if len(pending) % 64 == 0:
+                        await asyncio.sleep(0)  # let tasks start while we read
+                if not pending:
+                    break
+                if opts.unordered:
+                    done, _ = await asyncio.wait(list(pending.values()), return_when=asyncio.FIRST_COMPLETED)
+                    for i in [i for i, t in pending.items() if t in done]:
+                        emit(i, pending.pop(i))
+                else:
+                    head = pending[next_emit]
+                    if not head.done():
+                        await asyncio.wait([head])
+                    while next_emit in pending and pending[next_emit].done():
+                        emit(next_emit, pending.pop(next_emit))
+                        next_emit += 1
+                self._progress.update(self.summary)
+        finally:
+            for t in pending.values():
+                t.cancel()
+            writer.close()
+            if self._rejects_f is not None:
+                self._rejects_f.close()
+            self._progress.update(self.summary, force=True)
+            self._progress.close()
+        log(self.summary.line())
+        return self.summary
+
+    def exit_code(self) -> int:
+        return 1 if (self.summary.rejected or self.summary.failed) else 0
+
+
+# ----------------------------------------------------------------------------------------------
+# provenance
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def add_provenance(record: Record, command: str, *, strategy: str | None = None,
+                   model: str | None = None, recipe_hash: str | None = None,
+                   usage: dict | None = None) -> Record:
+    usage = usage or {}
+    record.provenance.append(Provenance(
+        command=command, version=__version__, strategy=strategy, recipe_hash=recipe_hash,
+        model=model, time=now_iso(), cost=float(usage.get("cost", 0.0) or 0.0),
+        prompt_tokens=int(usage.get("prompt_tokens", 0) or 0),
+        completion_tokens=int(usage.get("completion_tokens", 0) or 0)))
+    return record

@@ -1,0 +1,62 @@
+"""Versioned prompt templates, one file per role: `<name>.v<N>.txt`.
+
+Placeholders are `{{name}}` (so JSON braces in prompts need no escaping). `load(name)` returns the
+newest version; `load(name, 1)` a given one. `reflect` writes new versions next to user copies in
+$TOOLKIT_PROMPTS (searched first), never over the shipped ones.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+_HERE = Path(__file__).parent
+_PAT = re.compile(r"^(?P<name>[a-z0-9_]+)\.v(?P<ver>\d+)\.txt$")
+
+
+@dataclass(frozen=True)
+class Prompt:
+    name: str
+    version: int
+    text: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.name}.v{self.version}"
+
+    def render(self, **values: object) -> str:
+        def sub(m: re.Match) -> str:
+            key = m.group(1)
+            if key not in values:
+                raise KeyError(f"prompt {self.id}: missing value for {{{{{key}}}}}")
+            return str(values[key])
+
+        return re.sub(r"\{\{\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*\}\}", sub, self.text)
+
+
+def _dirs() -> list[Path]:
+    extra = os.environ.get("TOOLKIT_PROMPTS")
+    return ([Path(extra)] if extra else []) + [_HERE]
+
+
+def versions(name: str) -> dict[int, Path]:
+    out: dict[int, Path] = {}
+    for d in reversed(_dirs()):  # user dir wins on equal versions
+        if d.is_dir():
+            for p in d.iterdir():
+                m = _PAT.match(p.name)
+                if m and m.group("name") == name:
+                    out[int(m.group("ver"))] = p
+    return out
+
+
+def load(name: str, version: int | None = None) -> Prompt:
+    vs = versions(name)
+    if not vs:
+        raise KeyError(f"no prompt named {name!r}")
+    v = max(vs) if version is None else version
+    if v not in vs:
+        raise KeyError(f"prompt {name!r} has no version {v} (have {sorted(vs)})")
+    return Prompt(name, v, vs[v].read_text(encoding="utf-8"))

@@ -1,0 +1,102 @@
+"""simulate-env: answer pending tool calls with an LLM environment simulator.
+
+For each record, the last trajectory must end with an assistant message carrying tool calls that
+have no `tool` answer yet. Each pending call is simulated (Simia environment-feedback prompt;
+`astra` adds fault injection) and answered with a `tool` message; a `Step` is recorded.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from toolkit.config import llm_config
+from toolkit.io import StageError, add_provenance
+from toolkit.roles.env_simulator import simulate_call
+from toolkit.schema import Message, Record, Step
+from toolkit.stages import make_meter  # noqa: F401  (re-exported for the CLI)
+
+
+def pending_calls(messages: list[Message]) -> list[dict]:
+    if not messages or messages[-1].role != "assistant" or not messages[-1].tool_calls:
+        return []
+    return [tc.model_dump() for tc in messages[-1].tool_calls]
+
+
+def context_for(record: Record) -> tuple[str, list[dict]]:
+    """(policy, tools) from the record's environment when it can be rebuilt, else its config."""
+    policy, tools = "", []
+    if record.env is not None:
+        cfg = record.env.config or {}
+        policy = cfg.get("policy") or ""
+        tools = cfg.get("tools") or []
+        if record.env.backend not in ("simulated",) and not (policy and tools):
+            try:
+                from toolkit.envs import load_env
+
+                with load_env(record.env) as env:
+                    policy = policy or env.policy()
+                    tools = tools or env.tools("agent")
+            except Exception:  # the record may describe an env we can't build here: simulate anyway
+                pass
+    return policy, tools
+
+
+def reference_text(record: Record, current_index: int) -> str:
+    ref = record.extra.get("reference")
+    if isinstance(ref, str):
+        return ref
+    if isinstance(ref, list):
+        return json.dumps(ref, ensure_ascii=False)[:8000]
+    from toolkit.roles.env_simulator import render_history
+
+    for i, t in enumerate(record.trajectories):
+        if i != current_index:
+            return render_history([m.model_dump(exclude_none=True) for m in t.messages], 8000)
+    return ""
+
+
+def build(cfg: dict, meter: Any):
+    from toolkit.llm import get_client
+
+    lcfg = llm_config(cfg, role="env")
+    client = get_client(lcfg, meter)
+    strategy = cfg.get("strategy") or "simia"
+    fault_rate = float(cfg.get("fault_rate") or 0.0)
+
+    async def fn(record: Record) -> Record:
+        if not record.trajectories:
+            raise StageError("record has no trajectory to continue", field="trajectories")
+        ti = len(record.trajectories) - 1
+        traj = record.trajectories[ti]
+        calls = pending_calls(traj.messages)
+        if not calls:
+            raise StageError("no pending tool call: the last message of the last trajectory is not an "
+                             "assistant message with tool_calls", field=f"trajectories.{ti}.messages")
+        policy, tools = context_for(record)
+        tools = tools or [t.model_dump() for t in traj.tools]
+        history = [m.model_dump(exclude_none=True) for m in traj.messages]
+        ref = reference_text(record, ti)
+        total = {"prompt_tokens": 0, "completion_tokens": 0, "cost": 0.0}
+        for tc in calls:
+            result, usage = await simulate_call(
+                client, policy=policy, tools=tools, history=history, tool_call=tc, reference=ref,
+                fault_rate=fault_rate if strategy == "astra" or fault_rate else 0.0,
+                fault_key=f"{record.id}:{traj.id}:{tc['id']}")
+            msg = {"role": "tool", "tool_call_id": tc["id"], "content": result.to_content()}
+            history.append(msg)
+            traj.messages.append(Message.model_validate(msg))
+            traj.steps.append(Step(tool_call_id=tc["id"], name=tc["function"]["name"], ok=result.ok,
+                                   error_code=(result.error or {}).get("code")))
+            for k in total:
+                total[k] += usage.get(k, 0)
+            traj.usage.prompt_tokens += usage["prompt_tokens"]
+            traj.usage.completion_tokens += usage["completion_tokens"]
+            traj.usage.requests += usage["requests"]
+            traj.usage.cache_hits += usage["cache_hits"]
+            traj.usage.cost += usage["cost"]
+        add_provenance(record, "simulate-env", strategy=strategy, model=lcfg.model or "embedded",
+                       recipe_hash=cfg.get("recipe_hash"), usage=total)
+        return record
+
+    return fn
