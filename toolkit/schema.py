@@ -206,6 +206,8 @@ class Step(_Strict):
     tool_call_id: str
     name: str
     side: Literal["agent", "user"] = "agent"
+    arguments: dict[str, Any] | None = Field(
+        None, description="set for user-side calls (dual control), which have no assistant message")
     ok: bool
     error_code: str | None = None
     state_hash: str | None = Field(None, description="environment state hash after the call")

@@ -1,0 +1,457 @@
+"""rollout: agent x user simulator x environment episodes.
+
+One episode:
+    messages = [system(policy)] + first user message
+    loop (≤ max_turns agent turns):
+        agent acts → assistant message: tool calls (run in the env, one `tool` message each, a Step
+                     with the state hash after the call) or text to the user
+        text → the user simulator answers (or the episode ends when there is no user scenario);
+               ###STOP### / ###TRANSFER### / ###OUT-OF-SCOPE### end it; in dual-control domains the
+               user simulator may call its own tools first (Steps with side="user")
+    termination: user_stop | transfer | out_of_scope | agent_stop | max_turns | max_errors |
+                 context_length | error | replay_done
+
+A crash inside one episode marks that trajectory failed (termination "error", the reason in
+`error`) and never takes the batch down. Episodes of one record run concurrently; the LLM client
+limits concurrency per endpoint.
+
+The engine is a library: `run_episode(...)` is used by `rollout`, `eval-tau2` and GRPO rollouts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import random
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from toolkit import prompts
+from toolkit.config import llm_config
+from toolkit.envs import Environment, load_env
+from toolkit.io import StageError, UsageError, add_provenance
+from toolkit.schema import Message, Record, Step, Trajectory, Usage
+from toolkit.stages import make_meter  # noqa: F401  (CLI imports it from here)
+
+STOP, TRANSFER, OUT_OF_SCOPE = "###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###"
+GREETING = "Hi! How can I help you today?"
+
+
+# ----------------------------------------------------------------------------------------------
+# helpers
+
+
+def clean(m: dict) -> dict:
+    """A message as the OpenAI API wants it (no null keys)."""
+    return {k: v for k, v in m.items() if v is not None}
+
+
+def approx_tokens(messages: list[dict]) -> int:
+    return sum(len(json.dumps(m, ensure_ascii=False)) for m in messages) // 4
+
+
+def _add_usage(u: Usage, res: Any) -> None:
+    u.prompt_tokens += int(res.usage.get("prompt_tokens", 0) or 0)
+    u.completion_tokens += int(res.usage.get("completion_tokens", 0) or 0)
+    u.cost += float(res.cost or 0.0)
+    if res.cached:
+        u.cache_hits += 1
+    else:
+        u.requests += 1
+
+
+def scenario_text(record: Record) -> str:
+    t = record.task
+    if t is None:
+        return ""
+    us = t.user_scenario
+    parts = []
+    if us is not None:
+        for label, val in (("Persona", us.persona), ("Reason for call", us.reason_for_call),
+                           ("Known info", us.known_info), ("Unknown info", us.unknown_info),
+                           ("Task instructions", us.instructions)):
+            if val:
+                parts.append(f"{label}: {val}")
+    if t.instruction and not (us and us.reason_for_call):
+        parts.append(f"Your request: {t.instruction}")
+    return "\n".join(parts)
+
+
+# ----------------------------------------------------------------------------------------------
+# agents
+
+
+class Agent(Protocol):
+    name: str
+
+    async def act(self, messages: list[dict], tools: list[dict], usage: Usage) -> dict: ...
+
+
+@dataclass
+class LLMAgent:
+    client: Any
+    sample_index: int = 0
+    overrides: dict = field(default_factory=dict)
+    name: str = "llm"
+
+    async def act(self, messages: list[dict], tools: list[dict], usage: Usage) -> dict:
+        res = await self.client.chat([clean(m) for m in messages], tools=tools or None,
+                                     sample_index=self.sample_index, **self.overrides)
+        _add_usage(usage, res)
+        msg = dict(res.message)
+        msg["role"] = "assistant"
+        if not msg.get("tool_calls") and not (msg.get("content") or "").strip():
+            msg["content"] = msg.get("content") or ""
+        return msg
+
+
+class ReplayAgent:
+    """Replays the task's reference actions (oracle / teacher trajectories), then states the
+    communicate_info (or a closing line). User-side actions are returned as `user_calls`."""
+
+    name = "replay"
+
+    def __init__(self, record: Record):
+        gt = record.task.ground_truth if record.task else None
+        self.actions = list(gt.actions) if gt else []
+        self.communicate = list(gt.communicate_info) if gt else []
+        self.i = 0
+        self.n_calls = 0
+
+    def next_user_actions(self) -> list:
+        out = []
+        while self.i < len(self.actions) and self.actions[self.i].side == "user":
+            out.append(self.actions[self.i])
+            self.i += 1
+        return out
+
+    async def act(self, messages: list[dict], tools: list[dict], usage: Usage) -> dict:
+        if self.i < len(self.actions) and self.actions[self.i].side == "agent":
+            a = self.actions[self.i]
+            self.i += 1
+            self.n_calls += 1
+            return {"role": "assistant", "content": None, "tool_calls": [{
+                "id": f"call_{self.n_calls}", "type": "function",
+                "function": {"name": a.name, "arguments": json.dumps(a.arguments, ensure_ascii=False)}}]}
+        text = " ".join(str(c) for c in self.communicate) if self.communicate else "Your request has been completed."
+        return {"role": "assistant", "content": text}
+
+    @property
+    def done(self) -> bool:
+        return self.i >= len(self.actions)
+
+
+# ----------------------------------------------------------------------------------------------
+# user simulator
+
+
+@dataclass
+class LLMUser:
+    client: Any
+    scenario: str
+    sample_index: int = 0
+    overrides: dict = field(default_factory=dict)
+
+    async def respond(self, history: list[dict], user_tools: list[dict], usage: Usage) -> dict:
+        """history: the dialogue so far as the agent sees it; flipped so the simulator is `assistant`."""
+        sys_prompt = prompts.load("user_simulator").render(scenario=self.scenario)
+        flipped: list[dict] = [{"role": "system", "content": sys_prompt}]
+        for m in history:
+            if m["role"] == "assistant" and m.get("content") and not m.get("tool_calls"):
+                flipped.append({"role": "user", "content": m["content"]})
+            elif m["role"] == "user":
+                flipped.append({"role": "assistant", "content": m.get("content") or ""})
+            elif m["role"] == "_user_tool":  # the simulator's own tool exchanges
+                flipped.append(m["payload"])
+        if len(flipped) == 1:
+            flipped.append({"role": "user", "content": GREETING})
+        res = await self.client.chat([clean(m) for m in flipped], tools=user_tools or None,
+                                     sample_index=self.sample_index, **self.overrides)
+        _add_usage(usage, res)
+        return dict(res.message)
+
+
+# ----------------------------------------------------------------------------------------------
+# one episode
+
+
+@dataclass
+class EpisodeLimits:
+    max_turns: int = 30
+    max_tool_errors: int = 5
+    max_context_tokens: int = 16000
+    max_user_tool_calls: int = 10
+
+
+async def _run_tool(env: Environment, name: str, args: dict, side: str, tcid: str,
+                    valid_names: set[str]) -> tuple[str, Step, bool]:
+    if name not in valid_names:
+        from toolkit.envs.base import ToolResult
+
+        res = ToolResult.fail("UNKNOWN_TOOL", f"Tool {name!r} is not available here.",
+                              hint="call one of: " + ", ".join(sorted(valid_names))[:500])
+    else:
+        res = await env.acall(name, args, side=side)
+    try:
+        h = env.state_hash()
+    except Exception:  # pragma: no cover - a backend without snapshots
+        h = None
+    step = Step(tool_call_id=tcid, name=name, side=side, ok=res.ok,
+                arguments=args if side == "user" else None,
+                error_code=(res.error or {}).get("code"), state_hash=h)
+    return res.to_content(), step, res.ok
+
+
+async def run_episode(record: Record, env: Environment, agent: Any, user: LLMUser | None,
+                      traj_id: str, limits: EpisodeLimits, extra_tools: list[dict] | None = None,
+                      agent_model: str | None = None, user_model: str | None = None) -> Trajectory:
+    usage = Usage()
+    agent_tools = env.tools("agent")
+    user_tools = env.tools("user")
+    offered = agent_tools + list(extra_tools or [])
+    valid_agent = {t["function"]["name"] for t in agent_tools}
+    valid_user = {t["function"]["name"] for t in user_tools}
+    system = prompts.load("agent_system").render(policy=env.policy() or "(no policy)")
+    messages: list[dict] = [{"role": "system", "content": system}]
+    steps: list[Step] = []
+    user_side: list[dict] = []  # the user simulator's own tool exchanges (not shown to the agent)
+    termination, error = None, None
+    initial_hash = None
+    try:
+        initial_hash = env.state_hash()
+        # ---- first user message
+        if isinstance(agent, ReplayAgent) or user is None:
+            first = (record.task.instruction if record.task else None) or scenario_text(record) or "Hello."
+            messages.append({"role": "user", "content": first})
+            if isinstance(agent, ReplayAgent):
+                for a in agent.next_user_actions():
+                    _, st, _ = await _run_tool(env, a.name, a.arguments, "user", f"user_{len(steps)}", valid_user)
+                    steps.append(st)
+        else:
+            umsg = await _user_turn(user, messages, user_side, user_tools, valid_user, env, steps, usage, limits)
+            if umsg is None:
+                termination = "error"
+                error = "user simulator produced no message"
+            else:
+                messages.append({"role": "user", "content": umsg})
+                termination = _stop_reason(umsg)
+        errors = 0
+        turns = 0
+        while termination is None:
+            if turns >= limits.max_turns:
+                termination = "max_turns"
+                break
+            if approx_tokens(messages) > limits.max_context_tokens:
+                termination = "context_length"
+                break
+            turns += 1
+            amsg = await agent.act(messages, offered, usage)
+            messages.append(amsg)
+            if amsg.get("tool_calls"):
+                for tc in amsg["tool_calls"]:
+                    f = tc["function"]
+                    try:
+                        args = json.loads(f.get("arguments") or "{}")
+                        if not isinstance(args, dict):
+                            raise ValueError("arguments must be a JSON object")
+                    except (json.JSONDecodeError, ValueError) as e:
+                        content = json.dumps({"error": {"code": "INVALID_ARGUMENTS", "message": f"arguments are not a JSON object: {e}",
+                                                        "violated_rule": None, "hint": "send arguments as a JSON object"}})
+                        steps.append(Step(tool_call_id=tc["id"], name=f["name"], ok=False, error_code="INVALID_ARGUMENTS"))
+                        ok = False
+                    else:
+                        content, st, ok = await _run_tool(env, f["name"], args, "agent", tc["id"], valid_agent)
+                        steps.append(st)
+                    messages.append({"role": "tool", "tool_call_id": tc["id"], "content": content})
+                    if not ok:
+                        errors += 1
+                    if f["name"] in ("transfer_to_human_agents", "transfer_to_human"):
+                        termination = "transfer"
+                if errors >= limits.max_tool_errors and termination is None:
+                    termination = "max_errors"
+                continue
+            # a text reply to the user
+            if isinstance(agent, ReplayAgent):
+                termination = "replay_done"
+                break
+            if user is None:
+                termination = "agent_stop"
+                break
+            umsg = await _user_turn(user, messages, user_side, user_tools, valid_user, env, steps, usage, limits)
+            if umsg is None:
+                termination = "error"
+                error = "user simulator produced no message"
+                break
+            messages.append({"role": "user", "content": umsg})
+            termination = _stop_reason(umsg)
+    except Exception as e:  # one broken episode never takes the batch down
+        termination = "error"
+        error = f"{type(e).__name__}: {e}"
+        tb = traceback.format_exc(limit=3)
+        error += " | " + tb.strip().splitlines()[-1] if tb else ""
+    final_hash = None
+    try:
+        final_hash = env.state_hash()
+    except Exception:
+        pass
+    msgs = _valid_messages(messages)
+    traj = Trajectory(
+        id=traj_id, messages=msgs, tools=offered, steps=steps, initial_state_hash=initial_hash,
+        final_state_hash=final_hash, termination=termination, error=error,
+        agent_model=agent_model, user_model=user_model if user is not None else None, usage=usage)
+    if user_side:
+        traj.extra["user_tool_messages"] = [m["payload"] for m in user_side]
+    return traj
+
+
+def _stop_reason(text: str) -> str | None:
+    if STOP in text:
+        return "user_stop"
+    if TRANSFER in text:
+        return "transfer"
+    if OUT_OF_SCOPE in text:
+        return "out_of_scope"
+    return None
+
+
+async def _user_turn(user: LLMUser, messages: list[dict], user_side: list[dict], user_tools: list[dict],
+                     valid_user: set[str], env: Environment, steps: list[Step], usage: Usage,
+                     limits: EpisodeLimits) -> str | None:
+    """The user simulator's turn: optional own tool calls (dual control), then a text message."""
+    for _ in range(limits.max_user_tool_calls + 1):
+        history = [m for m in messages if m["role"] in ("user", "assistant")] + user_side
+        msg = await user.respond(history, user_tools, usage)
+        calls = msg.get("tool_calls") or []
+        if calls and user_tools:
+            user_side.append({"role": "_user_tool", "payload": {"role": "assistant", "content": msg.get("content"),
+                                                                 "tool_calls": calls}})
+            for tc in calls:
+                try:
+                    args = json.loads(tc["function"].get("arguments") or "{}")
+                except json.JSONDecodeError:
+                    args = {}
+                content, st, _ = await _run_tool(env, tc["function"]["name"], args, "user", tc["id"], valid_user)
+                steps.append(st)
+                user_side.append({"role": "_user_tool", "payload": {"role": "tool", "tool_call_id": tc["id"],
+                                                                     "content": content}})
+            continue
+        text = (msg.get("content") or "").strip()
+        return text or None
+    return STOP + " (user tool-call budget exhausted)"
+
+
+def _valid_messages(messages: list[dict]) -> list[Message]:
+    out = []
+    for m in messages:
+        m = dict(m)
+        if m["role"] == "assistant" and not m.get("tool_calls"):
+            m.pop("tool_calls", None)
+            m["content"] = m.get("content") or ""
+        out.append(Message.model_validate({k: v for k, v in m.items()
+                                           if k in ("role", "content", "tool_calls", "tool_call_id", "name",
+                                                    "reasoning_content")}))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# distractor tools (irrelevant-tool mixing)
+
+
+def distractor_tools(record: Record, own: list[dict], n: int, seed: int) -> list[dict]:
+    if n <= 0:
+        return []
+    from toolkit import domains
+
+    pool: list[dict] = []
+    own_names = {t["function"]["name"] for t in own}
+    env_id = record.env.id if record.env else None
+    for d in domains.list_domains():
+        if d == env_id:
+            continue
+        with load_env({"backend": "sqlite", "id": d}) as e:
+            pool += [t for t in e.tools("agent") if t["function"]["name"] not in own_names]
+    rng = random.Random(int.from_bytes(hashlib.blake2b(f"{record.id}:{seed}".encode(), digest_size=8).digest(), "big"))
+    rng.shuffle(pool)
+    return pool[:n]
+
+
+# ----------------------------------------------------------------------------------------------
+# the stage
+
+
+def build(cfg: dict, meter: Any):
+    n = int(cfg.get("n") or 1)
+    if n < 1:
+        raise UsageError("-n must be >= 1")
+    kind = cfg.get("agent_kind") or "llm"
+    limits = EpisodeLimits(max_turns=int(cfg.get("max_turns") or 30),
+                           max_tool_errors=int(cfg.get("max_tool_errors") or 5),
+                           max_context_tokens=int(cfg.get("max_context_tokens") or 16000))
+    n_distract = int(cfg.get("distractor_tools") or 0)
+    base_seed = cfg.get("seed")
+    agent_client = user_client = None
+    agent_cfg = user_cfg = None
+    if kind == "llm":
+        from toolkit.llm import get_client
+
+        agent_cfg = llm_config(cfg, role="agent")
+        agent_client = get_client(agent_cfg, meter)
+    user_cfg = llm_config(cfg, role="user")
+
+    def _user_client():
+        nonlocal user_client
+        if user_client is None:
+            from toolkit.llm import get_client
+
+            user_client = get_client(user_cfg, meter)
+        return user_client
+
+    async def one(record: Record, k: int) -> Trajectory:
+        idx = len(record.trajectories) + k
+        tid = f"{record.id}-t{idx}"
+        overrides = {} if base_seed is None else {"seed": int(base_seed) + idx}
+        try:
+            env = load_env(record.env)
+        except Exception as e:
+            return Trajectory(id=tid, messages=[], termination="error",
+                              error=f"environment could not be built: {type(e).__name__}: {e}")
+        try:
+            env.reset(record.env.state if record.env and record.env.state else None)
+            if hasattr(env, "bind_llm") and agent_client is not None:
+                env.bind_llm(_user_client())
+            if kind == "replay":
+                agent: Any = ReplayAgent(record)
+                user = None
+            else:
+                agent = LLMAgent(agent_client, sample_index=idx, overrides=overrides)
+                has_scenario = bool(record.task and record.task.user_scenario)
+                user = LLMUser(_user_client(), scenario_text(record), sample_index=idx,
+                               overrides=overrides) if has_scenario else None
+            extra = distractor_tools(record, env.tools("agent"), n_distract, idx)
+            return await run_episode(
+                record, env, agent, user, tid, limits, extra_tools=extra,
+                agent_model=("replay" if kind == "replay" else (agent_cfg.model or "embedded")),
+                user_model=(user_cfg.model or "embedded") if user is not None else None)
+        finally:
+            env.close()
+
+    async def fn(record: Record) -> Record:
+        if record.env is None:
+            raise StageError("record has no env: rollout needs an environment reference", field="env")
+        if kind == "replay" and not (record.task and record.task.ground_truth and record.task.ground_truth.actions):
+            raise StageError("--agent replay needs task.ground_truth.actions", field="task.ground_truth.actions")
+        trajs = await asyncio.gather(*(one(record, k) for k in range(n)))
+        record.trajectories.extend(trajs)
+        total = Usage()
+        for t in trajs:
+            for f_ in ("prompt_tokens", "completion_tokens", "requests", "cache_hits"):
+                setattr(total, f_, getattr(total, f_) + getattr(t.usage, f_))
+            total.cost += t.usage.cost
+        add_provenance(record, "rollout", strategy=kind,
+                       model=None if kind == "replay" else (agent_cfg.model or "embedded"),
+                       recipe_hash=cfg.get("recipe_hash"), usage=total.model_dump())
+        return record
+
+    return fn
