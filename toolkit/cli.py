@@ -238,6 +238,9 @@ Example:
 @click.option("--max-turns", type=int, default=30, show_default=True, help="Max agent turns per episode.")
 @click.option("--max-tool-errors", type=int, default=5, show_default=True)
 @click.option("--max-context-tokens", type=int, default=16000, show_default=True)
+@click.option("--first-message", type=click.Choice(["auto", "instruction", "simulate"]), default="auto",
+              show_default=True, help="Open with task.instruction verbatim (auto, when present) or let the "
+                                      "user simulator write the opening (tau2 style).")
 @click.option("--distractor-tools", type=int, default=0, show_default=True,
               help="Mix in this many irrelevant tools from other bundled domains.")
 @stage_command

