@@ -19,7 +19,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-CALLS_PER_EPISODE = 4
+CALLS_PER_EPISODE = 3  # agent tool call, agent answer, user ###STOP### (the opening is task.instruction)
 
 
 def script(req: dict):
