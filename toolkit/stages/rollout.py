@@ -47,6 +47,21 @@ def clean(m: dict) -> dict:
     return {k: v for k, v in m.items() if v is not None}
 
 
+def agent_view(messages: list[dict]) -> list[dict]:
+    """The conversation as the agent sees it: without the user simulator's own tool exchanges
+    (assistant messages with name="user" and their tool results; dual-control domains)."""
+    hidden: set[str] = set()
+    out = []
+    for m in messages:
+        if m["role"] == "assistant" and m.get("name") == "user":
+            hidden |= {tc["id"] for tc in m.get("tool_calls") or []}
+            continue
+        if m["role"] == "tool" and m.get("tool_call_id") in hidden:
+            continue
+        out.append(m)
+    return out
+
+
 def approx_tokens(messages: list[dict]) -> int:
     return sum(len(json.dumps(m, ensure_ascii=False)) for m in messages) // 4
 
@@ -152,10 +167,11 @@ class LLMUser:
     scenario: str
     sample_index: int = 0
     overrides: dict = field(default_factory=dict)
+    system_prompt: str | None = None  # e.g. τ²'s own user-simulator prompt for tau2 tasks
 
     async def respond(self, history: list[dict], user_tools: list[dict], usage: Usage) -> dict:
         """history: the dialogue so far as the agent sees it; flipped so the simulator is `assistant`."""
-        sys_prompt = prompts.load("user_simulator").render(scenario=self.scenario)
+        sys_prompt = self.system_prompt or prompts.load("user_simulator").render(scenario=self.scenario)
         flipped: list[dict] = [{"role": "system", "content": sys_prompt}]
         for m in history:
             if m["role"] == "assistant" and m.get("content") and not m.get("tool_calls"):
@@ -215,7 +231,10 @@ async def run_episode(record: Record, env: Environment, agent: Any, user: LLMUse
     offered = agent_tools + list(extra_tools or [])
     valid_agent = {t["function"]["name"] for t in agent_tools}
     valid_user = {t["function"]["name"] for t in user_tools}
-    system = prompts.load("agent_system").render(policy=env.policy() or "(no policy)")
+    if hasattr(env, "agent_system_prompt"):  # tau2: τ²'s own LLMAgent prompt
+        system = env.agent_system_prompt()
+    else:
+        system = prompts.load("agent_system").render(policy=env.policy() or "(no policy)")
     messages: list[dict] = [{"role": "system", "content": system}]
     steps: list[Step] = []
     user_side: list[dict] = []  # the user simulator's own tool exchanges (not shown to the agent)
@@ -228,11 +247,8 @@ async def run_episode(record: Record, env: Environment, agent: Any, user: LLMUse
                 first_message == "instruction" and record.task and record.task.instruction):
             first = (record.task.instruction if record.task else None) or scenario_text(record) or "Hello."
             messages.append({"role": "user", "content": first})
-            if isinstance(agent, ReplayAgent):
-                for a in agent.next_user_actions():
-                    _, st, _ = await _run_tool(env, a.name, a.arguments, "user", f"user_{len(steps)}", valid_user)
-                    steps.append(st)
         else:
+            messages.append({"role": "assistant", "content": GREETING})  # τ² orchestrator's opening
             umsg = await _user_turn(user, messages, user_side, user_tools, valid_user, env, steps, usage, limits)
             if umsg is None:
                 termination = "error"
@@ -250,7 +266,16 @@ async def run_episode(record: Record, env: Environment, agent: Any, user: LLMUse
                 termination = "context_length"
                 break
             turns += 1
-            amsg = await agent.act(messages, offered, usage)
+            if isinstance(agent, ReplayAgent):  # reference actions of the user side (dual control)
+                for a in agent.next_user_actions():
+                    cid = f"user_{len(steps)}"
+                    messages.append({"role": "assistant", "name": "user", "content": None, "tool_calls": [
+                        {"id": cid, "type": "function",
+                         "function": {"name": a.name, "arguments": json.dumps(a.arguments, ensure_ascii=False)}}]})
+                    content, st, _ = await _run_tool(env, a.name, a.arguments, "user", cid, valid_user)
+                    steps.append(st)
+                    messages.append({"role": "tool", "tool_call_id": cid, "content": content})
+            amsg = await agent.act(agent_view(messages), offered, usage)
             messages.append(amsg)
             if amsg.get("tool_calls"):
                 for tc in amsg["tool_calls"]:
@@ -305,8 +330,6 @@ async def run_episode(record: Record, env: Environment, agent: Any, user: LLMUse
         id=traj_id, messages=msgs, tools=offered, steps=steps, initial_state_hash=initial_hash,
         final_state_hash=final_hash, termination=termination, error=error,
         agent_model=agent_model, user_model=user_model if user is not None else None, usage=usage)
-    if user_side:
-        traj.extra["user_tool_messages"] = [m["payload"] for m in user_side]
     return traj
 
 
@@ -331,6 +354,7 @@ async def _user_turn(user: LLMUser, messages: list[dict], user_side: list[dict],
         if calls and user_tools:
             user_side.append({"role": "_user_tool", "payload": {"role": "assistant", "content": msg.get("content"),
                                                                  "tool_calls": calls}})
+            messages.append({"role": "assistant", "name": "user", "content": None, "tool_calls": calls})
             for tc in calls:
                 try:
                     args = json.loads(tc["function"].get("arguments") or "{}")
@@ -340,6 +364,7 @@ async def _user_turn(user: LLMUser, messages: list[dict], user_side: list[dict],
                 steps.append(st)
                 user_side.append({"role": "_user_tool", "payload": {"role": "tool", "tool_call_id": tc["id"],
                                                                      "content": content}})
+                messages.append({"role": "tool", "tool_call_id": tc["id"], "content": content})
             continue
         text = (msg.get("content") or "").strip()
         return text or None
@@ -434,8 +459,9 @@ def build(cfg: dict, meter: Any):
             else:
                 agent = LLMAgent(agent_client, sample_index=idx, overrides=overrides)
                 has_scenario = bool(record.task and record.task.user_scenario)
+                usp = env.user_simulator_system_prompt() if hasattr(env, "user_simulator_system_prompt") else None
                 user = LLMUser(_user_client(), scenario_text(record), sample_index=idx,
-                               overrides=overrides) if has_scenario else None
+                               overrides=overrides, system_prompt=usp) if has_scenario else None
             extra = distractor_tools(record, env.tools("agent"), n_distract, idx)
             return await run_episode(
                 record, env, agent, user, tid, limits, extra_tools=extra,
@@ -448,8 +474,9 @@ def build(cfg: dict, meter: Any):
     async def fn(record: Record) -> Record:
         if record.env is None:
             raise StageError("record has no env: rollout needs an environment reference", field="env")
-        if kind == "replay" and not (record.task and record.task.ground_truth and record.task.ground_truth.actions):
-            raise StageError("--agent replay needs task.ground_truth.actions", field="task.ground_truth.actions")
+        if kind == "replay" and not (record.task and record.task.ground_truth):
+            raise StageError("--agent replay needs task.ground_truth (actions may be empty for refusal tasks)",
+                             field="task.ground_truth")
         trajs = await asyncio.gather(*(one(record, k) for k in range(n)))
         record.trajectories.extend(trajs)
         total = Usage()
