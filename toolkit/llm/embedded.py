@@ -254,7 +254,10 @@ def _start(port: int, model_path: str, timeout: float) -> dict:
     cmd = [sys.executable, "-c", _BOOTSTRAP, "--model", model_path,
            "--model_alias", EMBEDDED_MODEL_NAME, "--host", "127.0.0.1", "--port", str(port),
            "--chat_format", chat_format, "--n_ctx", n_ctx, "--n_threads", threads,
-           "--n_threads_batch", threads, "--interrupt_requests", "False", "--verbose", "False"]
+           "--n_threads_batch", threads, "--interrupt_requests", "False", "--verbose", "False",
+           # keep evaluated prompt states (agent and user-simulator prompts alternate, so the
+           # single-prefix reuse alone recomputes every prompt); 135M model states are small
+           "--cache", os.environ.get("TOOLKIT_EMBEDDED_PROMPT_CACHE", "True"), "--cache_size", str(1 << 30)]
     env = dict(os.environ)
     # ggml's OpenMP workers spin-wait by default; on a small shared CPU box (other toolkit
     # processes, tests) that collapses throughput 5-10x.  Passive waiting costs little here.
