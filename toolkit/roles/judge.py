@@ -1,0 +1,239 @@
+"""The trajectory judge role: an LLM grades one trajectory with a rubric; prompt + strict parse.
+
+Rubrics (prompt files in toolkit/prompts, each citing its paper section):
+- `simia`  Simia appendix D reward prompt → {"reasoning", "evidence", "task_success": bool,
+           "confidence": 0..1}; reward 1/0 = task_success.
+- `sea`    AReaL-SEA "Synthetic Task and Trajectory Evaluation" → TASK QUALITY VERDICT
+           ACCEPT/REJECT + TRAJECTORY VERDICT SUCCESS/FAILED + attribution task|trajectory;
+           passes when ACCEPT and SUCCESS; reward 1/0.
+- `astra`  ASTRA §2.1.5 seven trajectory-level scores (QU, QP ∈ {0, .5, 1}; TCU, TCP, TCS, TC,
+           FA ∈ [0, 1]); reward = their arithmetic mean; passes when reward ≥ threshold.
+
+Parsing is strict: the reply must contain one JSON object (optionally in a ``` fence) that
+`json.loads` accepts as is, with every required key of the right type and range. A malformed
+reply is retried with a new `sample_index` (so a cached bad answer is not replayed), up to
+`attempts` times; then the result is a failed judgment with reason "malformed judge output" and
+no attribution.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from toolkit import prompts
+from toolkit.roles.env_simulator import render_history
+
+RUBRICS = ("simia", "sea", "astra")
+ASTRA_DIMS = ("query_understanding", "query_planning", "tool_context_understanding",
+              "tool_context_planning", "tool_call_status", "tool_conciseness", "final_answer_quality")
+MALFORMED = "malformed judge output"
+
+
+class MalformedJudgeOutput(ValueError):
+    pass
+
+
+@dataclass
+class Judgment:
+    passed: bool
+    score: float
+    scores: dict = field(default_factory=dict)
+    reasons: list[str] = field(default_factory=list)
+    attribution: str | None = None
+    malformed: bool = False
+    attempts: int = 0
+    usage: dict = field(default_factory=lambda: {"prompt_tokens": 0, "completion_tokens": 0, "cost": 0.0,
+                                                 "requests": 0, "cache_hits": 0})
+    model: str | None = None
+    prompt_id: str | None = None
+
+
+# ----------------------------------------------------------------------------------------------
+# strict parsing
+
+
+def extract_json_object(text: str | None) -> dict:
+    """The single JSON object of a reply: the whole reply, or the body of one ``` fence, or the
+    span from the first '{' to the last '}'. No repair: invalid JSON raises."""
+    if text is None or not str(text).strip():
+        raise MalformedJudgeOutput("empty reply")
+    s = str(text).strip()
+    if "```" in s:
+        parts = s.split("```")
+        if len(parts) >= 3:
+            body = parts[1]
+            if body.lstrip().lower().startswith("json"):
+                body = body.lstrip()[4:]
+            s = body.strip()
+    if not s.startswith("{"):
+        a, b = s.find("{"), s.rfind("}")
+        if a < 0 or b < a:
+            raise MalformedJudgeOutput("no JSON object in the reply")
+        s = s[a:b + 1]
+    try:
+        obj = json.loads(s)
+    except json.JSONDecodeError as e:
+        raise MalformedJudgeOutput(f"invalid JSON: {e.msg} at char {e.pos}") from None
+    if not isinstance(obj, dict):
+        raise MalformedJudgeOutput("the reply's JSON is not an object")
+    return obj
+
+
+def _need(obj: dict, key: str) -> Any:
+    if key not in obj:
+        raise MalformedJudgeOutput(f"missing key {key!r}")
+    return obj[key]
+
+
+def _num(obj: dict, key: str, lo: float = 0.0, hi: float = 1.0, allowed: tuple | None = None) -> float:
+    v = _need(obj, key)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise MalformedJudgeOutput(f"{key!r} must be a number, got {type(v).__name__}")
+    v = float(v)
+    if allowed is not None and v not in allowed:
+        raise MalformedJudgeOutput(f"{key!r} must be one of {', '.join(map(str, allowed))}, got {v}")
+    if not lo <= v <= hi:
+        raise MalformedJudgeOutput(f"{key!r} must be within [{lo}, {hi}], got {v}")
+    return v
+
+
+def _text(obj: dict, key: str, required: bool = False) -> str:
+    v = _need(obj, key) if required else obj.get(key)
+    if v is None:
+        return ""
+    if not isinstance(v, str):
+        v = json.dumps(v, ensure_ascii=False)
+    return v
+
+
+def parse_simia(obj: dict) -> Judgment:
+    ok = _need(obj, "task_success")
+    if not isinstance(ok, bool):
+        raise MalformedJudgeOutput(f"'task_success' must be true or false, got {ok!r}")
+    conf = _num(obj, "confidence") if "confidence" in obj else None
+    reasons = [r for r in (_text(obj, "reasoning", required=True), _text(obj, "evidence")) if r]
+    scores = {"task_success": ok, "confidence": conf}
+    return Judgment(passed=ok, score=1.0 if ok else 0.0, scores=scores, reasons=reasons)
+
+
+def parse_sea(obj: dict) -> Judgment:
+    tq = str(_need(obj, "task_quality_verdict")).strip().upper()
+    tv = str(_need(obj, "trajectory_verdict")).strip().upper()
+    if tq not in ("ACCEPT", "REJECT"):
+        raise MalformedJudgeOutput(f"'task_quality_verdict' must be ACCEPT or REJECT, got {tq!r}")
+    if tv not in ("SUCCESS", "FAILED"):
+        raise MalformedJudgeOutput(f"'trajectory_verdict' must be SUCCESS or FAILED, got {tv!r}")
+    attr = obj.get("attribution")
+    if attr is not None:
+        if not isinstance(attr, str) or attr.strip().lower() not in ("task", "trajectory"):
+            raise MalformedJudgeOutput(f"'attribution' must be null, \"task\" or \"trajectory\", got {attr!r}")
+        attr = attr.strip().lower()
+    passed = tq == "ACCEPT" and tv == "SUCCESS"
+    if passed:
+        attr = None
+    elif tq == "REJECT":
+        attr = "task"  # a rejected task is the task's fault whatever the trajectory did
+    elif attr is None:
+        attr = "trajectory"
+    reasons = [r for r in (_text(obj, "eval_report"), _text(obj, "thought")) if r]
+    if not reasons:
+        raise MalformedJudgeOutput("missing 'eval_report'")
+    scores = {"task_quality_verdict": tq, "trajectory_verdict": tv,
+              "eval_rules_improve": _text(obj, "eval_rules_improve") or None}
+    return Judgment(passed=passed, score=1.0 if passed else 0.0, scores=scores, reasons=reasons,
+                    attribution=attr)
+
+
+def parse_astra(obj: dict, threshold: float = 0.5) -> Judgment:
+    scores: dict[str, Any] = {}
+    for k in ASTRA_DIMS:
+        allowed = (0.0, 0.5, 1.0) if k in ("query_understanding", "query_planning") else None
+        scores[k] = _num(obj, k, allowed=allowed)
+    mean = sum(scores[k] for k in ASTRA_DIMS) / len(ASTRA_DIMS)
+    scores["mean"] = mean
+    reasons = [r for r in (_text(obj, "reasoning"),) if r]
+    passed = mean >= threshold
+    return Judgment(passed=passed, score=mean, scores=scores, reasons=reasons)
+
+
+def parse(rubric: str, text: str | None, threshold: float = 0.5) -> Judgment:
+    obj = extract_json_object(text)
+    if rubric == "simia":
+        return parse_simia(obj)
+    if rubric == "sea":
+        return parse_sea(obj)
+    if rubric == "astra":
+        return parse_astra(obj, threshold)
+    raise ValueError(f"unknown judge rubric {rubric!r}; known: {', '.join(RUBRICS)}")
+
+
+# ----------------------------------------------------------------------------------------------
+# prompts
+
+
+def _tools_text(tools: list[dict]) -> str:
+    if not tools:
+        return "(not given)"
+    return json.dumps([t.get("function", t) for t in tools], ensure_ascii=False, indent=1)
+
+
+def build_prompt(rubric: str, *, policy: str, task: str, messages: list[dict], tools: list[dict],
+                 evaluation_rules: str = "") -> tuple[str, str]:
+    """(prompt id, rendered prompt) for one trajectory."""
+    if rubric == "simia":
+        p = prompts.load("judge_simia")
+        text = p.render(policy=policy or "(none)", task=task or "(see the conversation)",
+                        history=render_history(messages, 24000) or "(empty)")
+    elif rubric == "sea":
+        p = prompts.load("judge_sea")
+        text = p.render(task_description=policy or "(none)", env_tools=_tools_text(tools),
+                        synthetic_task=task or "(see the conversation)",
+                        rollout=render_history(messages, 24000) or "(empty)",
+                        eval_rules=evaluation_rules or "(none given: judge task quality and trajectory success "
+                                                       "against the policy and the task)")
+    elif rubric == "astra":
+        p = prompts.load("judge_astra")
+        body = [m for m in messages if m.get("role") != "system"]
+        traj = json.dumps({"messages": body}, ensure_ascii=False)
+        if len(traj) > 24000:
+            traj = traj[:12000] + " ...(truncated)... " + traj[-12000:]
+        text = p.render(task=task or "(the first user message)", tools=_tools_text(tools), trajectory=traj)
+    else:
+        raise ValueError(f"unknown judge rubric {rubric!r}; known: {', '.join(RUBRICS)}")
+    return p.id, text
+
+
+SYSTEM = "You are a strict evaluator of tool-using agent trajectories. Reply with one JSON object only."
+
+
+async def judge_trajectory(client: Any, rubric: str, *, policy: str, task: str, messages: list[dict],
+                           tools: list[dict], evaluation_rules: str = "", attempts: int = 3,
+                           threshold: float = 0.5) -> Judgment:
+    """Grade one trajectory. Never raises for a bad reply (LLM transport errors do propagate)."""
+    pid, prompt = build_prompt(rubric, policy=policy, task=task, messages=messages, tools=tools,
+                               evaluation_rules=evaluation_rules)
+    usage = {"prompt_tokens": 0, "completion_tokens": 0, "cost": 0.0, "requests": 0, "cache_hits": 0}
+    errors: list[str] = []
+    model = None
+    for attempt in range(max(1, attempts)):
+        res = await client.chat([{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}],
+                                sample_index=attempt)
+        model = res.model
+        usage["requests"] += 0 if res.cached else 1
+        usage["cache_hits"] += 1 if res.cached else 0
+        usage["prompt_tokens"] += int(res.usage.get("prompt_tokens", 0) or 0)
+        usage["completion_tokens"] += int(res.usage.get("completion_tokens", 0) or 0)
+        usage["cost"] += float(res.cost or 0.0)
+        try:
+            j = parse(rubric, res.message.get("content"), threshold)
+        except MalformedJudgeOutput as e:
+            errors.append(f"attempt {attempt + 1}: {e}")
+            continue
+        j.attempts, j.usage, j.model, j.prompt_id = attempt + 1, usage, model, pid
+        j.scores["rubric"] = rubric
+        return j
+    return Judgment(passed=False, score=0.0, scores={"rubric": rubric, "malformed": True},
+                    reasons=[MALFORMED] + errors, attribution=None, malformed=True,
+                    attempts=max(1, attempts), usage=usage, model=model, prompt_id=pid)

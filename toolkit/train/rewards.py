@@ -1,0 +1,540 @@
+"""Pure reward functions (no IO): LOGIGEN state DIFF / binary success / proximity / dense r_t and
+TA-GRPO advantages, tau2-style expected-action matching, ASTRA F1.
+
+Everything here works on plain Python data (state dicts `{table: [row dicts]}`, lists of numbers,
+tool calls as `(name, arguments dict)`), so training code, the `verify` stage and benchmarks share one
+definition of each reward.
+
+LOGIGEN (arXiv 2603.00540, §4.2 "Deterministic and Dense Reward Mechanism")
+--------------------------------------------------------------------------
+    DIFF(s_a, s_b) = Σ_{T ∈ tables} |rows(T, s_a) △ rows(T, s_b)|
+        rows are canonicalized and technical keys (auto-increment ids, timestamps) are excluded;
+        here: the keys in `exclude_keys` (default `toolkit.envs.base.DEFAULT_EXCLUDE_KEYS`).
+        Rows are compared as multisets (a duplicated row counts twice), like `envs.base.diff`;
+        cells are canonicalized like `envs.base` (floats rounded to 9 digits, integral floats are
+        ints) and, in addition, booleans are 0/1 and a float that rounds to an integer is that
+        integer (SQLite stores booleans as integers). `TargetIndex` indexes a target once and
+        computes exactly the same DIFF much faster (see its tiers; bench/verify_bench.py).
+    R_final = I[DIFF(s_final, s_target) = 0]
+    Δ0 = DIFF(s_origin, s_target)
+    P_t = 1 − min(DIFF(s_t, s_target), Δ0) / (Δ0 + ε)                      (proximity, in [0, 1])
+    r_t = P_t − P_{t−1}   if the tool call executed (success, or a non-policy error)
+        = −λ_err          if the call was rejected as a policy violation (POLICY_VIOLATION)
+    Edge case Δ0 = 0 (the initial state already equals the target): min(·, 0) = 0, so P_t = 1 for
+    every t and r_t = 0 for every executed call (only policy violations are penalized). This is the
+    paper's formula taken literally; R_final still reports whether the final state equals the target.
+
+TA-GRPO (§4.3): A_it = A_i + min(r_t, 0), A_i = (R_i − mean R) / std R over the group.
+
+tau2 actions (tau2/data_model/tasks.py `Action.compare_with_tool_call`, evaluator_action.py):
+each expected action must match at least one tool call of the trajectory (agent or user side,
+any order, extra calls ignored): same name; if `compare_args` is None the compared keys are the
+*predicted call's* argument keys (tau2's rule: the call's arguments must equal the expected ones on
+those keys, so a call that omits an expected argument still matches); else only `compare_args`.
+An empty key set matches. reward = 1 if every expected action matched else 0.
+
+ASTRA (§3.2.2 "Reward Design", eq. 30-31):
+    r = n̂ / n,  p = n̂ / (c + ε),  F1 = 2pr / (p + r)   (F1 = 0 when p + r = 0)
+n = required sub-tasks, n̂ = solved sub-tasks, c = tool invocations.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from itertools import compress
+from operator import itemgetter, ne
+from typing import Any, Iterable, Sequence
+
+from toolkit.envs.base import DEFAULT_EXCLUDE_KEYS
+
+DEFAULT_EPSILON = 1e-9
+
+# ----------------------------------------------------------------------------------------------
+# canonical row keys
+
+
+def _canon(v: Any) -> Any:
+    """Canonical value: floats rounded to 9 digits, integral results as ints (as envs.base),
+    booleans as 0/1 (SQLite stores booleans as integers, so True and 1 are the same fact)."""
+    if v is True or v is False:
+        return int(v)
+    if isinstance(v, float):
+        if math.isnan(v) or math.isinf(v):
+            return repr(v)
+        r = round(v, 9)
+        if r.is_integer():  # also 2.0000000001 -> 2 (envs.base would keep 2.0 and call it != 2)
+            return int(r)
+        return r
+    if isinstance(v, dict):
+        return {str(k): _canon(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_canon(x) for x in v]
+    return v
+
+
+def row_key(row: Any, exclude: frozenset | set = frozenset()) -> str:
+    """Canonical JSON of a row minus the excluded keys (the identity of a row in DIFF)."""
+    if isinstance(row, dict):
+        row = {k: _canon(v) for k, v in row.items() if k not in exclude}
+    else:
+        row = _canon(row)
+    return json.dumps(row, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def _rows(value: Any) -> list:
+    """A table's rows: a list as is; None → []; anything else is one row."""
+    if value is None:
+        return []
+    if isinstance(value, list):
+        return value
+    return [value]
+
+
+def _table_names(a: dict, b: dict, tables: Iterable[str] | None) -> list[str]:
+    return sorted(set(tables) if tables is not None else (set(a) | set(b)))
+
+
+def state_diff_detail(a: dict, b: dict, exclude_keys: Iterable[str] = DEFAULT_EXCLUDE_KEYS,
+                      tables: Iterable[str] | None = None) -> dict:
+    """Reference (straightforward) DIFF: {"total": n, "tables": {t: {"only_a": x, "only_b": y}}}."""
+    exclude = frozenset(exclude_keys)
+    per: dict[str, dict[str, int]] = {}
+    total = 0
+    for t in _table_names(a, b, tables):
+        ca = Counter(row_key(r, exclude) for r in _rows(a.get(t)))
+        cb = Counter(row_key(r, exclude) for r in _rows(b.get(t)))
+        only_a = sum((ca - cb).values())
+        only_b = sum((cb - ca).values())
+        if only_a or only_b:
+            per[t] = {"only_a": only_a, "only_b": only_b}
+            total += only_a + only_b
+    return {"total": total, "tables": per}
+
+
+def state_diff(a: dict, b: dict, exclude_keys: Iterable[str] = DEFAULT_EXCLUDE_KEYS,
+               tables: Iterable[str] | None = None) -> int:
+    """LOGIGEN DIFF(s_a, s_b): the total size of the per-table symmetric differences."""
+    return state_diff_detail(a, b, exclude_keys, tables)["total"]
+
+
+# ----------------------------------------------------------------------------------------------
+# fast DIFF against a fixed target (precomputed once, reused for every state compared to it)
+
+
+def _canon_scalar(v: Any) -> Any:
+    """Hashable canonical cell value (same equality as `row_key`): floats rounded, nested values
+    as canonical JSON (tagged so they never equal a plain string)."""
+    t = type(v)
+    if t is str or t is int:
+        return v
+    if t is float:
+        return _canon(v)
+    if t is dict or t is list or t is tuple:
+        return ("__json__", json.dumps(_canon(v), sort_keys=True, separators=(",", ":"),
+                                       ensure_ascii=False, default=str))
+    if t is bool:
+        return int(v)
+    return v
+
+
+class _TableIndex:
+    """One target table, indexed for fast comparison with many states' versions of it.
+
+    Tiers, cheapest first (each exact: the result always equals `state_diff`):
+    1. one C-level pass over the common length finds the positions whose rows differ; none (and
+       the same length) -> 0;
+    2. few positions differ (a snapshot taken in a stable order with a few rows updated or
+       appended): rows equal at the same position cancel in the multiset difference, so only the
+       differing positions and the tails are compared, with canonical keys (target keys cached);
+    3. homogeneous tables (every row a dict with the same non-excluded columns, hashable cells):
+       a row's identity is the tuple of its column values (`operator.itemgetter`, in C); first
+       position by position against the target's tuples (rows whose excluded keys, e.g.
+       timestamps, all differ), else set/Counter difference; the rows left over are re-compared
+       with canonical keys (0.1+0.2 vs 0.3);
+    4. anything else (ragged rows, nested values, non-dict rows): canonical JSON keys.
+    Booleans equal 0/1 throughout (SQLite has no boolean type).
+    """
+
+    __slots__ = ("rows", "exclude", "cols", "colset", "getter", "fast", "keyset", "counter",
+                 "unique", "_json", "_ckeys", "tkeys", "_ccanon", "_shapes")
+
+    def __init__(self, rows: list, exclude: frozenset):
+        self.rows = rows
+        self.exclude = exclude
+        self._json: Counter | None = None
+        self._ckeys: dict[int, Any] = {}
+        self._ccanon: dict[tuple, tuple] = {}
+        self._shapes: dict[tuple, bool] = {}
+        self.fast = False
+        self.cols: tuple = ()
+        self.colset: frozenset | None = None
+        self.getter: Any = None
+        self.keyset: set | frozenset = frozenset()
+        self.counter: Counter = Counter()
+        self.tkeys: list = []
+        self.unique = True
+        if rows and all(isinstance(r, dict) for r in rows):
+            cols = frozenset(rows[0]) - exclude
+            if all((r.keys() - exclude) == cols for r in rows):
+                self._set_cols(cols)
+                try:
+                    keys = list(map(self.getter, rows))
+                    self.counter = Counter(keys)
+                except TypeError:  # unhashable cell (list / dict): tiers 1, 2 and 4 only
+                    return
+                self.tkeys = keys
+                self.keyset = set(self.counter)
+                self.unique = len(self.keyset) == len(keys)
+                self.fast = True
+
+    def _set_cols(self, cols: frozenset) -> None:
+        self.colset = cols
+        self.cols = tuple(sorted(cols))
+        if len(self.cols) == 0:
+            self.getter = lambda r: ()
+        elif len(self.cols) == 1:
+            g = itemgetter(self.cols[0])
+            self.getter = lambda r: (g(r),)
+        else:
+            self.getter = itemgetter(*self.cols)
+
+    def json_counter(self) -> Counter:
+        if self._json is None:
+            self._json = Counter(row_key(r, self.exclude) for r in self.rows)
+        return self._json
+
+    def compare(self, rows: list) -> tuple[int, int]:
+        """(#rows only in `rows`, #rows only in the target), multiset semantics."""
+        trows = self.rows
+        if not rows:
+            return 0, len(trows)
+        if not trows:
+            return len(rows), 0
+        n, m = len(rows), len(trows)
+        limit = (n + m) // 4  # "few" leftover rows for the positional tiers
+        r0, t0 = rows[0], trows[0]
+        projected_only = False
+        if r0 != t0 and self.fast and isinstance(r0, dict):
+            # equal projections but unequal dicts: the excluded keys (timestamps) differ, and
+            # probably on every row: compare projections directly (tier 3)
+            try:
+                projected_only = self.getter(r0) == self.tkeys[0]
+            except (KeyError, TypeError):
+                pass
+        if not projected_only:
+            # one C-level pass over the common length: positions whose rows differ; rows equal at
+            # the same position cancel, the tails (appended / removed rows) are left over
+            k = min(n, m)
+            pos = list(compress(range(k), map(ne, rows, trows)))
+            if not pos and n == m:
+                return 0, 0
+            if 2 * len(pos) + abs(n - m) <= limit:
+                return self._small([rows[i] for i in pos] + rows[k:], [trows[i] for i in pos] + trows[k:])
+        if self.fast:
+            res = self._compare_fast(rows, limit)
+            if res is not None:
+                return res
+        cs = Counter(row_key(r, self.exclude) for r in rows)
+        ct = self.json_counter()
+        return sum((cs - ct).values()), sum((ct - cs).values())
+
+    def _key(self, r: Any) -> Any:
+        """Canonical identity of one row: a tuple of canonical cells when the row has the target's
+        columns, else tagged canonical JSON (which then equals no target row of another shape)."""
+        g = self.getter
+        if g is not None and isinstance(r, dict) and r.keys() - self.exclude == self.colset:
+            try:
+                return tuple(map(_canon_scalar, g(r)))
+            except (KeyError, TypeError):  # pragma: no cover - guarded by the column check
+                pass
+        return ("__row__", row_key(r, self.exclude))
+
+    def _tkey(self, r: Any) -> Any:
+        """`_key` of a target row, cached (target rows live as long as the index)."""
+        ck = self._ckeys
+        k = ck.get(id(r))
+        if k is None:
+            k = ck[id(r)] = self._key(r)
+        return k
+
+    def _small(self, extra: list, missing: list) -> tuple[int, int]:
+        """Multiset difference of a few state rows (`extra`) and target rows (`missing`)."""
+        if not extra or not missing:
+            return len(extra), len(missing)
+        rem = [self._tkey(r) for r in missing]
+        left = 0
+        for r in extra:
+            try:
+                rem.remove(self._key(r))
+            except ValueError:
+                left += 1
+        return left, len(rem)
+
+    def _small_keys(self, extra: list, missing: list) -> tuple[int, int]:
+        """`_small` for rows already projected to exact column tuples (target side: hashable)."""
+        if not extra or not missing:
+            return len(extra), len(missing)
+        cc = self._ccanon
+        rem = []
+        for k in missing:
+            c = cc.get(k)
+            if c is None:
+                c = cc[k] = tuple(map(_canon_scalar, k))
+            rem.append(c)
+        left = 0
+        for k in extra:
+            try:
+                rem.remove(tuple(map(_canon_scalar, k)))
+            except ValueError:
+                left += 1
+        return left, len(rem)
+
+    def _shape_ok(self, first: Any) -> bool:
+        """The row has exactly the target's non-excluded columns (memoized per key tuple)."""
+        if not isinstance(first, dict):
+            return False
+        ks = tuple(first)
+        ok = self._shapes.get(ks)
+        if ok is None:
+            if len(self._shapes) > 64:
+                self._shapes.clear()
+            ok = self._shapes[ks] = first.keys() - self.exclude == self.colset
+        return ok
+
+    def _compare_fast(self, rows: list, limit: int) -> tuple[int, int] | None:
+        first = rows[0]
+        ok = self._shapes.get(tuple(first)) if type(first) is dict else None
+        if ok is None:
+            ok = self._shape_ok(first)
+        if not ok:
+            return None
+        try:
+            # every row as wide as the first (and, below, holding every column)
+            if len(set(map(len, rows))) != 1:
+                return None
+            keys = list(map(self.getter, rows))  # KeyError: a row lacks a column
+            # projections position by position (same order as the target), tails left over
+            tkeys = self.tkeys
+            if keys == tkeys:
+                return 0, 0
+            n, m = len(keys), len(tkeys)
+            k = min(n, m)
+            pos = list(compress(range(k), map(ne, keys, tkeys)))
+            if 2 * len(pos) + abs(n - m) <= limit:
+                return self._small_keys([keys[i] for i in pos] + keys[k:], [tkeys[i] for i in pos] + tkeys[k:])
+            if self.unique:
+                s = set(keys)  # TypeError: unhashable cell
+                if len(s) == len(keys):
+                    if s == self.keyset:
+                        return 0, 0
+                    return self._small_keys(list(s - self.keyset), list(self.keyset - s))
+            c = Counter(keys)
+        except (KeyError, TypeError):
+            return None
+        if c == self.counter:
+            return 0, 0
+        extra: list = []
+        for k, m in (c - self.counter).items():
+            extra.extend([k] * m)
+        missing: list = []
+        for k, m in (self.counter - c).items():
+            missing.extend([k] * m)
+        return self._small_keys(extra, missing)
+
+
+class TargetIndex:
+    """A target state indexed once, then compared with many states: `DIFF(state, target)`.
+
+    >>> idx = TargetIndex({"t": [{"id": 1, "x": "a"}]})
+    >>> idx.diff({"t": [{"id": 1, "x": "b"}]})
+    2
+    """
+
+    def __init__(self, target: dict, exclude_keys: Iterable[str] = DEFAULT_EXCLUDE_KEYS,
+                 tables: Iterable[str] | None = None):
+        self.target = target
+        self.exclude = frozenset(exclude_keys)
+        self.tables = None if tables is None else frozenset(tables)
+        names = self.tables if self.tables is not None else target.keys()
+        self._idx = {t: _TableIndex(_rows(target.get(t)), self.exclude) for t in names}
+        self._empty = _TableIndex([], self.exclude)
+
+    def diff_detail(self, state: dict) -> dict:
+        """{"total", "tables": {t: {"only_a": rows only in state, "only_b": rows only in target}}}."""
+        per: dict[str, dict[str, int]] = {}
+        total = 0
+        names = self._idx.keys() if self.tables is not None else (self._idx.keys() | state.keys())
+        for t in names:
+            ti = self._idx.get(t, self._empty)
+            a, b = ti.compare(_rows(state.get(t)))
+            if a or b:
+                per[t] = {"only_a": a, "only_b": b}
+                total += a + b
+        return {"total": total, "tables": dict(sorted(per.items()))}
+
+    def diff(self, state: dict) -> int:
+        total = 0
+        idx = self._idx
+        if self.tables is None:
+            for t, rows in state.items():
+                if type(rows) is not list:
+                    rows = _rows(rows)
+                ti = idx.get(t)
+                if ti is None:
+                    total += len(rows)
+                    continue
+                a, b = ti.compare(rows)
+                total += a + b
+            for t, ti in idx.items():
+                if t not in state:
+                    total += len(ti.rows)
+        else:
+            for t, ti in idx.items():
+                a, b = ti.compare(_rows(state.get(t)))
+                total += a + b
+        return total
+
+
+# ----------------------------------------------------------------------------------------------
+# binary success, proximity, dense rewards
+
+
+def binary_success(diff_final: int) -> int:
+    """R_final = I[DIFF(s_final, s_target) = 0]."""
+    return 1 if diff_final == 0 else 0
+
+
+def proximity(diff_t: int | float, delta0: int | float, epsilon: float = DEFAULT_EPSILON) -> float:
+    """P_t = 1 − min(DIFF(s_t, target), Δ0) / (Δ0 + ε). With Δ0 = 0 this is 1 for every state."""
+    return 1.0 - min(diff_t, delta0) / (delta0 + epsilon)
+
+
+def dense_rewards(diffs: Sequence[int | float], delta0: int | float, violations: Sequence[bool],
+                  lambda_err: float = 0.1, epsilon: float = DEFAULT_EPSILON) -> dict:
+    """Per tool call t = 1..T: P_t and r_t from DIFF(s_t, target) and the policy-violation flags.
+
+    `diffs[t-1]` is DIFF after call t (a rejected call leaves the state unchanged, so its DIFF equals
+    the previous one). P_0 is the proximity of s_origin (≈ 0 when Δ0 > 0). Returns
+    {"p0": P_0, "proximity": [P_1..P_T], "dense": [r_1..r_T]}.
+    """
+    if len(diffs) != len(violations):
+        raise ValueError("diffs and violations must have the same length")
+    p_prev = proximity(delta0, delta0, epsilon)
+    p0 = p_prev
+    prox: list[float] = []
+    dense: list[float] = []
+    for d, bad in zip(diffs, violations):
+        p = proximity(d, delta0, epsilon)
+        dense.append(-float(lambda_err) if bad else p - p_prev)
+        prox.append(p)
+        p_prev = p
+    return {"p0": p0, "proximity": prox, "dense": dense}
+
+
+def grpo_advantages(rewards: Sequence[float], eps: float = 1e-6) -> list[float]:
+    """A_i = (R_i − mean) / std over one group (population std; 0 when the group is uniform)."""
+    n = len(rewards)
+    if n == 0:
+        return []
+    mean = sum(rewards) / n
+    std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / n)
+    if std < eps:
+        return [0.0] * n
+    return [(r - mean) / std for r in rewards]
+
+
+def ta_grpo_advantages(rewards: Sequence[float], dense: Sequence[Sequence[float]]) -> list[list[float]]:
+    """LOGIGEN TA-GRPO (§4.3): A_it = A_i + ΔA_it with ΔA_it = r_t if r_t < 0 else 0."""
+    if len(rewards) != len(dense):
+        raise ValueError("one dense-reward list per trajectory")
+    adv = grpo_advantages(rewards)
+    return [[a + (r if r < 0 else 0.0) for r in rs] for a, rs in zip(adv, dense)]
+
+
+# ----------------------------------------------------------------------------------------------
+# tau2-style expected actions
+
+
+def action_matches(name: str, arguments: dict, compare_args: Sequence[str] | None,
+                   call_name: str, call_args: dict) -> bool:
+    """tau2 `Action.compare_with_tool_call`, reproduced exactly."""
+    if name != call_name:
+        return False
+    keys = call_args.keys() if compare_args is None else compare_args
+    if len(keys) == 0:
+        return True
+    tool_args = {k: v for k, v in call_args.items() if k in keys}
+    action_args = {k: v for k, v in arguments.items() if k in keys}
+    return tool_args == action_args
+
+
+@dataclass
+class ActionsResult:
+    reward: float
+    matched: list[bool]
+    matched_by: list[int | None] = field(default_factory=list)  # index of the first matching call
+
+
+def match_actions(expected: Sequence[dict], calls: Sequence[tuple[str, dict]]) -> ActionsResult:
+    """Each expected {"name", "arguments", "compare_args"} must match some call (name, args)."""
+    matched: list[bool] = []
+    by: list[int | None] = []
+    for act in expected:
+        hit = None
+        for i, (cname, cargs) in enumerate(calls):
+            if action_matches(act["name"], act.get("arguments") or {}, act.get("compare_args"), cname, cargs):
+                hit = i
+                break
+        matched.append(hit is not None)
+        by.append(hit)
+    reward = 1.0 if all(matched) else 0.0
+    return ActionsResult(reward=reward, matched=matched, matched_by=by)
+
+
+# ----------------------------------------------------------------------------------------------
+# ASTRA F1
+
+
+def f1_reward(n: int, n_hat: int, c: int, epsilon: float = DEFAULT_EPSILON) -> dict:
+    """ASTRA eq. 30-31: r = n̂/n, p = n̂/(c+ε), F1 = 2pr/(p+r); F1 = 0 when p + r = 0.
+
+    p is capped at 1 (a single call may answer several sub-questions; the paper's p is meant as the
+    fraction of effective calls). n must be ≥ 1.
+    """
+    if n <= 0:
+        raise ValueError("F1 needs at least one required sub-task (n >= 1)")
+    r = n_hat / n
+    p = min(1.0, n_hat / (c + epsilon))
+    f1 = 0.0 if p + r == 0 else 2 * p * r / (p + r)
+    return {"n": n, "n_hat": n_hat, "c": c, "recall": r, "precision": p, "f1": f1}
+
+
+def normalize_text(x: Any) -> str:
+    if not isinstance(x, str):
+        x = json.dumps(x, ensure_ascii=False, sort_keys=True) if isinstance(x, (dict, list)) else str(x)
+    return " ".join(x.lower().split())
+
+
+def answer_variants(a: Any) -> list[str]:
+    """Spellings of an expected answer to look for in a tool result / final answer."""
+    out = {normalize_text(a)}
+    if isinstance(a, bool):
+        out.add(normalize_text(json.dumps(a)))
+    elif isinstance(a, float) and a.is_integer():
+        out.add(str(int(a)))
+    elif isinstance(a, int):
+        out.add(f"{a}.0")
+    elif isinstance(a, (dict, list)):
+        out.add(normalize_text(json.dumps(a, ensure_ascii=False)))
+    return sorted(v for v in out if v)
+
+
+def contains_answer(text: Any, a: Any) -> bool:
+    """Whether the expected answer a_i appears in `text` (case/whitespace-insensitive)."""
+    if text is None or a is None:
+        return False
+    t = normalize_text(text)
+    return any(v in t for v in answer_variants(a))
