@@ -172,3 +172,27 @@ def test_resume_and_shard_work_for_rollout(tmp_path):
     p = run_cmd([str(BIN / "rollout"), "--agent", "replay", "-i", str(inp), "-o", str(out), "--resume"])
     ids = [json.loads(l)["id"] for l in out.read_text().splitlines()]
     assert sorted(ids) == sorted(r.id for r in tasks()) and len(ids) == len(set(ids))
+
+
+def _embedded_ready() -> bool:
+    try:
+        from toolkit.llm import embedded
+        return embedded.embedded_available()[0]
+    except Exception:
+        return False
+
+
+@pytest.mark.embedded
+@pytest.mark.skipif(not _embedded_ready(), reason="embedded model not installed")
+def test_embedded_rollout_pipes_into_verify():
+    import subprocess, os, sys
+    from conftest import ROOT
+    env = dict(os.environ, PATH=f"{BIN}:{os.path.dirname(sys.executable)}:{os.environ['PATH']}", PYTHONPATH=str(ROOT))
+    p = subprocess.run(f"{BIN}/toolkit tasks clinic | head -n 1 | {BIN}/rollout -n 2 --max-turns 1 --max-tokens 24 "
+                       f"| {BIN}/verify --strategy state_diff", shell=True, capture_output=True, text=True,
+                       env=env, timeout=900)
+    assert p.returncode == 0, p.stderr
+    rec = json.loads(p.stdout.splitlines()[0])
+    assert len(rec["trajectories"]) == 2
+    assert all(t["reward"] in (0.0, 1.0) for t in rec["trajectories"])
+    assert all(t["agent_model"] == "embedded" or t["agent_model"] for t in rec["trajectories"])
