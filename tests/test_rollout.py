@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from conftest import BIN, jsonl, run_cmd
+from conftest import requires_embedded, BIN, jsonl, run_cmd
 from toolkit import domains
 from toolkit.envs import Environment, ToolResult, register_backend
 from toolkit.llm import Meter
@@ -174,16 +174,9 @@ def test_resume_and_shard_work_for_rollout(tmp_path):
     assert sorted(ids) == sorted(r.id for r in tasks()) and len(ids) == len(set(ids))
 
 
-def _embedded_ready() -> bool:
-    try:
-        from toolkit.llm import embedded
-        return embedded.embedded_available()[0]
-    except Exception:
-        return False
-
 
 @pytest.mark.embedded
-@pytest.mark.skipif(not _embedded_ready(), reason="embedded model not installed")
+@requires_embedded
 def test_embedded_rollout_pipes_into_verify():
     import subprocess, os, sys
     from conftest import ROOT
