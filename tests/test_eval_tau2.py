@@ -51,3 +51,34 @@ def test_embedded_agent_and_user_end_to_end(tmp_path):
     s = json.loads(summ.read_text())
     assert s["domains"]["airline"]["trials"] == 2 and "pass^2" in s["domains"]["airline"]
     assert png.exists() and "pass^1" in p.stderr
+
+
+def test_failure_attribution_judge_over_http():
+    import asyncio
+    from toolkit import tau2_bridge as tb
+    from toolkit.llm import LLMConfig, get_client
+    from toolkit.llm.testserver import ScriptedServer
+    from toolkit.schema import Record, Trajectory, Verdict
+    from toolkit.stages.eval_tau2 import attribute_failure
+
+    for raw in tb.load_tasks("airline")[:15]:  # the first task whose stripped trajectory fails
+        rec = Record.model_validate(raw)
+        traj = Trajectory.model_validate(tb.oracle_trajectory(rec))
+        traj.messages = traj.messages[:1] + traj.messages[-1:]  # drop every action
+        traj.steps = []
+        rec.trajectories.append(traj)
+        v = Verdict.model_validate(tb.verify_record(rec)[0])
+        if not v.passed:
+            break
+    assert not v.passed and v.attribution == "trajectory"
+    reply = json.dumps({"attribution": "user_simulator", "reason": "the user never gave the reservation id"})
+    with ScriptedServer(["not json", reply]) as srv:
+        c = get_client(LLMConfig(base_url=srv.base_url, model="judge", max_retries=0))
+        who, why = asyncio.run(attribute_failure(c, rec, traj, v))
+        prompt = srv.requests[0]["messages"][0]["content"]
+    assert who == "user_simulator" and "reservation id" in why
+    assert "Why the evaluator failed it" in prompt and rec.task.user_scenario.instructions[:40] in prompt
+    with ScriptedServer(['{"attribution": "nobody"}']) as srv:
+        c = get_client(LLMConfig(base_url=srv.base_url, model="judge2", max_retries=0))
+        who, why = asyncio.run(attribute_failure(c, rec, traj, v))
+    assert who is None and "malformed" in why

@@ -284,6 +284,9 @@ Example:
 @click.option("--chart", metavar="PNG")
 @click.option("--compare", type=click.Choice(["none", "paper"]), default="none", show_default=True)
 @click.option("--exclude-infra-errors", is_flag=True, help="Drop infrastructure errors from pass^k.")
+@click.option("--attribute", is_flag=True,
+              help="Judge each failed trajectory: agent error vs user-simulator error (--judge-model/--judge-base-url).")
+@llm_options("judge", "Attribution judge")
 @click.option("--no-official-check", is_flag=True,
               help="With --oracle: skip re-scoring every task with tau2's own (slow) evaluator.")
 @stage_command

@@ -62,6 +62,34 @@ def _apply_verdicts(record: Record, verdicts: list[dict]) -> None:
             t.scores["tau2"] = v.get("scores") or {}
 
 
+async def attribute_failure(client: Any, record: Record, traj: Trajectory, verdict: Verdict,
+                            policy: str = "", attempts: int = 3) -> tuple[str | None, str]:
+    """EigenData/SEA-style attribution of a failed τ² trajectory: agent error or user-simulator
+    error, by an LLM judge. Strict JSON; after `attempts` malformed replies → (None, reason)."""
+    from toolkit import prompts
+    from toolkit.roles.env_simulator import render_history
+    from toolkit.roles.judge import MalformedJudgeOutput, extract_json_object
+
+    us = record.task.user_scenario if record.task else None
+    scenario = "\n".join(f"{k}: {v}" for k, v in (us.model_dump(exclude={"extra"}) if us else {}).items() if v)
+    prompt = prompts.load("failure_attribution").render(
+        policy=(policy or "(not shown)")[:6000], scenario=scenario or "(none)",
+        reasons="; ".join(verdict.reasons)[:2000] or "reward < 1",
+        history=render_history([m.model_dump(exclude_none=True) for m in traj.messages], 12000))
+    last = ""
+    for i in range(attempts):
+        res = await client.chat([{"role": "user", "content": prompt}], sample_index=i)
+        try:
+            obj = extract_json_object(res.message.get("content"))
+            who = obj.get("attribution")
+            if who not in ("agent", "user_simulator"):
+                raise MalformedJudgeOutput(f"attribution must be agent or user_simulator, got {who!r}")
+            return ("trajectory" if who == "agent" else "user_simulator"), str(obj.get("reason") or "")[:500]
+        except MalformedJudgeOutput as e:
+            last = str(e)
+    return None, f"malformed attribution output after {attempts} attempts: {last}"
+
+
 def build(cfg: dict, meter: Any, tb: Any):
     oracle = bool(cfg.get("oracle"))
     k = int(cfg.get("k") or 1)
@@ -75,6 +103,12 @@ def build(cfg: dict, meter: Any, tb: Any):
         if rcfg.get("seed") is None:
             rcfg["seed"] = 0  # τ²'s --seed only shuffles tasks; we seed every model call
         rollout_fn = rollout.build(rcfg, meter)
+    judge = None
+    if cfg.get("attribute") and not oracle:
+        from toolkit.config import llm_config
+        from toolkit.llm import get_client
+
+        judge = get_client(llm_config(cfg, role="judge"), meter)
 
     async def fn(record: Record) -> Record:
         if oracle:
@@ -92,6 +126,18 @@ def build(cfg: dict, meter: Any, tb: Any):
             return record
         record = await rollout_fn(record)
         _apply_verdicts(record, tb.verify_record(record, fast=True, stage="eval-tau2"))
+        if judge is not None:
+            trajs = {t.id: t for t in record.trajectories}
+            policy = ""
+            for v in record.verdicts:
+                if v.stage == "eval-tau2" and not v.passed and v.attribution == "trajectory":
+                    if not policy:
+                        from toolkit.envs import load_env
+                        with load_env(record.env) as env:
+                            policy = env.policy()
+                    who, why = await attribute_failure(judge, record, trajs[v.trajectory_id], v, policy)
+                    v.attribution = who
+                    v.reasons.append(f"attribution: {why}")
         return record
 
     return fn
