@@ -21,8 +21,11 @@ The engine is a library: `run_episode(...)` is used by `rollout`, `eval-tau2` an
 from __future__ import annotations
 
 import asyncio
+import copy
+import gc
 import hashlib
 import json
+import os
 import random
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -63,7 +66,66 @@ def agent_view(messages: list[dict]) -> list[dict]:
 
 
 def approx_tokens(messages: list[dict]) -> int:
-    return sum(len(json.dumps(m, ensure_ascii=False)) for m in messages) // 4
+    return sum(_approx_chars(m) for m in messages) // 4
+
+
+def _approx_chars(m: dict) -> int:
+    return len(json.dumps(m, ensure_ascii=False))
+
+
+# Prompt templates, loaded once per (name, prompt directories' mtimes) instead of a directory
+# listing and a file read per episode and per user turn. A new version written by `reflect`
+# changes its directory's mtime and is picked up.
+_PROMPTS: dict[tuple, Any] = {}
+
+
+def _prompt(name: str):
+    dirs = prompts._dirs()
+    stamp = []
+    for d in dirs:
+        try:
+            stamp.append(os.stat(d).st_mtime_ns)
+        except OSError:
+            stamp.append(None)
+    key = (name, tuple(str(d) for d in dirs), tuple(stamp))
+    p = _PROMPTS.get(key)
+    if p is None:
+        if len(_PROMPTS) > 64:
+            _PROMPTS.clear()
+        p = _PROMPTS[key] = prompts.load(name)
+    return p
+
+
+# The tool schemas offered to the agent, interned per distinct tool set: every episode of a domain
+# sends the same schemas (~35 KB of JSON for airline) with every agent turn, and one shared
+# ToolSchemas lets the LLM client JSON-encode them once per process instead of once per request.
+# The interned copy is private (a deep copy, never put in records); each episode's own list still
+# goes into its Trajectory.
+_TOOLSETS: dict[tuple, list] = {}
+
+
+def _wire_tools(offered: list[dict]) -> list[dict]:
+    if not offered:
+        return offered
+    from toolkit.llm.client import ToolSchemas
+
+    try:
+        key = tuple((t.get("function") or {}).get("name") for t in offered)
+    except AttributeError:
+        return offered
+    bucket = _TOOLSETS.get(key)
+    if bucket is None:
+        if len(_TOOLSETS) >= 256:
+            _TOOLSETS.clear()
+        bucket = _TOOLSETS[key] = []
+    for ts in bucket:
+        if ts == offered:
+            return ts
+    if len(bucket) >= 8:
+        bucket.pop(0)
+    ts = ToolSchemas(copy.deepcopy(offered))
+    bucket.append(ts)
+    return ts
 
 
 def _add_usage(u: Usage, res: Any) -> None:
@@ -171,7 +233,13 @@ class LLMUser:
 
     async def respond(self, history: list[dict], user_tools: list[dict], usage: Usage) -> dict:
         """history: the dialogue so far as the agent sees it; flipped so the simulator is `assistant`."""
-        sys_prompt = self.system_prompt or prompts.load("user_simulator").render(scenario=self.scenario)
+        sys_prompt = self.system_prompt
+        if not sys_prompt:
+            tpl = _prompt("user_simulator")
+            cached = self.__dict__.get("_rendered")
+            if cached is None or cached[0] is not tpl:
+                cached = self.__dict__["_rendered"] = (tpl, tpl.render(scenario=self.scenario))
+            sys_prompt = cached[1]
         flipped: list[dict] = [{"role": "system", "content": sys_prompt}]
         for m in history:
             if m["role"] == "assistant" and m.get("content") and not m.get("tool_calls"):
@@ -201,18 +269,26 @@ class EpisodeLimits:
 
 
 async def _run_tool(env: Environment, name: str, args: dict, side: str, tcid: str,
-                    valid_names: set[str]) -> tuple[str, Step, bool]:
+                    valid_names: set[str], fresh: dict | None = None) -> tuple[str, Step, bool]:
+    """`fresh["hash"]`: the environment's state hash while no tool call has run since it was
+    computed (None otherwise); run_episode reuses it as the final hash instead of hashing again
+    (state_hash snapshots and canonicalizes every table: ~0.5 ms for airline, a third of the
+    hashing in a short episode)."""
     if name not in valid_names:
         from toolkit.envs.base import ToolResult
 
         res = ToolResult.fail("UNKNOWN_TOOL", f"Tool {name!r} is not available here.",
                               hint="call one of: " + ", ".join(sorted(valid_names))[:500])
     else:
+        if fresh is not None:
+            fresh["hash"] = None
         res = await env.acall(name, args, side=side)
     try:
         h = env.state_hash()
     except Exception:  # pragma: no cover - a backend without snapshots
         h = None
+    if fresh is not None:
+        fresh["hash"] = h
     step = Step(tool_call_id=tcid, name=name, side=side, ok=res.ok,
                 arguments=args if side == "user" else None,
                 error_code=(res.error or {}).get("code"), state_hash=h)
@@ -229,19 +305,22 @@ async def run_episode(record: Record, env: Environment, agent: Any, user: LLMUse
     agent_tools = env.tools("agent")
     user_tools = env.tools("user")
     offered = agent_tools + list(extra_tools or [])
+    wire_tools = _wire_tools(offered)  # what the agent is sent: equal to `offered`, encoded once
     valid_agent = {t["function"]["name"] for t in agent_tools}
     valid_user = {t["function"]["name"] for t in user_tools}
     if hasattr(env, "agent_system_prompt"):  # tau2: τ²'s own LLMAgent prompt
         system = env.agent_system_prompt()
     else:
-        system = prompts.load("agent_system").render(policy=env.policy() or "(no policy)")
+        system = _prompt("agent_system").render(policy=env.policy() or "(no policy)")
     messages: list[dict] = [{"role": "system", "content": system}]
     steps: list[Step] = []
     user_side: list[dict] = []  # the user simulator's own tool exchanges (not shown to the agent)
     termination, error = None, None
     initial_hash = None
+    fresh: dict = {"hash": None}  # see _run_tool
     try:
         initial_hash = env.state_hash()
+        fresh["hash"] = initial_hash
         # ---- first user message
         if isinstance(agent, ReplayAgent) or user is None or (
                 first_message == "instruction" and record.task and record.task.instruction):
@@ -249,7 +328,8 @@ async def run_episode(record: Record, env: Environment, agent: Any, user: LLMUse
             messages.append({"role": "user", "content": first})
         else:
             messages.append({"role": "assistant", "content": GREETING})  # τ² orchestrator's opening
-            umsg = await _user_turn(user, messages, user_side, user_tools, valid_user, env, steps, usage, limits)
+            umsg = await _user_turn(user, messages, user_side, user_tools, valid_user, env, steps, usage, limits,
+                                    fresh)
             if umsg is None:
                 termination = "error"
                 error = "user simulator produced no message"
@@ -258,11 +338,14 @@ async def run_episode(record: Record, env: Environment, agent: Any, user: LLMUse
                 termination = _stop_reason(umsg)
         errors = 0
         turns = 0
+        ctx_chars, counted = 0, 0  # approx_tokens(messages) * 4, updated as messages are appended
         while termination is None:
             if turns >= limits.max_turns:
                 termination = "max_turns"
                 break
-            if approx_tokens(messages) > limits.max_context_tokens:
+            ctx_chars += sum(_approx_chars(m) for m in messages[counted:])
+            counted = len(messages)
+            if ctx_chars // 4 > limits.max_context_tokens:
                 termination = "context_length"
                 break
             turns += 1
@@ -272,10 +355,10 @@ async def run_episode(record: Record, env: Environment, agent: Any, user: LLMUse
                     messages.append({"role": "assistant", "name": "user", "content": None, "tool_calls": [
                         {"id": cid, "type": "function",
                          "function": {"name": a.name, "arguments": json.dumps(a.arguments, ensure_ascii=False)}}]})
-                    content, st, _ = await _run_tool(env, a.name, a.arguments, "user", cid, valid_user)
+                    content, st, _ = await _run_tool(env, a.name, a.arguments, "user", cid, valid_user, fresh)
                     steps.append(st)
                     messages.append({"role": "tool", "tool_call_id": cid, "content": content})
-            amsg = await agent.act(agent_view(messages), offered, usage)
+            amsg = await agent.act(agent_view(messages), wire_tools, usage)
             messages.append(amsg)
             if amsg.get("tool_calls"):
                 for tc in amsg["tool_calls"]:
@@ -290,7 +373,7 @@ async def run_episode(record: Record, env: Environment, agent: Any, user: LLMUse
                         steps.append(Step(tool_call_id=tc["id"], name=f["name"], ok=False, error_code="INVALID_ARGUMENTS"))
                         ok = False
                     else:
-                        content, st, ok = await _run_tool(env, f["name"], args, "agent", tc["id"], valid_agent)
+                        content, st, ok = await _run_tool(env, f["name"], args, "agent", tc["id"], valid_agent, fresh)
                         steps.append(st)
                     messages.append({"role": "tool", "tool_call_id": tc["id"], "content": content})
                     if not ok:
@@ -307,7 +390,8 @@ async def run_episode(record: Record, env: Environment, agent: Any, user: LLMUse
             if user is None:
                 termination = "agent_stop"
                 break
-            umsg = await _user_turn(user, messages, user_side, user_tools, valid_user, env, steps, usage, limits)
+            umsg = await _user_turn(user, messages, user_side, user_tools, valid_user, env, steps, usage, limits,
+                                    fresh)
             if umsg is None:
                 termination = "error"
                 error = "user simulator produced no message"
@@ -320,11 +404,12 @@ async def run_episode(record: Record, env: Environment, agent: Any, user: LLMUse
         else:
             termination = "error"
             error = f"{type(e).__name__}: {e}"[:1000]
-    final_hash = None
-    try:
-        final_hash = env.state_hash()
-    except Exception:
-        pass
+    final_hash = fresh["hash"]
+    if final_hash is None:
+        try:
+            final_hash = env.state_hash()
+        except Exception:
+            pass
     msgs = _valid_messages(messages)
     traj = Trajectory(
         id=traj_id, messages=msgs, tools=offered, steps=steps, initial_state_hash=initial_hash,
@@ -345,7 +430,7 @@ def _stop_reason(text: str) -> str | None:
 
 async def _user_turn(user: LLMUser, messages: list[dict], user_side: list[dict], user_tools: list[dict],
                      valid_user: set[str], env: Environment, steps: list[Step], usage: Usage,
-                     limits: EpisodeLimits) -> str | None:
+                     limits: EpisodeLimits, fresh: dict | None = None) -> str | None:
     """The user simulator's turn: optional own tool calls (dual control), then a text message."""
     for _ in range(limits.max_user_tool_calls + 1):
         history = [m for m in messages if m["role"] in ("user", "assistant")] + user_side
@@ -360,7 +445,8 @@ async def _user_turn(user: LLMUser, messages: list[dict], user_side: list[dict],
                     args = json.loads(tc["function"].get("arguments") or "{}")
                 except json.JSONDecodeError:
                     args = {}
-                content, st, _ = await _run_tool(env, tc["function"]["name"], args, "user", tc["id"], valid_user)
+                content, st, _ = await _run_tool(env, tc["function"]["name"], args, "user", tc["id"], valid_user,
+                                                 fresh)
                 steps.append(st)
                 user_side.append({"role": "_user_tool", "payload": {"role": "tool", "tool_call_id": tc["id"],
                                                                      "content": content}})
@@ -409,6 +495,26 @@ def distractor_tools(record: Record, own: list[dict], n: int, seed: int) -> list
 # ----------------------------------------------------------------------------------------------
 # the stage
 
+# Hundreds of concurrent episodes keep a few thousand container objects each alive across every
+# LLM round trip (environment, tool schemas, messages). With CPython's default generation-0
+# threshold (700 allocations) they are all promoted to the oldest generation within
+# milliseconds and its full collections keep re-walking them: measured 15% of the rollout
+# process's CPU at 256 concurrent episodes, in stop-the-world pauses of 100+ ms that also add
+# latency to every in-flight episode. A larger generation-0 threshold lets most of them die
+# young. Raised once per process, never lowered; TOOLKIT_GC_TUNE=0 leaves the GC alone.
+GC_GEN0_THRESHOLD = 50_000
+_GC_TUNED = False
+
+
+def _tune_gc() -> None:
+    global _GC_TUNED
+    if _GC_TUNED or os.environ.get("TOOLKIT_GC_TUNE", "1") == "0":
+        return
+    _GC_TUNED = True
+    t0, t1, t2 = gc.get_threshold()
+    if 0 < t0 < GC_GEN0_THRESHOLD:
+        gc.set_threshold(GC_GEN0_THRESHOLD, t1, t2)
+
 
 def build(cfg: dict, meter: Any):
     n = int(cfg.get("n") or 1)
@@ -430,6 +536,7 @@ def build(cfg: dict, meter: Any):
 
         agent_cfg = llm_config(cfg, role="agent")
         agent_client = get_client(agent_cfg, meter)
+        _tune_gc()
     user_cfg = llm_config(cfg, role="user")
 
     def _user_client():
@@ -462,7 +569,7 @@ def build(cfg: dict, meter: Any):
                 usp = env.user_simulator_system_prompt() if hasattr(env, "user_simulator_system_prompt") else None
                 user = LLMUser(_user_client(), scenario_text(record), sample_index=idx,
                                overrides=overrides, system_prompt=usp) if has_scenario else None
-            extra = distractor_tools(record, env.tools("agent"), n_distract, idx)
+            extra = distractor_tools(record, env.tools("agent"), n_distract, idx) if n_distract > 0 else []
             return await run_episode(
                 record, env, agent, user, tid, limits, extra_tools=extra,
                 first_message=first_message,
