@@ -510,3 +510,23 @@ def test_authorizer_blocks_ddl_on_env_connection(air):
         air._conn.execute("ATTACH DATABASE ':memory:' AS x")
     air.reset()  # deserialize still works with the authorizer installed
     assert air.call("query_reservation", {"limit": 1}).ok
+
+
+def test_cached_state_hash_tracks_every_change():
+    """state_hash() is cached; it must always equal the hash of a fresh snapshot."""
+    from toolkit.envs import load_env
+    from toolkit.envs.base import state_hash as fresh_hash
+    from toolkit.domains import load_tasks
+
+    for rec in load_tasks("airline"):
+        env = load_env(rec["env"])
+        seen = [env.state_hash()]
+        assert seen[0] == fresh_hash(env.snapshot())
+        for a in rec["task"]["ground_truth"]["actions"]:
+            env.call(a["name"], a["arguments"])
+            assert env.state_hash() == fresh_hash(env.snapshot())
+        env.call("update_customer", {"user_id": "no-such-user", "name": "x"})  # failed write
+        assert env.state_hash() == fresh_hash(env.snapshot())
+        env.reset()
+        assert env.state_hash() == seen[0]
+        env.close()

@@ -938,6 +938,7 @@ class SqliteEnvironment(Environment):
             self._conn.deserialize(data)
         finally:
             self._loading = False
+            self._gen = getattr(self, "_gen", 0) + 1  # invalidates the cached state hash
 
     def reset(self, state: dict | None = None) -> None:
         with self._lock:
@@ -968,6 +969,16 @@ class SqliteEnvironment(Environment):
             for t in self.domain.tables.values():
                 out[t.name] = self._rows(t, self._conn.execute(self._snap_sql[t.name]).fetchall())
         return out
+
+    def state_hash(self) -> str:
+        """Cached until the state changes: every write (triggers included, rolled back or not)
+        bumps SQLite's total_changes, and every (re)load bumps the generation."""
+        with self._lock:
+            key = (getattr(self, "_gen", 0), self._conn.total_changes)
+            if key != getattr(self, "_hash_key", None):
+                self._hash_val = state_hash(self.snapshot())
+                self._hash_key = key
+            return self._hash_val
 
     def diff(self, a: dict, b: dict | None = None) -> dict:
         """DIFF(a, b) with this domain's exclude_keys; b defaults to the current state."""
