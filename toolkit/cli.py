@@ -296,6 +296,63 @@ def eval_tau2(cfg: dict) -> int:
     return stage.main(cfg)
 
 
+class StrategyChoice(click.Choice):
+    """--strategy whose choices are whatever the registry holds (read when first needed)."""
+
+    def __init__(self, command: str):
+        self.command = command
+        super().__init__([], case_sensitive=True)
+
+    @property  # type: ignore[override]
+    def choices(self):  # noqa: D401
+        from toolkit.stages.registry import names
+
+        return names(self.command)
+
+    @choices.setter
+    def choices(self, value):  # click assigns in __init__
+        pass
+
+
+class _StrategyHelp(click.Command):
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        from toolkit.stages.registry import describe
+
+        with formatter.section("Strategies"):
+            formatter.write_text("\b\n" + describe(self.name))
+        super().format_epilog(ctx, formatter)
+
+
+def strategy_command(name: str, help: str, *extra: Callable, filter_help: str | None = None,
+                     default_strategy: str | None = None) -> click.Command:
+    """A registry-driven streaming command (gen-plan, gen-task, validate-task, repair, reflect,
+    make-verifier): io + config + LLM options, --strategy from the registry, the command's own
+    options, then toolkit.stages.strategies."""
+
+    opts = [io_options, config_options, llm_options(),
+            click.option("--strategy", type=StrategyChoice(name), default=default_strategy,
+                         help="Which flow's strategy runs (see Strategies below)."),
+            click.option("-n", "n", type=int, default=None,
+                         help="How many outputs per input record (plans, tasks, trajectories ...)."),
+            click.option("--attempts", type=int, default=3, show_default=True,
+                         help="Tries per LLM role call before the record is rejected with the reasons.")]
+    if filter_help:
+        opts.append(click.option("--filter", "filter", type=click.Choice(["all", "passed", "failed"]),
+                                 default="all", show_default=True, help=filter_help))
+    opts += list(extra)
+
+    def body(cfg: dict) -> int:
+        from toolkit.stages import strategies as stage
+
+        meter = stage.make_meter()
+        return run_stage(name, cfg, lambda c: stage.build(name, c, meter), meter=meter)
+
+    body.__name__ = name.replace("-", "_")
+    cmd = _compose(*opts)(stage_command(body))
+    return click.command(name, cls=_StrategyHelp, help=help, epilog=EPILOG,
+                         context_settings={"max_content_width": 110})(cmd)
+
+
 def _placeholder(name: str, help: str, issue: str) -> click.Command:
     @_cmd(name, help + f"\n\n\b\nSTATUS: registered only — the stage logic arrives with {issue}.")
     @io_options
@@ -309,38 +366,43 @@ def _placeholder(name: str, help: str, issue: str) -> click.Command:
     return cmd
 
 
-gen_plan = _placeholder("gen-plan", """Generate synthesis/evaluation plans (records with `plan`).
+gen_plan = strategy_command("gen-plan", """Generate synthesis/evaluation plans (records with `plan`).
 
 \b
-Reads : domain spec / seed / tool-doc records;  Writes: plan records
-Strategies: eigendata (N plan pairs), astra (tool-chain walks), logigen (Architect)
-Example: gen-plan --strategy logigen < domain.jsonl | gen-task | validate-task""", "a later issue")
-gen_task = _placeholder("gen-task", """Generate task records from plans.
+Reads : domain briefs / environment records / seeds / tool docs;  Writes: plan records
+Example: gen-plan --strategy logigen < brief.jsonl | gen-task --strategy logigen | validate-task""",
+    click.option("--max-rounds", type=int, default=None, help="Check-fix-verify rounds per artifact."),
+    click.option("--out-dir", metavar="DIR", default=None, help="Where generated environments are written."))
+gen_task = strategy_command("gen-task", """Generate task records from plans / environments / seeds.
 
 \b
-Reads : plan records;  Writes: task records (task.instruction, user scenario, ground truth)
-Strategies: eigendata, astra, simia, logigen
-Example: gen-task --strategy logigen < plans.jsonl | validate-task | rollout -n 4 | verify""", "a later issue")
-validate_task = _placeholder("validate-task", """Validate generated tasks (feasibility, scores, checks).
+Reads : plan or environment records;  Writes: task records (task.instruction, user scenario, ground truth)
+Example: gen-task --strategy logigen --explorer symbolic -n 50 < env.jsonl | validate-task --filter passed""",
+    click.option("--explorer", type=click.Choice(["llm", "symbolic"]), default=None,
+                 help="logigen: who explores the environment (symbolic = deterministic, seeded)."))
+validate_task = strategy_command("validate-task", """Validate generated tasks (feasibility, scores, checks).
 
 \b
-Reads : task records;  Writes: task records + verdicts (--filter passed for pipelines)
-Example: gen-task < plans.jsonl | validate-task --filter passed""", "a later issue")
-repair = _placeholder("repair", """Repair failed records (task / trajectory / combined, <=3 rounds).
+Reads : task records;  Writes: task records + validate-task verdicts
+Example: gen-task < plans.jsonl | validate-task --filter passed""",
+    filter_help="Keep records whose validate-task verdicts all pass / any fail.")
+repair = strategy_command("repair", """Repair failed records (task / trajectory / combined; rules).
 
 \b
 Reads : records with failing verdicts;  Writes: repaired records (parent_id = original)
-Example: verify --filter failed < r.jsonl | repair | verify""", "a later issue")
-reflect = _placeholder("reflect", """Reflect on a batch's verdicts: new plan / prompt versions.
+Example: verify --filter failed < r.jsonl | repair | verify""",
+    click.option("--max-rounds", type=int, default=None, help="Repair rounds per record (at most 3)."))
+reflect = strategy_command("reflect", """Reflect on a batch's verdicts: new plan / prompt versions.
 
 \b
 Reads : verified records;  Writes: plan records with new versions
-Example: verify < batch.jsonl | reflect > plans.v2.jsonl""", "a later issue")
-make_verifier = _placeholder("make-verifier", """Generate and self-test executable verifiers.
+Example: verify < batch.jsonl | reflect > plans.v2.jsonl""")
+make_verifier = strategy_command("make-verifier", """Generate and self-test executable verifiers.
 
 \b
 Reads : accepted records;  Writes: records with verifier.spec=code, source, self_test
-Example: verify --filter passed < r.jsonl | make-verifier | verify --strategy code""", "a later issue")
+Example: verify --filter passed < r.jsonl | make-verifier | verify --strategy code""",
+    filter_help="Keep records whose verifier self-test passed / failed.")
 sft = _placeholder("sft", """Supervised fine-tuning (TRL SFTTrainer) on verified trajectories.
 
 \b

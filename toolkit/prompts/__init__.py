@@ -1,5 +1,8 @@
 """Versioned prompt templates, one file per role: `<name>.v<N>.txt`.
 
+Flow prompts live in a subfolder per flow and are named with it: `load("logigen/architect")`
+reads `toolkit/prompts/logigen/architect.v<N>.txt`.
+
 Placeholders are `{{name}}` (so JSON braces in prompts need no escaping). `load(name)` returns the
 newest version; `load(name, 1)` a given one. `reflect` writes new versions next to user copies in
 $TOOLKIT_PROMPTS (searched first), never over the shipped ones.
@@ -43,11 +46,13 @@ def _dirs() -> list[Path]:
 
 def versions(name: str) -> dict[int, Path]:
     out: dict[int, Path] = {}
+    sub, _, base = name.rpartition("/")
     for d in reversed(_dirs()):  # user dir wins on equal versions
+        d = d / sub if sub else d
         if d.is_dir():
             for p in d.iterdir():
                 m = _PAT.match(p.name)
-                if m and m.group("name") == name:
+                if m and m.group("name") == base:
                     out[int(m.group("ver"))] = p
     return out
 

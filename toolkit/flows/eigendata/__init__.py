@@ -1,0 +1,1 @@
+"""The eigendata flow (see ../shared/FLOWS.md): registers its strategies on import."""

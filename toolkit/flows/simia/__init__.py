@@ -1,0 +1,1 @@
+"""The simia flow (see ../shared/FLOWS.md): registers its strategies on import."""

@@ -1,0 +1,121 @@
+"""One way to ask an LLM for a structured answer: prompt → strict parse → retry → result or reject.
+
+Every synthesis role (planners, designers, validators, repairers, verifier writers) uses
+`ask_structured`: the reply is handed to the role's `parse(text) -> value`, which raises
+`Malformed` (or ValueError) with a reason when the reply breaks the output contract (bad JSON,
+a missing verdict line, a wrong enum, truncated output). A malformed reply is retried with a new
+`sample_index` (so a cached bad answer is not replayed) up to `attempts` times; then
+`RoleRejected` carries every attempt's reason, which stages turn into a reject or a failed
+verdict — never a crash, never a silent pass.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from toolkit.roles.judge import MalformedJudgeOutput, extract_json_object
+
+
+class Malformed(MalformedJudgeOutput):
+    """A reply that breaks the role's output contract."""
+
+
+class RoleRejected(Exception):
+    def __init__(self, role: str, reasons: list[str], usage: dict | None = None):
+        self.role, self.reasons, self.usage = role, reasons, usage or new_usage()
+        super().__init__(f"{role}: no valid reply after {len(reasons)} attempt(s): " + "; ".join(reasons))
+
+
+def new_usage() -> dict:
+    return {"prompt_tokens": 0, "completion_tokens": 0, "cost": 0.0, "requests": 0, "cache_hits": 0}
+
+
+def add_usage(total: dict, res: Any) -> dict:
+    """Add one ChatResult (or a usage dict) into `total`."""
+    if isinstance(res, dict):
+        for k in new_usage():
+            total[k] = total.get(k, 0) + (res.get(k) or 0)
+        return total
+    total["requests"] += 0 if res.cached else 1
+    total["cache_hits"] += 1 if res.cached else 0
+    total["prompt_tokens"] += int(res.usage.get("prompt_tokens", 0) or 0)
+    total["completion_tokens"] += int(res.usage.get("completion_tokens", 0) or 0)
+    total["cost"] += float(res.cost or 0.0)
+    return total
+
+
+@dataclass
+class Structured:
+    value: Any
+    text: str
+    attempts: int
+    usage: dict = field(default_factory=new_usage)
+    model: str | None = None
+    errors: list[str] = field(default_factory=list)
+
+
+def parse_json_object(text: str | None, required: tuple[str, ...] = ()) -> dict:
+    """Strict: one JSON object (whole reply, a ``` fence, or first '{' .. last '}'), no repair;
+    every key in `required` present."""
+    try:
+        obj = extract_json_object(text)
+    except MalformedJudgeOutput as e:
+        raise Malformed(str(e)) from None
+    for k in required:
+        if k not in obj:
+            raise Malformed(f"missing key {k!r}")
+    return obj
+
+
+def parse_tagged_json(text: str | None, tag: str) -> Any:
+    """The JSON inside <tag>...</tag> (EigenData's <intent>, <plan> ...)."""
+    s = text or ""
+    a, b = s.find(f"<{tag}>"), s.find(f"</{tag}>")
+    if a < 0:
+        raise Malformed(f"no <{tag}> block")
+    if b < 0:
+        raise Malformed(f"<{tag}> block is not closed (truncated?)")
+    body = s[a + len(tag) + 2:b].strip()
+    if body.startswith("```"):
+        body = body.strip("`")
+        body = body[4:] if body.lower().startswith("json") else body
+    try:
+        return json.loads(body)
+    except json.JSONDecodeError as e:
+        raise Malformed(f"<{tag}> is not valid JSON: {e.msg} at char {e.pos}") from None
+
+
+def need_enum(obj: dict, key: str, allowed: tuple[str, ...]) -> str:
+    v = obj.get(key)
+    if not isinstance(v, str) or v.strip().upper() not in {a.upper() for a in allowed}:
+        raise Malformed(f"{key!r} must be one of {', '.join(allowed)}, got {v!r}")
+    return next(a for a in allowed if a.upper() == v.strip().upper())
+
+
+async def ask_structured(client: Any, messages: list[dict], parse: Callable[[str | None], Any], *,
+                         role: str = "llm", attempts: int = 3, **overrides: Any) -> Structured:
+    """Ask, parse strictly, retry on a malformed reply. Raises RoleRejected after `attempts`.
+    LLM transport errors (LLMError) propagate: they are infrastructure, not the model's answer."""
+    usage = new_usage()
+    errors: list[str] = []
+    model = None
+    base = int(overrides.pop("sample_index", 0) or 0)
+    for attempt in range(max(1, attempts)):
+        res = await client.chat(messages, sample_index=base + attempt, **overrides)
+        model = res.model
+        add_usage(usage, res)
+        text = res.message.get("content")
+        if res.finish_reason == "length" and not text:
+            errors.append(f"attempt {attempt + 1}: empty reply (cut at max_tokens)")
+            continue
+        try:
+            value = parse(text)
+        except (ValueError, KeyError, TypeError) as e:
+            cut = " (reply cut at max_tokens)" if res.finish_reason == "length" else ""
+            errors.append(f"attempt {attempt + 1}: {e}{cut}")
+            continue
+        return Structured(value=value, text=text or "", attempts=attempt + 1, usage=usage, model=model,
+                          errors=errors)
+    raise RoleRejected(role, errors, usage)

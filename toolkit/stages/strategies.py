@@ -1,0 +1,54 @@
+"""What every registry-driven command shares: pick the strategy, build its per-record function,
+apply `--filter` on this command's verdicts, close LLM clients at the end.
+
+Used by gen-plan, gen-task, validate-task, repair, reflect and make-verifier; the flows fill the
+registry (`toolkit.stages.registry`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from toolkit.schema import Record
+from toolkit.stages import make_meter  # noqa: F401  (re-exported for the CLI)
+from toolkit.stages.registry import StageContext, get
+
+
+def passed_here(record: Record, command: str) -> bool | None:
+    """True/False when the record carries verdicts from `command` (all must pass); None when none."""
+    vs = [v for v in record.verdicts if v.stage == command]
+    if not vs:
+        return None
+    return all(v.passed for v in vs)
+
+
+def build(command: str, cfg: dict, meter: Any):
+    info = get(command, cfg.get("strategy"))
+    cfg = dict(cfg, strategy=info.name)
+    ctx = StageContext(command=command, cfg=cfg, meter=meter)
+    fn = info.factory(cfg, ctx)
+    filt = cfg.get("filter") or "all"
+
+    def keep(rec: Record) -> bool:
+        if filt == "all":
+            return True
+        ok = passed_here(rec, command)
+        return bool(ok) if filt == "passed" else ok is False
+
+    async def run(record: Record):
+        out = fn(record)
+        if hasattr(out, "__await__"):
+            out = await out
+        if out is None or filt == "all":
+            return out
+        if isinstance(out, list):
+            return [r for r in out if keep(r)] or None
+        return out if keep(out) else None
+
+    async def aclose() -> None:
+        closer = getattr(fn, "aclose", None)
+        if closer is not None:
+            await closer()
+
+    run.aclose = aclose  # type: ignore[attr-defined]
+    return run
