@@ -130,3 +130,38 @@ def test_cli_exit_codes_and_streams(tmp_path):
     assert missing.returncode == 1 and "not found" in json.loads(missing.stdout)["reasons"][0]
     usage = run_cmd(["toolkit", "domain", "check"])
     assert usage.returncode == 2
+
+
+def test_find_violating_call_one_step_from_a_state():
+    from toolkit.flows.logigen.domain_check import find_violating_call
+
+    env = load_env({"backend": "sqlite", "path": str(LIBRARY)})
+    hit = find_violating_call(env, "loan_limit")
+    assert hit is not None and "setup" not in hit and hit["state_unchanged"]
+    assert hit["call"]["name"] == "insert_loan" and hit["call"]["arguments"]["member_id"] == "M-1"
+    # M-1 one loan below the limit (N-1): no single call violates it; a first loan is needed
+    st = env.snapshot()
+    st["loan"] = [r for r in st["loan"] if r["loan_id"] != 2]
+    hit = find_violating_call(env, "loan_limit", st)
+    assert hit is not None and hit["setup"][0]["name"] == "insert_loan"
+    assert env.snapshot()["loan"] == st["loan"]  # left in the given state
+    # nobody at the limit and no one below it by one: with renewals all at 0 the renewal rule is
+    # still one call away (renewals 0 -> 3)
+    assert find_violating_call(env, "renewal_limit", st)["call"]["name"] == "update_loan"
+    with pytest.raises(KeyError):
+        find_violating_call(env, "no_such_rule")
+
+
+@pytest.mark.parametrize("schema", [
+    # no primary key, WITHOUT ROWID composite key, untyped and BLOB columns, a CHECK-only policy
+    "CREATE TABLE t (a, b BLOB, c TEXT CONSTRAINT c_short CHECK (length(c) < 5));",
+    "CREATE TABLE k (x TEXT NOT NULL, y INTEGER NOT NULL, v INTEGER CONSTRAINT v_pos CHECK (v > 0), "
+    "PRIMARY KEY (x, y)) WITHOUT ROWID;",
+])
+def test_odd_schemas_do_not_crash(schema):
+    policy = "- **[c_short]** short\n- **[v_pos]** positive\n"
+    seed = {"t": [{"a": 1, "b": None, "c": "ab"}]} if "TABLE t" in schema else {"k": [{"x": "a", "y": 1, "v": 2}]}
+    rep = check_domain({"name": "odd", "schema": schema, "policy": policy, "seed": seed})
+    assert not any("internal error" in r for r in rep.reasons), rep.reasons
+    rule = "c_short" if "TABLE t" in schema else "v_pos"
+    assert rep.rules[rule]["provoked"] is True, rep.rules[rule]

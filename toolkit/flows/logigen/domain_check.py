@@ -7,6 +7,7 @@ validate-task. Nothing here is specific to a domain. API::
     report = check_domain("path/to/domain")     # or a bundled name, a DomainSpec, or a spec dict
     report.ok, report.reasons                   # bool, ["rule 'x': ...", ...]
     report.to_dict()                            # the JSON report (see below)
+    find_violating_call(env, "rule_id", state)  # one call violating the rule from that state (or None)
 
 Checks (each failure adds a reason that names the rule/table/tool/trigger):
 
@@ -54,7 +55,7 @@ from typing import Any
 
 from toolkit.flows.logigen.analysis import Operand, analyze, evaluate
 
-__all__ = ["DomainReport", "check_domain", "policy_rule_ids"]
+__all__ = ["DomainReport", "check_domain", "find_violating_call", "policy_rule_ids"]
 
 MAX_CALLS_PER_RULE = 4000
 _DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -182,12 +183,17 @@ def check_domain(target: Any, *, max_calls: int = MAX_CALLS_PER_RULE) -> DomainR
         an = analyze(env)
         policy_ids = policy_rule_ids(dom.spec.policy)
         named = _named_checks(dom.spec.schema_sql)
-        _check_rules_policy(rep, dom, an, policy_ids, named)
-        _check_no_delete(rep, dom, an)
-        _check_pk(rep, dom)
-        _check_reference_writes(rep, dom, an, env)
-        _check_descriptions(rep, dom, an, env)
-        _check_provoked(rep, dom, an, env, named, max_calls)
+        steps = [("rules_in_policy", lambda: _check_rules_policy(rep, dom, an, policy_ids, named)),
+                 ("no_delete", lambda: _check_no_delete(rep, dom, an)),
+                 ("pk_not_null", lambda: _check_pk(rep, dom)),
+                 ("reference_writes", lambda: _check_reference_writes(rep, dom, an, env)),
+                 ("descriptions", lambda: _check_descriptions(rep, dom, an, env)),
+                 ("provoked", lambda: _check_provoked(rep, dom, an, env, named, max_calls))]
+        for check, step in steps:
+            try:
+                step()
+            except Exception as e:  # noqa: BLE001 - a checker bug is a failed check, never a traceback
+                rep.fail(check, f"internal error while checking: {type(e).__name__}: {e}")
     finally:
         env.close()
     rep.seconds = time.perf_counter() - t0
@@ -327,9 +333,15 @@ def _dates_around(values: list[str]) -> list[str]:
 
 
 class _Search:
-    def __init__(self, dom: Any, an: Any, env: Any, max_calls: int):
+    def __init__(self, dom: Any, an: Any, env: Any, max_calls: int, base_state: dict | None = None,
+                 derive_states: bool = True, sides: tuple[str, ...] = ("agent", "user")):
         self.dom, self.an, self.env, self.max_calls = dom, an, env, max_calls
-        self.visible = set(env.tool_names("agent")) | set(env.tool_names("user"))
+        self.base_state, self.derive = base_state, derive_states
+        self.visible = set()
+        for side in sides:
+            self.visible |= set(env.tool_names(side))
+        if base_state is not None:
+            env.reset(base_state)
         self.snapshot0 = env.snapshot()
         self.calls = 0
         # every value of every column, and every date-like value anywhere
@@ -416,6 +428,8 @@ class _Search:
                 for d in self.dates:
                     add(d)
             add("x")
+            add("")
+            add("probe-" + "x" * 40)
         return [v for v in vals if v is not None or c.nullable]
 
     def joint(self, rc: Any) -> list[dict]:
@@ -494,8 +508,9 @@ class _Search:
         from toolkit.envs.sqlite import DomainError
 
         self.calls = 0
-        states: list[tuple[str, dict | None]] = [("initial", None)]
-        states += self.derived_states(checks)
+        states: list[tuple[str, dict | None]] = [("initial", self.base_state)]
+        if self.derive:
+            states += self.derived_states(checks)
         for state_label, state in states:
             try:
                 self.env.reset(state)
@@ -509,12 +524,12 @@ class _Search:
                     td = self.dom.tools[tool]
                     hit = self._search_tool(rule, kind, rc, td, evaluate, state_label, state)
                     if hit is not None:
-                        self.env.reset()
+                        self.env.reset(self.base_state)
                         return hit
                     if self.calls >= self.max_calls:
-                        self.env.reset()
+                        self.env.reset(self.base_state)
                         return None
-        self.env.reset()
+        self.env.reset(self.base_state)
         return None
 
     def derived_states(self, checks: list) -> list[tuple[str, dict]]:
@@ -708,6 +723,33 @@ class _Search:
                     if self.calls >= self.max_calls:
                         return None
         return None
+
+
+def find_violating_call(env: Any, rule: str, state: dict | None = None, *, max_calls: int = 2000,
+                        derive_states: bool = False, side: str = "agent") -> dict | None:
+    """One tool call that violates `rule` from `state` (default: the env's initial state), found
+    by the same search as the domain check; None when none is found within `max_calls` calls.
+
+    -> {"call": {"name", "arguments"}, "error": {code, message, violated_rule, hint},
+        "state_unchanged": bool, "setup": [calls made first] (only when a first call was needed),
+        "attempts": n}. With derive_states=False (default) the state is never modified except by
+    the reported setup call, so a hit without "setup" proves the state is ONE call away from
+    violating the rule (the Set Designer's boundary-adjacent check). The env is left in `state`.
+    `env`: a SqliteEnvironment (its domain is analyzed; named CHECK constraints count as rules).
+    """
+    dom = env.domain
+    an = analyze(env)
+    named = _named_checks(dom.spec.schema_sql)
+    search = _Search(dom, an, env, max_calls, base_state=state, derive_states=derive_states, sides=(side,))
+    if rule in an.rules:
+        hit = search.provoke(rule, an.rules[rule], "trigger")
+    elif rule in named:
+        hit = search.provoke(rule, [], "check", table_hint=named[rule])
+    else:
+        raise KeyError(f"unknown rule {rule!r}; rules: {sorted(set(an.rules) | set(named))}")
+    if hit is not None:
+        hit = {k: v for k, v in hit.items() if k != "provoked"}
+    return hit
 
 
 def _defaults(t: Any) -> dict:
