@@ -13,8 +13,8 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import BIN, run_cmd
+
 from toolkit.io import StageError
 from toolkit.llm.testserver import ScriptedServer
 from toolkit.schema import Record
@@ -192,7 +192,12 @@ def test_rounds_exhausted_is_a_reject_naming_the_rule(tmp_path):
 
 
 def test_deterministic_stage_checks(tmp_path):
-    from toolkit.flows.logigen.architect import check_blueprint, check_policy, check_tables, parse_tables
+    from toolkit.flows.logigen.architect import (
+        check_blueprint,
+        check_policy,
+        check_tables,
+        parse_tables,
+    )
 
     bad_bp = {"entities": [{"table": "t"}], "rules": [{"id": "A-1", "kind": "threshold", "statement": "s"},
                                                     {"id": "b", "kind": "magic", "statement": "s"}]}

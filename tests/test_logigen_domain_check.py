@@ -8,8 +8,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import run_cmd
+
 from toolkit.domains import domain_path
 from toolkit.envs import load_env
 from toolkit.flows.logigen.domain_check import check_domain, policy_rule_ids

@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 from conftest import BIN, run_cmd
+
 from toolkit.envs.sqlite import SqliteEnvironment
 from toolkit.flows.logigen.domain_check import check_domain
 

@@ -192,7 +192,7 @@ def check_policy(policy: str, bp: dict) -> list[str]:
     for rid in declared:
         if rid not in wanted:
             reasons.append(f"policy rule {rid!r} is not in the blueprint")
-    counts = {rid: len(re.findall(r"^\s*(?:[-*+]|\d+\.)\s+(?:\*\*|__)?\[" + re.escape(rid) + r"\]", policy, re.M))
+    counts = {rid: len(re.findall(r"^\s*(?:[-*+]|\d+\.)\s+(?:\*\*|__)?\[" + re.escape(rid) + r"\]", policy, re.MULTILINE))
               for rid in declared}
     for rid, n in counts.items():
         if n > 1:
@@ -337,7 +337,11 @@ class Architect:
     async def build_domain(self, brief: dict) -> tuple[dict, dict, dict]:
         """-> (spec dict, blueprint, final domain-check report)."""
         from toolkit import prompts
-        from toolkit.flows.logigen.domain_check import MAX_CALLS_PER_RULE, check_domain, policy_rule_ids
+        from toolkit.flows.logigen.domain_check import (
+            MAX_CALLS_PER_RULE,
+            check_domain,
+            policy_rule_ids,
+        )
 
         name, desc = brief["name"], brief["description"]
         given_policy = brief["policy"] if policy_rule_ids(brief["policy"]) else ""

@@ -413,7 +413,7 @@ class _Search:
         for v in self.colvals.get((table, col), []):
             add(v)
         if c.json_type in ("integer", "number"):
-            for v in list(vals):
+            for v in vals[:]:  # a copy: vals grows below
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
                     add(v + 1)
                     add(v - 1)
