@@ -251,3 +251,17 @@ def test_trigger_stage_may_correct_the_seed(tmp_path):
     with ScriptedServer([ANALYZE, PASS, POLICY, PASS, TABLES, PASS, bad, bad, bad]) as srv, \
             pytest.raises(StageError, match="seed_json> is not valid JSON"):
         _run(srv, tmp_path)
+
+
+def test_brief_with_a_codified_policy_skips_the_policy_stage(tmp_path):
+    policy = POLICY.replace("<policy>", "").replace("</policy>", "").strip()
+    rec = {"id": "parking-2", "extra": {"brief": {"name": "parking", "description": "desk", "policy": policy}}}
+    replies = [ANALYZE, PASS, TABLES, PASS, GOOD_TRIGGERS, PASS]
+    with ScriptedServer(replies) as srv:
+        out = _run(srv, tmp_path, record=rec)
+        prompts = _prompts(srv)
+    assert len(prompts) == 6 and "A resident holds at most 2 active permits" in prompts[0]
+    assert out.plan.extra["rounds"]["policy"] == 0
+    assert (Path(out.env.path) / "policy.md").read_text().strip() == policy
+    with pytest.raises(StageError, match="extra.brief.name"):
+        _run(srv, tmp_path, record={"id": "x", "extra": {"brief": {"name": "../evil", "description": "d"}}})

@@ -47,6 +47,7 @@ final report summary), usage}}.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import re
@@ -327,7 +328,7 @@ class Architect:
         for rnd in range(1, self.max_rounds + 1):
             self.rounds[stage] = rnd
             artifact = await self._ask(self.llm, render(_feedback(prev_text, report)), parse, "architect")
-            reasons = det(artifact)
+            reasons = await asyncio.to_thread(det, artifact)  # CPU-bound: keep other records' calls flowing
             report = {"stage": stage, "round": rnd, "deterministic": {"ok": not reasons, "reasons": reasons}}
             if not reasons and self.semantic and self.checker is not None:
                 verdict = await self._ask(self.checker, check_prompt.render(
@@ -428,7 +429,7 @@ def build(cfg: dict, ctx: Any):
         write_domain(path, spec, blueprint, report)
         from toolkit.flows.logigen.domain_check import check_domain
 
-        written = check_domain(path, max_calls=arch.max_calls or 4000)  # the files are what users get
+        written = await asyncio.to_thread(check_domain, path, max_calls=arch.max_calls or 4000)  # the files users get
         if not written.ok:  # pragma: no cover - the spec passed the same check in memory
             raise StageError("the written domain fails its check: " + "; ".join(written.reasons[:5]),
                              field="extra.brief")
