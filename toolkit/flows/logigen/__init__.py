@@ -1,1 +1,6 @@
-"""The logigen flow (see ../shared/FLOWS.md): registers its strategies on import."""
+"""The logigen flow (see ../shared/FLOWS.md): registers its strategies on import.
+
+Modules: analysis (trigger analysis, no registration), domain_check (the deterministic domain
+check), architect (gen-plan --strategy logigen). Keep this a plain import list."""
+
+from toolkit.flows.logigen import architect  # noqa: F401  gen-plan logigen
