@@ -600,9 +600,11 @@ def add_provenance(record: Record, command: str, *, strategy: str | None = None,
                    model: str | None = None, recipe_hash: str | None = None,
                    usage: dict | None = None) -> Record:
     usage = usage or {}
+    sbx = sys.modules.get("toolkit.sandbox")  # only when generated code ran in this process
     record.provenance.append(Provenance(
         command=command, version=__version__, strategy=strategy, recipe_hash=recipe_hash,
         model=model, time=now_iso(), cost=float(usage.get("cost", 0.0) or 0.0),
         prompt_tokens=int(usage.get("prompt_tokens", 0) or 0),
-        completion_tokens=int(usage.get("completion_tokens", 0) or 0)))
+        completion_tokens=int(usage.get("completion_tokens", 0) or 0),
+        sandbox_isolation=sbx.used_isolation() if sbx is not None else None))
     return record

@@ -19,7 +19,7 @@ directories, and then serves requests. Each request forks a child that
 
 The worker enforces the wall timeout and, after every call, kills every process the call left
 behind (``kill(-1)`` from pid 1 of the private pid namespace). When namespaces are unavailable the
-pool degrades to rlimits + uid drop (if root) + audit hook, and ``isolation_report()`` says so.
+pool refuses (``SandboxUnavailable``) unless isolation "none-unsafe" was chosen explicitly.
 
 ``docker``: runs each call in a throw-away container through the ``docker`` SDK (optional extra).
 If the SDK is missing or no engine is reachable, ``SandboxUnavailable`` is raised.
@@ -58,6 +58,10 @@ __all__ = [
     "isolation_report",
     "default_pool",
     "set_default_backend",
+    "set_default_isolation",
+    "normalize_isolation",
+    "used_isolation",
+    "ISOLATIONS",
     "docker_status",
 ]
 
@@ -83,6 +87,7 @@ class SandboxResult:
     duration_s: float = 0.0
     killed: str | None = None  # "wall_timeout" | "cpu_limit" | "memory" | signal name
     error_type: str | None = None  # exception class name when the code raised
+    isolation: str | None = None  # "namespaces" | "docker" | "none-unsafe": what the code ran under
 
 
 class SandboxError(RuntimeError):
@@ -489,7 +494,51 @@ def _w_set_rlimits(lim: dict) -> None:
     setl(resource.RLIMIT_NPROC, nproc, nproc)
     setl(resource.RLIMIT_FSIZE, fsz, fsz)
     setl(resource.RLIMIT_AS, mem, mem)
+    if hasattr(resource, "RLIMIT_MSGQUEUE"):  # POSIX message queues: bytes per uid
+        setl(resource.RLIMIT_MSGQUEUE, 1 << 16, 1 << 16)
     setl(resource.RLIMIT_CPU, cpu, cpu + 1)
+
+
+# seccomp: syscalls that create memory no rlimit counts (memfd, SysV shm / message queues) are
+# refused with EPERM; on x86_64 the x32 ABI and any foreign architecture (int 0x80) are refused too.
+_SECCOMP_DENY = {"x86_64": (0xC000003E, (319, 447, 29, 68)),   # memfd_create, memfd_secret, shmget, msgget
+                 "aarch64": (0xC00000B7, (279, 447, 194, 186))}
+_PR_SET_SECCOMP = 22
+_SECCOMP_MODE_FILTER = 2
+
+
+def _w_seccomp(libc) -> str:
+    """Install the deny filter in the current process (needs no_new_privs). Returns a description."""
+    import ctypes
+    import platform
+
+    arch = platform.machine()
+    spec = _SECCOMP_DENY.get(arch)
+    if spec is None or libc is None:
+        return f"not installed (no filter for {arch})"
+    audit_arch, nrs = spec
+    allow, deny = 0x7FFF0000, 0x00050000 | 1  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EPERM
+    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, JMP|JEQ|K, JMP|JGE|K, RET|K
+    n = len(nrs)
+    # 0: ld arch; 1: jeq arch ? 3 : 2; 2: ret deny; 3: ld nr; 4: jge x32 -> deny; 5..: jeq nr -> deny
+    prog = [(ld, 0, 0, 4), (jeq, 1, 0, audit_arch), (ret, 0, 0, deny), (ld, 0, 0, 0)]
+    tail = 1 + n  # instructions after the x32 check up to (not incl.) the final "ret deny"
+    prog.append((jge, tail, 0, 0x40000000) if arch == "x86_64" else (jeq, 0, 0, 0))
+    for i, nr in enumerate(nrs):
+        prog.append((jeq, n - i, 0, nr))
+    prog += [(ret, 0, 0, allow), (ret, 0, 0, deny)]
+
+    class _Filt(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte),
+                    ("k", ctypes.c_uint32)]
+
+    class _Prog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_Filt))]
+
+    arr = (_Filt * len(prog))(*[_Filt(*x) for x in prog])
+    fprog = _Prog(len(prog), ctypes.cast(arr, ctypes.POINTER(_Filt)))
+    _w_check(libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "seccomp")
+    return "memfd_create, memfd_secret, shmget, msgget refused (EPERM)"
 
 
 def _w_audit_hook(work: str, network: bool, strict: bool):
@@ -530,6 +579,20 @@ def _w_audit_hook(work: str, network: bool, strict: bool):
             for a in args[:2]:
                 if isinstance(a, (str, bytes, os.PathLike)) and not inside(a):
                     raise PermissionError(f"sandbox: {event} outside the work dir is not allowed: {a}")
+        elif event == "sqlite3.connect":  # sqlite opens its files in C: no "open" event
+            db = args[0] if args else None
+            if isinstance(db, (bytes, os.PathLike)):
+                db = fsdecode(db)
+            if isinstance(db, str) and db not in ("", ":memory:"):
+                path, _, query = db.partition("?")
+                if path.startswith("file:"):
+                    path = path[5:]
+                    if path.startswith("//"):
+                        path = "/" + path[2:].partition("/")[2]
+                    if path in ("", ":memory:") or "mode=memory" in query or "mode=ro" in query:
+                        return
+                if not inside(path):
+                    raise PermissionError(f"sandbox: sqlite3.connect outside the work dir is not allowed: {db}")
         elif event in net_events:
             if not network:
                 if event == "socket.bind" and args and len(args) > 1 and isinstance(args[1], str):
@@ -557,7 +620,13 @@ def _w_child(server: "_WServer", req: dict, work: str, fds: tuple[int, int, int,
         for sig in (signal.SIGTERM, signal.SIGCHLD, signal.SIGHUP, signal.SIGXCPU, signal.SIGXFSZ):
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        if server.ns:  # a fresh IPC namespace per call: SysV/POSIX IPC objects die with the call
+            _w_check(server.libc.unshare(_CLONE_NEWIPC), "unshare(CLONE_NEWIPC)")
         _w_drop_privileges(cfg, server.cap_last, server.libc)
+        if os.geteuid() == 0 and not cfg.get("userns"):
+            raise PermissionError("refusing to run untrusted code as root (the uid drop did not happen)")
+        if server.libc is not None:
+            _w_seccomp(server.libc)
         os.chdir(work)
         os.environ.clear()
         os.environ.update({"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": work, "TMPDIR": work,
@@ -625,9 +694,12 @@ class _WServer:
             info["workdir_base"] = self.base  # removed by the host if we get killed
             if os.geteuid() == 0 and cfg.get("uid") is not None and not self._uid_can_read_python(
                     cfg["uid"]):
-                info["uid_drop"] = (f"skipped: uid {cfg['uid']} cannot read the Python installation "
-                                    f"({os.path.dirname(os.__file__)}), so calls run as root")
-                cfg["uid"] = None
+                raise PermissionError(
+                    f"refusing to run untrusted code as root: the unprivileged uid {cfg['uid']} cannot "
+                    f"read the Python installation ({os.path.dirname(os.__file__)}); install Python "
+                    "where other users can read it, or use --sandbox-isolation namespaces|docker")
+            if os.geteuid() == 0 and cfg.get("uid") is None:
+                raise PermissionError("refusing to run untrusted code as root (no uid to drop to)")
             if libc is not None:
                 libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
@@ -905,8 +977,11 @@ def _w_main(argv: list[str]) -> None:
         if cfg.get("userns") else f"call children keep uid {os.geteuid()}"
         + (" with all capabilities dropped (securebits locked), no_new_privs"
            if os.geteuid() == 0 and libc is not None else ""))
-    if info.get("uid_drop"):
-        info["privileges"] += f" (uid drop {info['uid_drop']})"
+    import platform
+
+    info["seccomp"] = ("memfd_create, memfd_secret, shmget, msgget refused (EPERM); foreign ABIs refused"
+                       if libc is not None and platform.machine() in _SECCOMP_DENY
+                       else f"not installed (no filter for {platform.machine()})")
     import gc
 
     gc.collect()
@@ -1148,13 +1223,32 @@ def _classify(hdr: dict, raw: bytes, limits: SandboxLimits) -> SandboxResult:
     return res
 
 
+ISOLATIONS = ("namespaces", "docker", "none-unsafe")
+
+
+def normalize_isolation(name: str | None) -> str:
+    """"namespaces" | "docker" | "none-unsafe" ("auto" and "" mean "namespaces": never a silent
+    downgrade). "none" is refused: running generated code unisolated must be spelled out."""
+    n = (name or "namespaces").strip().lower()
+    if n in ("auto", "namespaces", "ns", "process"):
+        return "namespaces"
+    if n in ("docker", "none-unsafe"):
+        return n
+    if n in ("none", "off", "no"):
+        raise ValueError(f"sandbox isolation {name!r}: to run generated code WITHOUT kernel isolation "
+                         "say so explicitly with 'none-unsafe'")
+    raise ValueError(f"unknown sandbox isolation {name!r}; use {'|'.join(ISOLATIONS)}")
+
+
 class SandboxPool:
     """A pool of warm sandbox workers (thread-safe).
 
     size: max number of concurrent workers (each runs one call at a time).
-    isolation: "auto" (namespaces when the kernel allows, else degrade and say so),
-               "namespaces" (raise SandboxUnavailable if they cannot be set up), "none";
-               default: $TOOLKIT_SANDBOX_ISOLATION or "auto".
+    isolation: "namespaces" (the default; raises SandboxUnavailable when the kernel does not let
+               us build them: the pool never degrades on its own) or "none-unsafe" (explicit opt-out:
+               rlimits + seccomp + uid drop + audit hook only, NOT a security boundary; still never
+               runs code as root). "auto" means "namespaces". Default: $TOOLKIT_SANDBOX_ISOLATION
+               or the module default (`set_default_isolation`).
     preload: extra modules imported once in each worker (e.g. ["numpy"]).
     audit_hook: install the Python audit hook layer in call children.
     ro_paths: extra host directories made visible (read-only) inside the sandbox.
@@ -1164,9 +1258,10 @@ class SandboxPool:
                  preload: list[str] | tuple = (), audit_hook: bool = True,
                  ro_paths: list[str] | tuple = (), start_timeout: float = 30.0,
                  debug: bool = False) -> None:
-        isolation = isolation or os.environ.get("TOOLKIT_SANDBOX_ISOLATION") or "auto"
-        if isolation not in ("auto", "namespaces", "none"):
-            raise ValueError(f"isolation must be auto|namespaces|none, not {isolation!r}")
+        isolation = normalize_isolation(isolation or _default_isolation())
+        if isolation == "docker":
+            raise ValueError("SandboxPool runs the process backend; isolation 'docker' is served by "
+                             "run_function/run_code(backend='docker')")
         self.size = int(size or max(2, min(8, os.cpu_count() or 2)))
         self.isolation = isolation
         self.preload = list(preload)
@@ -1178,7 +1273,7 @@ class SandboxPool:
         self._idle: dict[bool, list[_Worker]] = {False: [], True: []}
         self._count = 0
         self._closed = False
-        self._mode: str | None = None if isolation == "auto" else isolation
+        self._mode: str = "none" if isolation == "none-unsafe" else "namespaces"
         self.fallback_reason: str | None = None
         self._last_isolation: dict | None = None
         self._pid = os.getpid()
@@ -1194,27 +1289,23 @@ class SandboxPool:
         return cfg
 
     def _spawn(self, network: bool) -> _Worker:
-        mode = self._mode
-        if mode in (None, "namespaces"):
+        if self._mode == "namespaces":
             err: SandboxError | None = None
-            for _ in range(2):  # one retry, so a transient failure does not degrade the pool
+            for _ in range(2):  # one retry for a transient failure; never a silent downgrade
                 try:
                     w = _Worker(self._cfg("namespaces", network), self.start_timeout)
-                    self._mode = "namespaces"
                     self._last_isolation = w.isolation
                     return w
                 except SandboxError as e:
                     err = e
-            if mode == "namespaces":
-                raise SandboxUnavailable(f"namespace isolation is unavailable here: {err}") from err
-            self._mode = "none"
-            self.fallback_reason = str(err)
-            import logging
-
-            logging.getLogger("toolkit.sandbox").warning(
-                "sandbox: kernel namespaces unavailable (%s); DEGRADED to rlimits + audit hook "
-                "only (no kernel network/filesystem isolation). See isolation_report().", err)
-        w = _Worker(self._cfg("none", network), self.start_timeout)
+            raise SandboxUnavailable(
+                f"namespace isolation is unavailable here: {err}. Generated code is not run without "
+                "isolation: use --sandbox-isolation docker (a Docker engine), or opt out explicitly "
+                "with --sandbox-isolation none-unsafe (TOOLKIT_SANDBOX_ISOLATION=none-unsafe)") from err
+        try:
+            w = _Worker(self._cfg("none", network), self.start_timeout)
+        except SandboxError as e:
+            raise SandboxUnavailable(f"sandbox (isolation none-unsafe) cannot start: {e}") from e
         self._last_isolation = w.isolation
         return w
 
@@ -1297,14 +1388,18 @@ class SandboxPool:
             healthy = "fatal" not in hdr
         except TimeoutError:
             return SandboxResult(ok=False, killed="wall_timeout", error_type="TimeoutError",
+                                 isolation=self.isolation,
                                  error=f"TimeoutError: wall time {_fmt_s(limits.wall_seconds)}s "
                                        "exceeded (worker unresponsive; replaced)")
         except (EOFError, OSError, ValueError) as e:
-            return SandboxResult(ok=False, error_type="SandboxError",
+            return SandboxResult(ok=False, error_type="SandboxError", isolation=self.isolation,
                                  error=f"SandboxError: sandbox worker failed: {type(e).__name__}: {e}")
         finally:
             self._release(w, healthy)
-        return _classify(hdr, raw, limits)
+        res = _classify(hdr, raw, limits)
+        res.isolation = self.isolation
+        _note_used(self.isolation)
+        return res
 
     def run_function(self, source: str, func: str, args: list | None = None,
                      kwargs: dict | None = None, limits: SandboxLimits | None = None) -> SandboxResult:
@@ -1344,12 +1439,13 @@ class SandboxPool:
                            if self.audit_hook else "off"),
             "pool": {"size": self.size, "warm_workers": sum(len(v) for v in self._idle.values())},
         }
-        if self.fallback_reason:
-            rep["degraded"] = ("kernel namespaces unavailable, running with rlimits + audit hook "
-                               f"only: {self.fallback_reason}")
-        elif mode != "namespaces":
-            rep["degraded"] = ("isolation='none' requested: rlimits + audit hook only, no kernel "
-                               "network/filesystem isolation")
+        rep["isolation"] = self.isolation
+        rep["seccomp"] = iso.get("seccomp")
+        rep["ipc"] = ("a fresh IPC namespace per call (SysV/POSIX IPC objects die with the call)"
+                      if mode == "namespaces" else "host IPC namespace (shared)")
+        if mode != "namespaces":
+            rep["degraded"] = ("isolation 'none-unsafe' requested explicitly: rlimits + seccomp + uid "
+                               "drop + audit hook only, no kernel network/filesystem isolation")
         if probe:
             # evidence, not claims: hostile operations attempted with the audit hook OFF, so what
             # is reported is what the kernel-level layers alone do
@@ -1426,13 +1522,47 @@ _DEFAULT_LOCK = threading.Lock()
 _DEFAULT_BACKEND = os.environ.get("TOOLKIT_SANDBOX", "process") or "process"
 
 
+_DEFAULT_ISOLATION: str | None = None  # set_default_isolation(); else $TOOLKIT_SANDBOX_ISOLATION
+_USED: set[str] = set()
+
+
+def _default_isolation() -> str:
+    return normalize_isolation(_DEFAULT_ISOLATION or os.environ.get("TOOLKIT_SANDBOX_ISOLATION")
+                               or "namespaces")
+
+
+def set_default_isolation(name: str | None) -> str:
+    """The isolation generated code runs under (`--sandbox-isolation`, recipe `sandbox_isolation`):
+    "namespaces" (default), "docker" (the docker backend) or "none-unsafe" (explicit opt-out)."""
+    global _DEFAULT_ISOLATION
+    _DEFAULT_ISOLATION = normalize_isolation(name) if name else None
+    return _default_isolation()
+
+
+def _note_used(isolation: str) -> None:
+    _USED.add(isolation)
+
+
+def used_isolation() -> str | None:
+    """The isolation(s) generated code actually ran under in this process ("" joined), or None."""
+    return ",".join(sorted(_USED)) or None
+
+
 def default_pool() -> SandboxPool:
-    """The module-level pool (created lazily, shut down at exit; re-created after fork)."""
+    """The module-level pool (created lazily, shut down at exit; re-created after fork or when the
+    default isolation changes)."""
     global _DEFAULT_POOL
+    want = _default_isolation()
+    if want == "docker":
+        want = "namespaces"
     with _DEFAULT_LOCK:
-        if _DEFAULT_POOL is None or _DEFAULT_POOL._pid != os.getpid() or _DEFAULT_POOL._closed:
-            _DEFAULT_POOL = SandboxPool()
+        if (_DEFAULT_POOL is None or _DEFAULT_POOL._pid != os.getpid() or _DEFAULT_POOL._closed
+                or _DEFAULT_POOL.isolation != want):
+            old = _DEFAULT_POOL
+            _DEFAULT_POOL = SandboxPool(isolation=want)
             atexit.register(_DEFAULT_POOL.shutdown)
+            if old is not None and old._pid == os.getpid() and not old._closed:
+                old.shutdown()
         return _DEFAULT_POOL
 
 
@@ -1448,6 +1578,8 @@ def _resolve_backend(backend: str) -> str:
     b = (backend or "auto").lower()
     if b == "auto":
         b = _DEFAULT_BACKEND if _DEFAULT_BACKEND in ("process", "docker") else "process"
+        if _default_isolation() == "docker":
+            b = "docker"
     if b not in ("process", "docker"):
         raise ValueError(f"unknown sandbox backend {backend!r}; use auto|process|docker")
     return b
@@ -1483,6 +1615,10 @@ def isolation_report(probe: bool = True) -> dict:
         rep = {"backend": "process", "error": str(e)}
     rep["docker"] = docker_status()
     rep["default_backend"] = _DEFAULT_BACKEND
+    try:
+        rep["default_isolation"] = _default_isolation()
+    except ValueError as e:
+        rep["default_isolation"] = f"invalid: {e}"
     return rep
 
 
@@ -1598,6 +1734,7 @@ def _docker_run(req: dict, limits: SandboxLimits) -> SandboxResult:  # pragma: n
     dt = time.monotonic() - t0
     if killed:
         return SandboxResult(ok=False, killed=killed, duration_s=dt, error_type="TimeoutError",
+                             isolation="docker",
                              error=f"TimeoutError: wall time {_fmt_s(limits.wall_seconds)}s exceeded")
     if _DOCKER_MARK not in logs:
         sig = {137: "SIGKILL", 152: "SIGXCPU", 153: "SIGXFSZ"}.get(status_code or 0)
@@ -1609,7 +1746,10 @@ def _docker_run(req: dict, limits: SandboxLimits) -> SandboxResult:  # pragma: n
     doc = json.loads(logs.split(_DOCKER_MARK, 1)[1])
     hdr = {"status": 0, "killed": None, "duration_s": doc.get("duration_s", dt),
            "stdout": doc.get("stdout", ""), "stderr": doc.get("stderr", "")}
-    return _classify(hdr, doc.get("result", "").encode("utf-8", "surrogatepass"), limits)
+    res = _classify(hdr, doc.get("result", "").encode("utf-8", "surrogatepass"), limits)
+    res.isolation = "docker"
+    _note_used("docker")
+    return res
 
 
 if __name__ == "__main__":
