@@ -38,6 +38,8 @@ def io_options(f: Callable) -> Callable:
         click.option("--unordered", is_flag=True, help="Emit records as they complete instead of input order."),
         click.option("--progress/--no-progress", default=None, help="Progress bar on stderr (default: when a TTY)."),
         click.option("--concurrency", type=int, default=8, show_default=True, help="Records processed at once."),
+        click.option("--max-line-bytes", type=click.IntRange(min=1), default=64 << 20, show_default=True,
+                     help="Longer input lines are rejected without being read into memory."),
     )(f)
 
 
