@@ -37,7 +37,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from .cache import cache_key, open_cache
-from .embedded import EMBEDDED_MODEL_NAME
+from .embedded import embedded_model_name
 from .toolcalls import looks_like_tool_call, new_call_id, parse_tool_calls, repair_json, to_hermes_messages
 
 __all__ = ["LLMConfig", "ChatResult", "Meter", "LLMClient", "LLMError", "ToolSchemas", "get_client",
@@ -874,7 +874,7 @@ class LLMClient:
         self._base_url: str | None = None if (self._embedded or self._vllm) else base.rstrip("/")
         # The embedded model's name is known without starting the server, so fully cached
         # reruns never start it.
-        self._model: str | None = config.model or (EMBEDDED_MODEL_NAME if self._embedded else None)
+        self._model: str | None = config.model or (embedded_model_name() if self._embedded else None)
         self._ready_lock = threading.Lock()
         if config.tool_protocol not in ("auto", "native", "hermes"):
             raise ValueError(f"tool_protocol must be auto, native or hermes, not {config.tool_protocol!r}")
