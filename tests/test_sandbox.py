@@ -389,6 +389,30 @@ def test_dev_shm_is_not_writable_by_the_kernel(kpool):
     assert r.ok and r.value.startswith("PermissionError"), r  # seccomp, not the audit hook
 
 
+def test_memory_cap_is_per_call_where_a_memory_cgroup_is_available(pool):
+    """tmpfs pages of the work dir and the memory of every process of a call count against
+    memory_mb (RLIMIT_AS alone sees neither)."""
+    rep = pool.isolation_report(probe=False)
+    if not (rep.get("memory") or "").startswith("per call"):
+        pytest.skip(f"no writable memory cgroup here: {rep.get('memory')}")
+    fill = ("import os\ndef f(n, mb):\n    for i in range(n):\n"
+            "        with open('f%d' % i, 'wb') as fh:\n            fh.write(b'x' * (mb << 20))\n"
+            "    return sum(os.path.getsize('f%d' % i) for i in range(n)) >> 20\n")
+    r = pool.run_function(fill, "f", args=[4, 30], limits=SandboxLimits(memory_mb=64, file_size_mb=32))
+    assert not r.ok and r.killed == "memory" and "MemoryError" in r.error, r
+    assert pool.run_function(fill, "f", args=[1, 20],
+                             limits=SandboxLimits(memory_mb=64, file_size_mb=32)).value == 20
+    forks = ("import os, time\ndef f(n, mb):\n    kids = []\n    for i in range(n):\n"
+             "        pid = os.fork()\n        if pid == 0:\n            b = bytearray(mb << 20)\n"
+             "            for j in range(0, len(b), 4096):\n                b[j] = 1\n"
+             "            time.sleep(1)\n            os._exit(0)\n        kids.append(pid)\n"
+             "    return [os.waitstatus_to_exitcode(os.waitpid(k, 0)[1]) for k in kids]\n")
+    r = pool.run_function(forks, "f", args=[4, 40], limits=SandboxLimits(memory_mb=100, wall_seconds=10))
+    # 4 x 40 MB cannot all live under one 100 MB cap: some are killed (or the call itself is)
+    assert (not r.ok and r.killed == "memory") or -signal.SIGKILL in r.value, r
+    assert pool.run_function("def f():\n    return 7", "f").value == 7  # the pool is fine after
+
+
 def test_result_records_the_isolation(pool):
     r = pool.run_function("def f():\n    return 1", "f")
     assert r.isolation == pool.isolation in ("namespaces", "none-unsafe")

@@ -613,6 +613,8 @@ def _w_child(server: "_WServer", req: dict, work: str, fds: tuple[int, int, int,
     cfg = server.cfg
     rc = 70
     try:
+        if cfg.get("_memcg_fd") is not None and not server._cg_write("cgroup.procs", "0"):
+            raise OSError("could not join the per-call memory cgroup")
         os.setsid()
         for i, fd in enumerate(fds):
             os.dup2(fd, i)
@@ -722,6 +724,51 @@ class _WServer:
                 os._exit(1)
         return os.waitpid(pid, 0)[1] == 0
 
+    # -- per-call memory cgroup (when the host could create one)
+    def _cg_write(self, name: str, value: str) -> bool:
+        fd = self.cfg.get("_memcg_fd")
+        if fd is None:
+            return False
+        try:
+            f = os.open(name, os.O_WRONLY, dir_fd=fd)
+            try:
+                os.write(f, value.encode())
+            finally:
+                os.close(f)
+            return True
+        except OSError:
+            return False
+
+    def _cg_oom_kills(self) -> int:
+        fd = self.cfg.get("_memcg_fd")
+        if fd is None:
+            return 0
+        name = "memory.events" if (self.cfg.get("memcg") or {}).get("v") == "v2" else "memory.oom_control"
+        try:
+            f = os.open(name, os.O_RDONLY, dir_fd=fd)
+            try:
+                text = os.read(f, 4096).decode()
+            finally:
+                os.close(f)
+            for line in text.splitlines():
+                k, _, v = line.partition(" ")
+                if k == "oom_kill":
+                    return int(v)
+        except (OSError, ValueError):
+            pass
+        return 0
+
+    def cg_limit(self, lim: dict) -> None:
+        if self.cfg.get("_memcg_fd") is None:
+            return
+        mem = str(int(lim.get("memory_mb", 512)) << 20)
+        if (self.cfg.get("memcg") or {}).get("v") == "v2":
+            self._cg_write("memory.max", mem)
+            self._cg_write("memory.swap.max", "0")
+        else:
+            self._cg_write("memory.limit_in_bytes", mem)
+            self._cg_write("memory.memsw.limit_in_bytes", mem)
+
     # -- per-call work dir
     def make_workdir(self, lim: dict) -> str:
         uid = self.cfg.get("uid")
@@ -813,6 +860,8 @@ class _WServer:
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         res_r, res_w = os.pipe()
+        self.cg_limit(lim)
+        ooms = self._cg_oom_kills()
         t0 = time.monotonic()
         pid = os.fork()
         if pid == 0:
@@ -897,6 +946,7 @@ class _WServer:
             "stderr": bytes(bufs[err_r]).decode("utf-8", "replace"),
             "truncated": [n for n, fd in (("stdout", out_r), ("stderr", err_r), ("result", res_r))
                           if fd in over],
+            "oom_killed": self._cg_oom_kills() > ooms,
         }
         return hdr, bytes(bufs[res_r])
 
@@ -948,6 +998,18 @@ def _w_main(argv: list[str]) -> None:
             pass
     info: dict = {"mode": "none"}
     libc = None
+    memcg = cfg.get("memcg") or {}
+    cfg["_memcg_fd"] = None
+    if memcg.get("dir"):
+        try:  # kept open across pivot_root: the per-call memory cgroup
+            cfg["_memcg_fd"] = os.open(memcg["dir"], os.O_RDONLY | os.O_DIRECTORY)
+        except OSError:
+            cfg["_memcg_fd"] = None
+    info["memory"] = (
+        f"per call: a memory cgroup ({memcg.get('v')}) capped at memory_mb for all of the call's "
+        "processes and its tmpfs pages, plus RLIMIT_AS per process" if cfg["_memcg_fd"] is not None
+        else "per process: RLIMIT_AS (no writable memory cgroup here, so a call's processes each get "
+             "memory_mb)")
     try:
         try:
             libc = _w_libc()
@@ -1026,6 +1088,67 @@ def _worker_source() -> str:
     return _SOURCE
 
 
+_MEMCG_PARENT: tuple | None = None
+
+
+def _memcg_parent() -> tuple[str, str] | None:
+    """A memory cgroup directory we may create children in: (dir, "v1"|"v2"), or None."""
+    global _MEMCG_PARENT
+    if _MEMCG_PARENT is not None:
+        return _MEMCG_PARENT or None
+    found: tuple = ()
+    if os.environ.get("TOOLKIT_SANDBOX_CGROUP", "1") != "0" and sys.platform.startswith("linux"):
+        try:
+            with open("/proc/self/cgroup") as f:
+                lines = f.read().splitlines()
+        except OSError:
+            lines = []
+        for line in lines:
+            hid, ctrls, path = (line.split(":", 2) + ["", ""])[:3]
+            if "memory" in ctrls.split(","):
+                d = "/sys/fs/cgroup/memory" + path.rstrip("/")
+                if os.path.isfile(os.path.join(d, "memory.limit_in_bytes")) and os.access(d, os.W_OK):
+                    found = (d, "v1")
+                    break
+            elif hid == "0" and ctrls == "":
+                d = "/sys/fs/cgroup" + path.rstrip("/")
+                try:
+                    with open(os.path.join(d, "cgroup.subtree_control")) as f:
+                        ok = "memory" in f.read().split()
+                except OSError:
+                    ok = False
+                if ok and os.access(d, os.W_OK):
+                    found = (d, "v2")
+    _MEMCG_PARENT = found
+    return found or None
+
+
+def _make_memcg(name: str) -> dict | None:
+    parent = _memcg_parent()
+    if parent is None:
+        return None
+    d = os.path.join(parent[0], name)
+    try:
+        os.mkdir(d)
+    except FileExistsError:
+        pass
+    except OSError:
+        return None
+    return {"dir": d, "v": parent[1]}
+
+
+def _remove_memcg(memcg: dict | None) -> None:
+    if memcg and memcg.get("dir") and os.path.basename(memcg["dir"]).startswith("toolkit-sandbox-"):
+        for _ in range(50):
+            try:
+                os.rmdir(memcg["dir"])
+                return
+            except FileNotFoundError:
+                return
+            except OSError:  # still has a dying process in it
+                time.sleep(0.02)
+
+
 def _next_uid() -> int:
     global _uid_counter
     with _uid_lock:
@@ -1072,6 +1195,7 @@ class _Worker:
                                          env=_clean_env(), cwd="/", close_fds=True,
                                          start_new_session=True, bufsize=0)
         except OSError as e:
+            _remove_memcg(cfg.get("memcg"))
             raise SandboxError(f"cannot start a sandbox worker ({sys.executable}): {e}") from e
         self.rfd = self.proc.stdout.fileno()
         self.wfd = self.proc.stdin.fileno()
@@ -1139,6 +1263,7 @@ class _Worker:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
+        _remove_memcg(self.cfg.get("memcg"))
         base = self.isolation.get("workdir_base") if hasattr(self, "isolation") else None
         if base and os.path.basename(base).startswith("toolkit-sandbox-"):
             import shutil
@@ -1199,7 +1324,8 @@ def _classify(hdr: dict, raw: bytes, limits: SandboxLimits) -> SandboxResult:
             res.killed = name
             res.error_type = "OSError"
             res.error = f"OSError: file size limit {limits.file_size_mb} MB exceeded ({name})"
-        elif sig in (signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS) and "MemoryError" in res.stderr:
+        elif hdr.get("oom_killed") or (
+                sig in (signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS) and "MemoryError" in res.stderr):
             res.killed = "memory"
             res.error_type = "MemoryError"
             res.error = f"MemoryError: memory limit exceeded ({limits.memory_mb} MB); killed by {name}"
@@ -1284,7 +1410,8 @@ class SandboxPool:
         binds, links = _compute_binds(self.ro_paths)
         uid = _next_uid() if os.geteuid() == 0 else None
         cfg = {"mode": mode, "network": network, "binds": binds, "symlinks": links, "uid": uid,
-               "preload": self.preload, "audit_hook": self.audit_hook, "debug": self.debug}
+               "preload": self.preload, "audit_hook": self.audit_hook, "debug": self.debug,
+               "memcg": _make_memcg(f"toolkit-sandbox-{os.getpid()}-{uid or _next_uid()}")}
         cfg.update(self._extra_cfg)
         return cfg
 
@@ -1440,6 +1567,7 @@ class SandboxPool:
             "pool": {"size": self.size, "warm_workers": sum(len(v) for v in self._idle.values())},
         }
         rep["isolation"] = self.isolation
+        rep["memory"] = iso.get("memory")
         rep["seccomp"] = iso.get("seccomp")
         rep["ipc"] = ("a fresh IPC namespace per call (SysV/POSIX IPC objects die with the call)"
                       if mode == "namespaces" else "host IPC namespace (shared)")
