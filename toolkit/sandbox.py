@@ -688,6 +688,11 @@ class _WServer:
         except (OSError, ValueError):
             self.cap_last = 40
         self.calls = 0
+        if cfg.get("_memcg_fd") is not None and not self._cg_join_works():
+            os.close(cfg["_memcg_fd"])
+            cfg["_memcg_fd"] = None
+            info["memory"] = ("per process: RLIMIT_AS (a memory cgroup was created but a call "
+                              "could not join it)")
         if not self.ns:
             import tempfile
 
@@ -725,6 +730,12 @@ class _WServer:
         return os.waitpid(pid, 0)[1] == 0
 
     # -- per-call memory cgroup (when the host could create one)
+    def _cg_join_works(self) -> bool:
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0 if self._cg_write("cgroup.procs", "0") else 1)
+        return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+
     def _cg_write(self, name: str, value: str) -> bool:
         fd = self.cfg.get("_memcg_fd")
         if fd is None:
