@@ -146,3 +146,108 @@ def test_stage_exception_does_not_stop_batch(tmp_path, records):
         return r
     s, outs, rejs = run(tmp_path, jsonl(records), fn)
     assert len(outs) == 19 and "RuntimeError: boom" in rejs[0]["error"]
+
+
+# ---------------------------------------------------------------------------------------------
+# bad input at scale: over-long lines, truncated / missing / non-gzip input, BOM
+
+
+def test_over_long_line_is_rejected_truncated_with_its_length(tmp_path):
+    good = [make_record(i) for i in range(3)]
+    long_line = json.dumps({"id": "huge", "tags": ["x" * 50_000]})
+    lines = json.dumps(good[0]) + "\n" + long_line + "\n" + json.dumps(good[1]) + "\n" + json.dumps(good[2])
+    s, outs, rejs = run(tmp_path, lines, ident, max_line_bytes=10_000)
+    assert [o["id"] for o in outs] == [g["id"] for g in good]  # the lines around it still flow
+    assert len(rejs) == 1 and rejs[0]["line"] == 2
+    assert rejs[0]["length"] == len(long_line) and rejs[0]["truncated"] is True
+    assert "line too long" in rejs[0]["error"] and str(len(long_line)) in rejs[0]["error"]
+    assert len(rejs[0]["raw"]) <= 2048 + 3 and long_line.startswith(rejs[0]["raw"][:-3])
+    assert s.exit_code() == 1
+    # a line of exactly the cap is fine
+    exact = json.dumps(make_record(9))
+    (tmp_path / "b").mkdir()
+    _, outs, rejs = run(tmp_path / "b", exact + "\n", ident, max_line_bytes=len(exact))
+    assert len(outs) == 1 and rejs == []
+
+
+def test_a_300mb_line_is_rejected_in_bounded_memory(tmp_path):
+    """The audit's probe: a 300 MB line took 1.27 GB RSS and went whole into --rejects."""
+    import subprocess
+    import sys
+
+    inp = tmp_path / "in.jsonl"
+    with open(inp, "wb") as f:
+        f.write((json.dumps(make_record(1)) + "\n").encode())
+        f.write(b'{"id": "huge", "tags": ["')
+        chunk = b"x" * (1 << 20)
+        for _ in range(300):
+            f.write(chunk)
+        f.write(b'"]}\n')
+        f.write((json.dumps(make_record(2)) + "\n").encode())
+    prog = (
+        "import json, resource, sys\n"
+        "from toolkit.io import IOOptions, RecordStream\n"
+        f"o = IOOptions(input={str(inp)!r}, output={str(tmp_path / 'out.jsonl')!r}, "
+        f"rejects={str(tmp_path / 'rej.jsonl')!r})\n"
+        "s = RecordStream(o, 'test'); s.run(lambda r: r)\n"
+        "print(json.dumps({'rss_mb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "
+        "'written': s.summary.written, 'rejected': s.summary.rejected}))\n")
+    p = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, timeout=120,
+                       cwd=str(tmp_path), env={"PYTHONPATH": str(__import__("conftest").ROOT), "PATH": "/usr/bin:/bin"})
+    assert p.returncode == 0, p.stderr
+    res = json.loads(p.stdout)
+    assert res["written"] == 2 and res["rejected"] == 1
+    assert res["rss_mb"] < 400, res  # the default cap is 64 MiB; before: > 1 GB
+    rej = json.loads((tmp_path / "rej.jsonl").read_text())
+    assert rej["length"] == 300 * (1 << 20) + len(b'{"id": "huge", "tags": [""]}')
+    assert (tmp_path / "rej.jsonl").stat().st_size < 10_000
+
+
+def test_truncated_gzip_keeps_the_records_before_the_cut(tmp_path):
+    recs = [make_record(i) for i in range(3000)]
+    full = gzip.compress(jsonl(recs).encode())
+    inp = tmp_path / "cut.jsonl.gz"
+    inp.write_bytes(full[: len(full) // 2])
+    out = tmp_path / "out.jsonl"
+    o = IOOptions(input=str(inp), output=str(out), rejects=str(tmp_path / "rej.jsonl"))
+    s = RecordStream(o, "test")
+    s.run(ident)
+    outs = [json.loads(x) for x in out.read_text().splitlines()]
+    assert 100 < len(outs) < 3000
+    assert [x["id"] for x in outs] == [r["id"] for r in recs[: len(outs)]]  # a clean prefix
+    rej = [json.loads(x) for x in (tmp_path / "rej.jsonl").read_text().splitlines()]
+    assert len(rej) == 1 and rej[0]["cut"] is True and rej[0]["line"] == len(outs) + 1
+    assert "truncated or corrupt" in rej[0]["error"] and f"after line {len(outs)}" in rej[0]["error"]
+    assert s.exit_code() == 1
+
+
+def test_missing_or_non_gzip_input_is_a_usage_error(tmp_path):
+    from conftest import run_cmd
+    from toolkit.io import UsageError
+
+    with pytest.raises(UsageError, match="input file not found"):
+        RecordStream(IOOptions(input=str(tmp_path / "nope.jsonl")), "test").run(ident)
+    fake = tmp_path / "fake.jsonl.gz"
+    fake.write_text(jsonl([make_record(1)]))
+    with pytest.raises(UsageError, match="not gzip data"):
+        RecordStream(IOOptions(input=str(fake)), "test").run(ident)
+    for path, msg in ((tmp_path / "nope.jsonl", "input file not found"), (fake, "not gzip data")):
+        p = run_cmd(["verify", "-i", str(path)])
+        assert p.returncode == 2 and msg in p.stderr, p.stderr
+        assert "Traceback" not in p.stderr and p.stdout == ""
+
+
+def test_utf8_bom_on_the_first_line_is_accepted(tmp_path):
+    recs = [make_record(i) for i in range(2)]
+    inp = tmp_path / "bom.jsonl"
+    inp.write_bytes(b"\xef\xbb\xbf" + jsonl(recs).encode())
+    out = tmp_path / "out.jsonl"
+    s = RecordStream(IOOptions(input=str(inp), output=str(out)), "test")
+    s.run(ident)
+    assert [json.loads(x)["id"] for x in out.read_text().splitlines()] == [r["id"] for r in recs]
+    assert s.exit_code() == 0
+    # only at the very start: a BOM inside a later line is still a bad line
+    inp.write_bytes(jsonl(recs[:1]).encode() + b"\xef\xbb\xbf" + jsonl(recs[1:]).encode())
+    s = RecordStream(IOOptions(input=str(inp), output=str(out)), "test")
+    s.run(ident)
+    assert s.summary.rejected == 1 and s.summary.written == 1

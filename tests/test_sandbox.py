@@ -336,6 +336,89 @@ def test_processes_outside_the_sandbox_are_invisible(kpool):
     assert r.ok and len(r.value) <= 3 and 1 in r.value  # the worker (pid 1) and the call itself
 
 
+# shared memory / IPC: fresh per call, and no memory outside memory_mb
+
+MEMFD = ("import os\ndef f(n, mb):\n    fds = []\n    try:\n        for i in range(n):\n"
+         "            fd = os.memfd_create('x%d' % i)\n            os.write(fd, b'x' * (mb << 20))\n"
+         "            fds.append(fd)\n    except OSError as e:\n"
+         "        return type(e).__name__ + ': ' + str(e)\n"
+         "    return sum(os.fstat(fd).st_size for fd in fds) >> 20\n")
+SYSV = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "def f(what, op):\n"
+        "    call = {'shm': lambda fl: libc.shmget(0x7331, 4096 if fl else 0, fl | 0o666),\n"
+        "            'sem': lambda fl: libc.semget(0x7331, 1 if fl else 0, fl | 0o666),\n"
+        "            'msg': lambda fl: libc.msgget(0x7331, fl | 0o666)}[what]\n"
+        "    r = call(0o1000 if op == 'create' else 0)\n"
+        "    return [r, ctypes.get_errno()]\n")
+
+
+def test_memfd_memory_cannot_escape_the_memory_cap(pool):
+    """The audit's probe: 8 memfds held 120 MB under a 64 MB cap (RLIMIT_AS does not see them)."""
+    cap = SandboxLimits(memory_mb=64, wall_seconds=10)
+    r = pool.run_function(MEMFD, "f", args=[8, 15], limits=cap)
+    assert r.ok and r.value.startswith("PermissionError"), r  # refused, nothing held
+    shm = ("import mmap\ndef f():\n    m = mmap.mmap(-1, 120 << 20, flags=mmap.MAP_SHARED)\n"
+           "    m.write(b'x' * (120 << 20))\n    return 'HELD'\n")
+    r = pool.run_function(shm, "f", limits=cap)  # shared anonymous memory: counted by RLIMIT_AS
+    assert not r.ok and r.value is None, r
+
+
+def test_sysv_ipc_is_fresh_per_call_and_shm_is_refused(kpool):
+    pool = kpool
+    fresh = SandboxLimits(wall_seconds=5)
+    # SysV shared memory segments and message queues hold memory outside any rlimit: refused
+    assert pool.run_function(SYSV, "f", args=["shm", "create"], limits=fresh).value == [-1, errno.EPERM]
+    assert pool.run_function(SYSV, "f", args=["msg", "create"], limits=fresh).value == [-1, errno.EPERM]
+    # what IPC may be created (semaphores) lives in the call's own IPC namespace
+    for _ in range(2):
+        assert pool.run_function(SYSV, "f", args=["sem", "create"], limits=fresh).value[0] >= 0
+        r = pool.run_function(SYSV, "f", args=["sem", "get"], limits=fresh)
+        assert r.value == [-1, errno.ENOENT], r  # the previous call's semaphore is gone
+    r = pool.run_function("def f():\n    return open('/proc/sysvipc/sem').read().count('\\n')", "f",
+                          limits=fresh)
+    assert r.ok and r.value == 1, r  # header only
+
+
+def test_dev_shm_is_not_writable_by_the_kernel(kpool):
+    code = ("import os\ndef f():\n    try:\n        fd = os.open('/dev/shm/x', os.O_CREAT | os.O_RDWR)\n"
+            "        os.write(fd, b'x' * (100 << 20))\n        return 'WRITTEN'\n"
+            "    except OSError as e:\n        return e.errno\n")
+    r = kpool.run_function(code, "f", limits=SandboxLimits(memory_mb=64))
+    assert r.ok and r.value in (errno.EROFS, errno.EACCES), r
+    r = kpool.run_function(MEMFD, "f", args=[8, 15], limits=SandboxLimits(memory_mb=64))
+    assert r.ok and r.value.startswith("PermissionError"), r  # seccomp, not the audit hook
+
+
+def test_memory_cap_is_per_call_where_a_memory_cgroup_is_available(pool):
+    """tmpfs pages of the work dir and the memory of every process of a call count against
+    memory_mb (RLIMIT_AS alone sees neither)."""
+    rep = pool.isolation_report(probe=False)
+    if not (rep.get("memory") or "").startswith("per call"):
+        pytest.skip(f"no writable memory cgroup here: {rep.get('memory')}")
+    fill = ("import os\ndef f(n, mb):\n    for i in range(n):\n"
+            "        with open('f%d' % i, 'wb') as fh:\n            fh.write(b'x' * (mb << 20))\n"
+            "    return sum(os.path.getsize('f%d' % i) for i in range(n)) >> 20\n")
+    r = pool.run_function(fill, "f", args=[4, 30], limits=SandboxLimits(memory_mb=64, file_size_mb=32))
+    assert not r.ok and r.killed == "memory" and "MemoryError" in r.error, r
+    assert pool.run_function(fill, "f", args=[1, 20],
+                             limits=SandboxLimits(memory_mb=64, file_size_mb=32)).value == 20
+    forks = ("import os, time\ndef f(n, mb):\n    kids = []\n    for i in range(n):\n"
+             "        pid = os.fork()\n        if pid == 0:\n            b = bytearray(mb << 20)\n"
+             "            for j in range(0, len(b), 4096):\n                b[j] = 1\n"
+             "            time.sleep(1)\n            os._exit(0)\n        kids.append(pid)\n"
+             "    return [os.waitstatus_to_exitcode(os.waitpid(k, 0)[1]) for k in kids]\n")
+    r = pool.run_function(forks, "f", args=[4, 40], limits=SandboxLimits(memory_mb=100, wall_seconds=10))
+    # 4 x 40 MB cannot all live under one 100 MB cap: some are killed (or the call itself is)
+    assert (not r.ok and r.killed == "memory") or -signal.SIGKILL in r.value, r
+    assert pool.run_function("def f():\n    return 7", "f").value == 7  # the pool is fine after
+
+
+def test_result_records_the_isolation(pool):
+    r = pool.run_function("def f():\n    return 1", "f")
+    assert r.isolation == pool.isolation in ("namespaces", "none-unsafe")
+    assert sb.used_isolation() is not None and "namespaces" in sb.used_isolation()
+
+
 # ---------------------------------------------------------------------------------------------
 # reporting, degradation, docker
 
@@ -356,29 +439,104 @@ def test_isolation_report_matches_probe():
         assert "degraded" in rep and "NOT isolated" in rep["network"]
 
 
-def test_degrades_with_a_clear_report_when_namespaces_are_unavailable(tmp_path):
-    p = SandboxPool(size=1, isolation="auto")
-    p._extra_cfg = {"_test_fail_unshare": True}  # simulate: unshare(2) -> EPERM
+def test_fails_closed_when_namespaces_are_unavailable(monkeypatch):
+    """No silent downgrade: without namespaces the default ("auto" included) refuses to run."""
+    monkeypatch.delenv("TOOLKIT_SANDBOX_ISOLATION", raising=False)
+    for iso in (None, "auto", "namespaces"):
+        p = SandboxPool(size=1, isolation=iso)
+        assert p.isolation == "namespaces"
+        p._extra_cfg = {"_test_fail_unshare": True}  # simulate: unshare(2) -> EPERM
+        with pytest.raises(SandboxUnavailable, match="none-unsafe") as ei:
+            p.run_function("def f():\n    return 1", "f")
+        assert "namespace isolation is unavailable" in str(ei.value)
+        assert "--sandbox-isolation docker" in str(ei.value)
+        p.shutdown()
+    for bad in ("none", "off"):  # running unisolated must be spelled out
+        with pytest.raises(ValueError, match="none-unsafe"):
+            SandboxPool(size=1, isolation=bad)
+    with pytest.raises(ValueError, match="unknown sandbox isolation"):
+        sb.normalize_isolation("chroot")
+
+
+def _unsafe_pool() -> SandboxPool:
+    return SandboxPool(size=1, isolation="none-unsafe")
+
+
+def test_none_unsafe_never_runs_untrusted_code_as_root():
+    if os.geteuid() == 0:
+        # the uid drop cannot happen (simulated: no uid to drop to) -> refuse, never run as root
+        p = _unsafe_pool()
+        p._extra_cfg = {"uid": None}
+        with pytest.raises(SandboxUnavailable, match="refusing to run untrusted code as root"):
+            p.run_function("import os\ndef f():\n    return os.geteuid()", "f")
+        p.shutdown()
+    p = _unsafe_pool()
     try:
-        rep = p.isolation_report()
-        assert rep["mode"] == "none" and rep["namespaces"] == []
-        assert "unshare" in rep["degraded"] and "NOT isolated" in rep["filesystem"]
-        assert p.run_function("def f():\n    return 5", "f").value == 5
-        # the audit hook still stops the obvious escapes, and the limits still apply
+        r = p.run_function("import os\ndef f():\n    return [os.getuid(), os.geteuid()]", "f")
+    except SandboxUnavailable as e:  # root host whose Python the unprivileged uid cannot read
+        assert os.geteuid() == 0 and "refusing to run untrusted code as root" in str(e)
+        return
+    finally:
+        p.shutdown()
+    assert r.ok, r.error
+    assert 0 not in r.value and r.isolation == "none-unsafe"
+
+
+def test_none_unsafe_explicit_opt_out_is_reported_and_limited(tmp_path):
+    p = _unsafe_pool()
+    try:
+        try:
+            rep = p.isolation_report()
+        except SandboxUnavailable as e:
+            pytest.skip(f"none-unsafe cannot run here (it refuses root): {e}")
+        assert rep["mode"] == "none" and rep["isolation"] == "none-unsafe"
+        assert "none-unsafe" in rep["degraded"] and "NOT isolated" in rep["filesystem"]
+        r = p.run_function("def f():\n    return 5", "f")
+        assert r.ok and r.value == 5 and r.isolation == "none-unsafe"
         target = str(tmp_path / "evil.txt")
         assert p.run_function(WRITE, "f", args=[target]).value.startswith("PermissionError")
         assert not os.path.exists(target)
+        db = str(tmp_path / "evil.db")
+        r = p.run_function(SQLITE, "f", args=[db])
+        assert r.value.startswith("PermissionError") and not os.path.exists(db)
         assert p.run_function(CONNECT, "f", args=["127.0.0.1", 9]).value[0] == "PermissionError"
+        assert p.run_function(MEMFD, "f", args=[8, 15]).value.startswith("PermissionError")
         r = p.run_function("def f():\n    while True:\n        pass", "f",
                            limits=SandboxLimits(cpu_seconds=1))
         assert r.killed == "cpu_limit"
     finally:
         p.shutdown()
-    strict = SandboxPool(size=1, isolation="namespaces")
-    strict._extra_cfg = {"_test_fail_unshare": True}
-    with pytest.raises(SandboxUnavailable, match="namespace isolation is unavailable"):
-        strict.run_function("def f():\n    return 1", "f")
-    strict.shutdown()
+
+
+SQLITE = ("import sqlite3\ndef f(path):\n    try:\n        c = sqlite3.connect(path)\n"
+          "        c.execute('create table t(a)')\n        c.commit()\n        return 'WRITTEN'\n"
+          "    except Exception as e:\n        return type(e).__name__ + ': ' + str(e)\n")
+
+
+def test_audit_hook_refuses_sqlite_files_outside_the_work_dir(tmp_path):
+    """sqlite opens its files in C (no "open" audit event): the hook checks sqlite3.connect."""
+    work = tmp_path / "work"
+    work.mkdir()
+    prog = (
+        "import sys, sqlite3, os\n"
+        f"sys.path.insert(0, {str(sb.__file__.rsplit('/toolkit/', 1)[0])!r})\n"
+        "from toolkit.sandbox import _w_audit_hook\n"
+        f"os.chdir({str(work)!r})\n"
+        f"sys.addaudithook(_w_audit_hook({str(work)!r}, False, False))\n"
+        "out = []\n"
+        f"for db in [{str(tmp_path / 'x.db')!r}, 'file:{tmp_path}/y.db?mode=rwc', 'inside.db', ':memory:',"
+        " 'file::memory:']:\n"
+        "    try:\n"
+        "        c = sqlite3.connect(db, uri=db.startswith('file:'))\n"
+        "        c.execute('create table t(a)'); c.commit(); c.close(); out.append('ok')\n"
+        "    except PermissionError:\n"
+        "        out.append('refused')\n"
+        "print(','.join(out))\n")
+    p = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "refused,refused,ok,ok,ok"
+    assert not (tmp_path / "x.db").exists() and not (tmp_path / "y.db").exists()
+    assert (work / "inside.db").exists()
 
 
 def test_docker_backend_gives_clear_unavailable_error():
@@ -411,3 +569,37 @@ def test_docker_runner_program_is_valid(tmp_path):
     doc = json.loads(p.stdout.split(sb._DOCKER_MARK, 1)[1])
     assert json.loads(doc["result"]) == {"ok": True, "value": 42}
     assert doc["stdout"] == "out\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# the CLI setting: --sandbox-isolation / recipe `sandbox_isolation`, recorded in provenance
+
+
+def test_cli_sandbox_isolation_is_applied_and_recorded(tmp_path):
+    import json
+
+    from conftest import run_cmd
+    from test_verify import CALLS, MINI_DOMAIN, PASSING, call_msgs
+
+    dom = tmp_path / "mini.json"
+    dom.write_text(json.dumps(MINI_DOMAIN))
+    rec = {"id": "sbx-1", "env": {"backend": "sqlite", "path": str(dom)},
+           "task": {"instruction": "Fix bob's account.", "ground_truth": {
+               "actions": [{"name": "update_account", "arguments": {"account_id": "A2", "balance": 50}}]}},
+           "verifier": {"spec": "code", "source": PASSING},
+           "trajectories": [{"id": "sbx-1-t0", "messages": call_msgs(CALLS[2:3])}]}
+    line = json.dumps(rec) + "\n"
+    p = run_cmd(["verify", "--strategy", "code", "--sandbox-isolation", "namespaces"], stdin=line,
+                env={"TOOLKIT_SANDBOX_ISOLATION": ""})
+    if "namespace isolation is unavailable" in p.stderr:
+        pytest.skip("kernel namespaces unavailable here")
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["verdicts"][0]["passed"] is True
+    assert out["provenance"][-1]["sandbox_isolation"] == "namespaces"
+    # the opt-out must be spelled out; "none" is not a choice
+    p = run_cmd(["verify", "--strategy", "code", "--sandbox-isolation", "none"], stdin=line)
+    assert p.returncode == 2 and "none-unsafe" in p.stderr
+    # a recipe / env value that is not allowed is a usage error, not a silent downgrade
+    p = run_cmd(["verify", "--strategy", "code"], stdin=line, env={"TOOLKIT_SANDBOX_ISOLATION": "none"})
+    assert p.returncode == 2 and p.stdout == "" and "none-unsafe" in p.stderr, (p.returncode, p.stderr)

@@ -38,6 +38,8 @@ def io_options(f: Callable) -> Callable:
         click.option("--unordered", is_flag=True, help="Emit records as they complete instead of input order."),
         click.option("--progress/--no-progress", default=None, help="Progress bar on stderr (default: when a TTY)."),
         click.option("--concurrency", type=int, default=8, show_default=True, help="Records processed at once."),
+        click.option("--max-line-bytes", type=click.IntRange(min=1), default=64 << 20, show_default=True,
+                     help="Longer input lines are rejected without being read into memory."),
     )(f)
 
 
@@ -45,6 +47,9 @@ def config_options(f: Callable) -> Callable:
     return _compose(
         click.option("--recipe", metavar="YAML", help="Recipe file; its `defaults:` and `<command>:` sections apply."),
         click.option("--print-config", is_flag=True, help="Print the merged config (YAML) and exit."),
+        click.option("--sandbox-isolation", type=click.Choice(["namespaces", "docker", "none-unsafe"]),
+                     default=None, help="Isolation for generated code (default namespaces; it never "
+                     "downgrades on its own). none-unsafe runs it WITHOUT kernel isolation."),
     )(f)
 
 
@@ -114,6 +119,12 @@ def stage_command(fn: Callable[[dict], int]) -> Callable:
         if cfg.get("print_config"):
             click.echo(C.dump(cfg), nl=False)
             ctx.exit(0)
+        if cfg.get("sandbox_isolation"):
+            from toolkit import sandbox
+            try:
+                sandbox.set_default_isolation(str(cfg["sandbox_isolation"]))
+            except ValueError as e:
+                raise click.UsageError(f"sandbox_isolation: {e}") from None
         try:
             code = fn(cfg)
         except UsageError as e:

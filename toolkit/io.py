@@ -69,6 +69,21 @@ def shard_of(record_id: str, n: int) -> int:
     return int.from_bytes(h, "big") % n
 
 
+DEFAULT_MAX_LINE_BYTES = 64 << 20  # --max-line-bytes / recipe `max_line_bytes`
+_RAW_HEAD = 2048  # bytes of an over-long line kept in --rejects
+
+
+class OversizedLine(bytes):
+    """The head of a line longer than the cap (the rest was skipped unread); `.length` is the
+    line's full length in bytes."""
+
+    length: int = 0
+
+
+class InputCut(Exception):
+    """The input ended in the middle of a compressed stream (truncated or corrupt .gz)."""
+
+
 @dataclass
 class IOOptions:
     input: str | None = None  # None or "-" = stdin
@@ -80,6 +95,7 @@ class IOOptions:
     unordered: bool = False
     progress: bool | None = None  # None = auto (TTY)
     concurrency: int = 8
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES  # longer lines are rejected unread (bounded memory)
 
     @classmethod
     def from_config(cls, cfg: dict) -> "IOOptions":
@@ -93,6 +109,7 @@ class IOOptions:
             unordered=bool(cfg.get("unordered")),
             progress=cfg.get("progress"),
             concurrency=int(cfg.get("concurrency") or 8),
+            max_line_bytes=int(cfg.get("max_line_bytes") or DEFAULT_MAX_LINE_BYTES),
         )
 
 
@@ -117,16 +134,66 @@ def _is_std(path: str | None) -> bool:
     return path in (None, "", "-")
 
 
-def open_lines(path: str | None) -> Iterator[bytes]:
-    """Yield raw lines (bytes, newline stripped) from stdin or a file (.gz aware)."""
+def check_input(path: str | None) -> None:
+    """A clear usage error (exit 2) for an input that cannot be read at all."""
+    if _is_std(path):
+        return
+    p = str(path)
+    if not os.path.exists(p):
+        raise UsageError(f"input file not found: {p}")
+    if os.path.isdir(p):
+        raise UsageError(f"input is a directory, not a JSONL file: {p}")
+    try:
+        with open(p, "rb") as f:
+            head = f.read(2)
+    except OSError as e:
+        raise UsageError(f"cannot read input {p}: {e.strerror or e}") from None
+    if p.endswith(".gz") and head and head != b"\x1f\x8b":
+        raise UsageError(f"input {p} ends in .gz but is not gzip data (first bytes {head!r}); "
+                         "rename it or compress it")
+
+
+def open_lines(path: str | None, max_line_bytes: int | None = None) -> Iterator[bytes]:
+    """Yield raw lines (bytes, newline stripped) from stdin or a file (.gz aware).
+
+    At most `max_line_bytes` (+1) of a line are ever held: a longer line is yielded as an
+    `OversizedLine` (its head, with `.length`) and the rest is skipped in 1 MiB steps. A UTF-8
+    BOM at the start is dropped. A .gz that ends mid-stream (truncated) or is corrupt raises
+    `InputCut` after every complete line before the cut was yielded."""
+    import zlib
+
+    cap = int(max_line_bytes or DEFAULT_MAX_LINE_BYTES)
     if _is_std(path):
         f = sys.stdin.buffer
     elif str(path).endswith(".gz"):
         f = gzip.open(path, "rb")
     else:
         f = open(path, "rb")
+    first = True
     try:
-        for line in f:
+        while True:
+            try:
+                line = f.readline(cap + 1)
+                if not line:
+                    return
+                if first:
+                    first = False
+                    if line.startswith(b"\xef\xbb\xbf"):
+                        line = line[3:]
+                if len(line) > cap and not line.endswith(b"\n"):
+                    n = len(line)
+                    while True:
+                        more = f.readline(1 << 20)
+                        n += len(more)
+                        if not more or more.endswith(b"\n"):
+                            break
+                    head = OversizedLine(line[:_RAW_HEAD])
+                    head.length = n - (1 if more.endswith(b"\n") else 0)
+                    line = None
+                    yield head
+                    continue
+            except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+                raise InputCut(f"{type(e).__name__}: {e}") from None
             yield line.rstrip(b"\r\n")
     finally:
         if f is not sys.stdin.buffer:
@@ -425,7 +492,7 @@ class RecordStream:
 
     # -- rejects -------------------------------------------------------------------------------
     def reject(self, lineno: int, raw: bytes | str, error: str, rid: str | None = None,
-               field: str | None = None) -> None:
+               field: str | None = None, **extra: Any) -> None:
         self.summary.rejected += 1
         where = f"line {lineno}" + (f" (id {rid})" if rid else "")
         log(f"{self.command}: rejected {where}: {error}")
@@ -435,7 +502,7 @@ class RecordStream:
             text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
             self._rejects_f.write(json.dumps({
                 "line": lineno, "id": rid, "field": field, "error": error,
-                "command": self.command, "raw": text}, ensure_ascii=False) + "\n")
+                "command": self.command, "raw": text, **extra}, ensure_ascii=False) + "\n")
             self._rejects_f.flush()
 
     # -- input ---------------------------------------------------------------------------------
@@ -445,8 +512,27 @@ class RecordStream:
         done = existing_ids(opts.output) if opts.resume and not _is_std(opts.output) else IdSet()
         seen = IdSet()
         taken = 0
+        check_input(opts.input)
+        lineno = 0
         try:
-            for lineno, raw in enumerate(open_lines(opts.input), 1):
+            lines = open_lines(opts.input, opts.max_line_bytes)
+            while True:
+                try:
+                    raw = next(lines)
+                except StopIteration:
+                    break
+                except InputCut as cut:
+                    self.reject(lineno + 1, b"", f"input cut after line {lineno}: {opts.input} is "
+                                f"truncated or corrupt ({cut}); the {lineno} lines before the cut "
+                                "were processed", field=None, cut=True)
+                    break
+                lineno += 1
+                if isinstance(raw, OversizedLine):
+                    self.summary.read += 1
+                    self.reject(lineno, bytes(raw) + b"...", f"line too long: {raw.length} bytes > "
+                                f"max_line_bytes {opts.max_line_bytes} (raw truncated to "
+                                f"{len(raw)} bytes)", length=raw.length, truncated=True)
+                    continue
                 if not raw.strip():
                     continue
                 self.summary.read += 1
@@ -616,9 +702,11 @@ def add_provenance(record: Record, command: str, *, strategy: str | None = None,
                    model: str | None = None, recipe_hash: str | None = None,
                    usage: dict | None = None) -> Record:
     usage = usage or {}
+    sbx = sys.modules.get("toolkit.sandbox")  # only when generated code ran in this process
     record.provenance.append(Provenance(
         command=command, version=__version__, strategy=strategy, recipe_hash=recipe_hash,
         model=model, time=now_iso(), cost=float(usage.get("cost", 0.0) or 0.0),
         prompt_tokens=int(usage.get("prompt_tokens", 0) or 0),
-        completion_tokens=int(usage.get("completion_tokens", 0) or 0)))
+        completion_tokens=int(usage.get("completion_tokens", 0) or 0),
+        sandbox_isolation=sbx.used_isolation() if sbx is not None else None))
     return record

@@ -19,7 +19,7 @@ directories, and then serves requests. Each request forks a child that
 
 The worker enforces the wall timeout and, after every call, kills every process the call left
 behind (``kill(-1)`` from pid 1 of the private pid namespace). When namespaces are unavailable the
-pool degrades to rlimits + uid drop (if root) + audit hook, and ``isolation_report()`` says so.
+pool refuses (``SandboxUnavailable``) unless isolation "none-unsafe" was chosen explicitly.
 
 ``docker``: runs each call in a throw-away container through the ``docker`` SDK (optional extra).
 If the SDK is missing or no engine is reachable, ``SandboxUnavailable`` is raised.
@@ -58,6 +58,10 @@ __all__ = [
     "isolation_report",
     "default_pool",
     "set_default_backend",
+    "set_default_isolation",
+    "normalize_isolation",
+    "used_isolation",
+    "ISOLATIONS",
     "docker_status",
 ]
 
@@ -83,6 +87,7 @@ class SandboxResult:
     duration_s: float = 0.0
     killed: str | None = None  # "wall_timeout" | "cpu_limit" | "memory" | signal name
     error_type: str | None = None  # exception class name when the code raised
+    isolation: str | None = None  # "namespaces" | "docker" | "none-unsafe": what the code ran under
 
 
 class SandboxError(RuntimeError):
@@ -489,7 +494,51 @@ def _w_set_rlimits(lim: dict) -> None:
     setl(resource.RLIMIT_NPROC, nproc, nproc)
     setl(resource.RLIMIT_FSIZE, fsz, fsz)
     setl(resource.RLIMIT_AS, mem, mem)
+    if hasattr(resource, "RLIMIT_MSGQUEUE"):  # POSIX message queues: bytes per uid
+        setl(resource.RLIMIT_MSGQUEUE, 1 << 16, 1 << 16)
     setl(resource.RLIMIT_CPU, cpu, cpu + 1)
+
+
+# seccomp: syscalls that create memory no rlimit counts (memfd, SysV shm / message queues) are
+# refused with EPERM; on x86_64 the x32 ABI and any foreign architecture (int 0x80) are refused too.
+_SECCOMP_DENY = {"x86_64": (0xC000003E, (319, 447, 29, 68)),   # memfd_create, memfd_secret, shmget, msgget
+                 "aarch64": (0xC00000B7, (279, 447, 194, 186))}
+_PR_SET_SECCOMP = 22
+_SECCOMP_MODE_FILTER = 2
+
+
+def _w_seccomp(libc) -> str:
+    """Install the deny filter in the current process (needs no_new_privs). Returns a description."""
+    import ctypes
+    import platform
+
+    arch = platform.machine()
+    spec = _SECCOMP_DENY.get(arch)
+    if spec is None or libc is None:
+        return f"not installed (no filter for {arch})"
+    audit_arch, nrs = spec
+    allow, deny = 0x7FFF0000, 0x00050000 | 1  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EPERM
+    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, JMP|JEQ|K, JMP|JGE|K, RET|K
+    n = len(nrs)
+    # 0: ld arch; 1: jeq arch ? 3 : 2; 2: ret deny; 3: ld nr; 4: jge x32 -> deny; 5..: jeq nr -> deny
+    prog = [(ld, 0, 0, 4), (jeq, 1, 0, audit_arch), (ret, 0, 0, deny), (ld, 0, 0, 0)]
+    tail = 1 + n  # instructions after the x32 check up to (not incl.) the final "ret deny"
+    prog.append((jge, tail, 0, 0x40000000) if arch == "x86_64" else (jeq, 0, 0, 0))
+    for i, nr in enumerate(nrs):
+        prog.append((jeq, n - i, 0, nr))
+    prog += [(ret, 0, 0, allow), (ret, 0, 0, deny)]
+
+    class _Filt(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte),
+                    ("k", ctypes.c_uint32)]
+
+    class _Prog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_Filt))]
+
+    arr = (_Filt * len(prog))(*[_Filt(*x) for x in prog])
+    fprog = _Prog(len(prog), ctypes.cast(arr, ctypes.POINTER(_Filt)))
+    _w_check(libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "seccomp")
+    return "memfd_create, memfd_secret, shmget, msgget refused (EPERM)"
 
 
 def _w_audit_hook(work: str, network: bool, strict: bool):
@@ -530,6 +579,20 @@ def _w_audit_hook(work: str, network: bool, strict: bool):
             for a in args[:2]:
                 if isinstance(a, (str, bytes, os.PathLike)) and not inside(a):
                     raise PermissionError(f"sandbox: {event} outside the work dir is not allowed: {a}")
+        elif event == "sqlite3.connect":  # sqlite opens its files in C: no "open" event
+            db = args[0] if args else None
+            if isinstance(db, (bytes, os.PathLike)):
+                db = fsdecode(db)
+            if isinstance(db, str) and db not in ("", ":memory:"):
+                path, _, query = db.partition("?")
+                if path.startswith("file:"):
+                    path = path[5:]
+                    if path.startswith("//"):
+                        path = "/" + path[2:].partition("/")[2]
+                    if path in ("", ":memory:") or "mode=memory" in query or "mode=ro" in query:
+                        return
+                if not inside(path):
+                    raise PermissionError(f"sandbox: sqlite3.connect outside the work dir is not allowed: {db}")
         elif event in net_events:
             if not network:
                 if event == "socket.bind" and args and len(args) > 1 and isinstance(args[1], str):
@@ -550,6 +613,8 @@ def _w_child(server: "_WServer", req: dict, work: str, fds: tuple[int, int, int,
     cfg = server.cfg
     rc = 70
     try:
+        if cfg.get("_memcg_fd") is not None and not server._cg_write("cgroup.procs", "0"):
+            raise OSError("could not join the per-call memory cgroup")
         os.setsid()
         for i, fd in enumerate(fds):
             os.dup2(fd, i)
@@ -557,7 +622,13 @@ def _w_child(server: "_WServer", req: dict, work: str, fds: tuple[int, int, int,
         for sig in (signal.SIGTERM, signal.SIGCHLD, signal.SIGHUP, signal.SIGXCPU, signal.SIGXFSZ):
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        if server.ns:  # a fresh IPC namespace per call: SysV/POSIX IPC objects die with the call
+            _w_check(server.libc.unshare(_CLONE_NEWIPC), "unshare(CLONE_NEWIPC)")
         _w_drop_privileges(cfg, server.cap_last, server.libc)
+        if os.geteuid() == 0 and not cfg.get("userns"):
+            raise PermissionError("refusing to run untrusted code as root (the uid drop did not happen)")
+        if server.libc is not None:
+            _w_seccomp(server.libc)
         os.chdir(work)
         os.environ.clear()
         os.environ.update({"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": work, "TMPDIR": work,
@@ -617,6 +688,11 @@ class _WServer:
         except (OSError, ValueError):
             self.cap_last = 40
         self.calls = 0
+        if cfg.get("_memcg_fd") is not None and not self._cg_join_works():
+            os.close(cfg["_memcg_fd"])
+            cfg["_memcg_fd"] = None
+            info["memory"] = ("per process: RLIMIT_AS (a memory cgroup was created but a call "
+                              "could not join it)")
         if not self.ns:
             import tempfile
 
@@ -625,9 +701,12 @@ class _WServer:
             info["workdir_base"] = self.base  # removed by the host if we get killed
             if os.geteuid() == 0 and cfg.get("uid") is not None and not self._uid_can_read_python(
                     cfg["uid"]):
-                info["uid_drop"] = (f"skipped: uid {cfg['uid']} cannot read the Python installation "
-                                    f"({os.path.dirname(os.__file__)}), so calls run as root")
-                cfg["uid"] = None
+                raise PermissionError(
+                    f"refusing to run untrusted code as root: the unprivileged uid {cfg['uid']} cannot "
+                    f"read the Python installation ({os.path.dirname(os.__file__)}); install Python "
+                    "where other users can read it, or use --sandbox-isolation namespaces|docker")
+            if os.geteuid() == 0 and cfg.get("uid") is None:
+                raise PermissionError("refusing to run untrusted code as root (no uid to drop to)")
             if libc is not None:
                 libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
@@ -649,6 +728,57 @@ class _WServer:
             except BaseException:  # noqa: BLE001
                 os._exit(1)
         return os.waitpid(pid, 0)[1] == 0
+
+    # -- per-call memory cgroup (when the host could create one)
+    def _cg_join_works(self) -> bool:
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0 if self._cg_write("cgroup.procs", "0") else 1)
+        return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+
+    def _cg_write(self, name: str, value: str) -> bool:
+        fd = self.cfg.get("_memcg_fd")
+        if fd is None:
+            return False
+        try:
+            f = os.open(name, os.O_WRONLY, dir_fd=fd)
+            try:
+                os.write(f, value.encode())
+            finally:
+                os.close(f)
+            return True
+        except OSError:
+            return False
+
+    def _cg_oom_kills(self) -> int:
+        fd = self.cfg.get("_memcg_fd")
+        if fd is None:
+            return 0
+        name = "memory.events" if (self.cfg.get("memcg") or {}).get("v") == "v2" else "memory.oom_control"
+        try:
+            f = os.open(name, os.O_RDONLY, dir_fd=fd)
+            try:
+                text = os.read(f, 4096).decode()
+            finally:
+                os.close(f)
+            for line in text.splitlines():
+                k, _, v = line.partition(" ")
+                if k == "oom_kill":
+                    return int(v)
+        except (OSError, ValueError):
+            pass
+        return 0
+
+    def cg_limit(self, lim: dict) -> None:
+        if self.cfg.get("_memcg_fd") is None:
+            return
+        mem = str(int(lim.get("memory_mb", 512)) << 20)
+        if (self.cfg.get("memcg") or {}).get("v") == "v2":
+            self._cg_write("memory.max", mem)
+            self._cg_write("memory.swap.max", "0")
+        else:
+            self._cg_write("memory.limit_in_bytes", mem)
+            self._cg_write("memory.memsw.limit_in_bytes", mem)
 
     # -- per-call work dir
     def make_workdir(self, lim: dict) -> str:
@@ -741,6 +871,8 @@ class _WServer:
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         res_r, res_w = os.pipe()
+        self.cg_limit(lim)
+        ooms = self._cg_oom_kills()
         t0 = time.monotonic()
         pid = os.fork()
         if pid == 0:
@@ -825,6 +957,7 @@ class _WServer:
             "stderr": bytes(bufs[err_r]).decode("utf-8", "replace"),
             "truncated": [n for n, fd in (("stdout", out_r), ("stderr", err_r), ("result", res_r))
                           if fd in over],
+            "oom_killed": self._cg_oom_kills() > ooms,
         }
         return hdr, bytes(bufs[res_r])
 
@@ -876,6 +1009,18 @@ def _w_main(argv: list[str]) -> None:
             pass
     info: dict = {"mode": "none"}
     libc = None
+    memcg = cfg.get("memcg") or {}
+    cfg["_memcg_fd"] = None
+    if memcg.get("dir"):
+        try:  # kept open across pivot_root: the per-call memory cgroup
+            cfg["_memcg_fd"] = os.open(memcg["dir"], os.O_RDONLY | os.O_DIRECTORY)
+        except OSError:
+            cfg["_memcg_fd"] = None
+    info["memory"] = (
+        f"per call: a memory cgroup ({memcg.get('v')}) capped at memory_mb for all of the call's "
+        "processes and its tmpfs pages, plus RLIMIT_AS per process" if cfg["_memcg_fd"] is not None
+        else "per process: RLIMIT_AS (no writable memory cgroup here, so a call's processes each get "
+             "memory_mb)")
     try:
         try:
             libc = _w_libc()
@@ -905,8 +1050,11 @@ def _w_main(argv: list[str]) -> None:
         if cfg.get("userns") else f"call children keep uid {os.geteuid()}"
         + (" with all capabilities dropped (securebits locked), no_new_privs"
            if os.geteuid() == 0 and libc is not None else ""))
-    if info.get("uid_drop"):
-        info["privileges"] += f" (uid drop {info['uid_drop']})"
+    import platform
+
+    info["seccomp"] = ("memfd_create, memfd_secret, shmget, msgget refused (EPERM); foreign ABIs refused"
+                       if libc is not None and platform.machine() in _SECCOMP_DENY
+                       else f"not installed (no filter for {platform.machine()})")
     import gc
 
     gc.collect()
@@ -949,6 +1097,67 @@ def _worker_source() -> str:
 
             _SOURCE = inspect.getsource(sys.modules[__name__])
     return _SOURCE
+
+
+_MEMCG_PARENT: tuple | None = None
+
+
+def _memcg_parent() -> tuple[str, str] | None:
+    """A memory cgroup directory we may create children in: (dir, "v1"|"v2"), or None."""
+    global _MEMCG_PARENT
+    if _MEMCG_PARENT is not None:
+        return _MEMCG_PARENT or None
+    found: tuple = ()
+    if os.environ.get("TOOLKIT_SANDBOX_CGROUP", "1") != "0" and sys.platform.startswith("linux"):
+        try:
+            with open("/proc/self/cgroup") as f:
+                lines = f.read().splitlines()
+        except OSError:
+            lines = []
+        for line in lines:
+            hid, ctrls, path = (line.split(":", 2) + ["", ""])[:3]
+            if "memory" in ctrls.split(","):
+                d = "/sys/fs/cgroup/memory" + path.rstrip("/")
+                if os.path.isfile(os.path.join(d, "memory.limit_in_bytes")) and os.access(d, os.W_OK):
+                    found = (d, "v1")
+                    break
+            elif hid == "0" and ctrls == "":
+                d = "/sys/fs/cgroup" + path.rstrip("/")
+                try:
+                    with open(os.path.join(d, "cgroup.subtree_control")) as f:
+                        ok = "memory" in f.read().split()
+                except OSError:
+                    ok = False
+                if ok and os.access(d, os.W_OK):
+                    found = (d, "v2")
+    _MEMCG_PARENT = found
+    return found or None
+
+
+def _make_memcg(name: str) -> dict | None:
+    parent = _memcg_parent()
+    if parent is None:
+        return None
+    d = os.path.join(parent[0], name)
+    try:
+        os.mkdir(d)
+    except FileExistsError:
+        pass
+    except OSError:
+        return None
+    return {"dir": d, "v": parent[1]}
+
+
+def _remove_memcg(memcg: dict | None) -> None:
+    if memcg and memcg.get("dir") and os.path.basename(memcg["dir"]).startswith("toolkit-sandbox-"):
+        for _ in range(50):
+            try:
+                os.rmdir(memcg["dir"])
+                return
+            except FileNotFoundError:
+                return
+            except OSError:  # still has a dying process in it
+                time.sleep(0.02)
 
 
 def _next_uid() -> int:
@@ -997,6 +1206,7 @@ class _Worker:
                                          env=_clean_env(), cwd="/", close_fds=True,
                                          start_new_session=True, bufsize=0)
         except OSError as e:
+            _remove_memcg(cfg.get("memcg"))
             raise SandboxError(f"cannot start a sandbox worker ({sys.executable}): {e}") from e
         self.rfd = self.proc.stdout.fileno()
         self.wfd = self.proc.stdin.fileno()
@@ -1064,6 +1274,7 @@ class _Worker:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
+        _remove_memcg(self.cfg.get("memcg"))
         base = self.isolation.get("workdir_base") if hasattr(self, "isolation") else None
         if base and os.path.basename(base).startswith("toolkit-sandbox-"):
             import shutil
@@ -1124,7 +1335,8 @@ def _classify(hdr: dict, raw: bytes, limits: SandboxLimits) -> SandboxResult:
             res.killed = name
             res.error_type = "OSError"
             res.error = f"OSError: file size limit {limits.file_size_mb} MB exceeded ({name})"
-        elif sig in (signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS) and "MemoryError" in res.stderr:
+        elif hdr.get("oom_killed") or (
+                sig in (signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS) and "MemoryError" in res.stderr):
             res.killed = "memory"
             res.error_type = "MemoryError"
             res.error = f"MemoryError: memory limit exceeded ({limits.memory_mb} MB); killed by {name}"
@@ -1148,13 +1360,32 @@ def _classify(hdr: dict, raw: bytes, limits: SandboxLimits) -> SandboxResult:
     return res
 
 
+ISOLATIONS = ("namespaces", "docker", "none-unsafe")
+
+
+def normalize_isolation(name: str | None) -> str:
+    """"namespaces" | "docker" | "none-unsafe" ("auto" and "" mean "namespaces": never a silent
+    downgrade). "none" is refused: running generated code unisolated must be spelled out."""
+    n = (name or "namespaces").strip().lower()
+    if n in ("auto", "namespaces", "ns", "process"):
+        return "namespaces"
+    if n in ("docker", "none-unsafe"):
+        return n
+    if n in ("none", "off", "no"):
+        raise ValueError(f"sandbox isolation {name!r}: to run generated code WITHOUT kernel isolation "
+                         "say so explicitly with 'none-unsafe'")
+    raise ValueError(f"unknown sandbox isolation {name!r}; use {'|'.join(ISOLATIONS)}")
+
+
 class SandboxPool:
     """A pool of warm sandbox workers (thread-safe).
 
     size: max number of concurrent workers (each runs one call at a time).
-    isolation: "auto" (namespaces when the kernel allows, else degrade and say so),
-               "namespaces" (raise SandboxUnavailable if they cannot be set up), "none";
-               default: $TOOLKIT_SANDBOX_ISOLATION or "auto".
+    isolation: "namespaces" (the default; raises SandboxUnavailable when the kernel does not let
+               us build them: the pool never degrades on its own) or "none-unsafe" (explicit opt-out:
+               rlimits + seccomp + uid drop + audit hook only, NOT a security boundary; still never
+               runs code as root). "auto" means "namespaces". Default: $TOOLKIT_SANDBOX_ISOLATION
+               or the module default (`set_default_isolation`).
     preload: extra modules imported once in each worker (e.g. ["numpy"]).
     audit_hook: install the Python audit hook layer in call children.
     ro_paths: extra host directories made visible (read-only) inside the sandbox.
@@ -1164,9 +1395,10 @@ class SandboxPool:
                  preload: list[str] | tuple = (), audit_hook: bool = True,
                  ro_paths: list[str] | tuple = (), start_timeout: float = 30.0,
                  debug: bool = False) -> None:
-        isolation = isolation or os.environ.get("TOOLKIT_SANDBOX_ISOLATION") or "auto"
-        if isolation not in ("auto", "namespaces", "none"):
-            raise ValueError(f"isolation must be auto|namespaces|none, not {isolation!r}")
+        isolation = normalize_isolation(isolation or _default_isolation())
+        if isolation == "docker":
+            raise ValueError("SandboxPool runs the process backend; isolation 'docker' is served by "
+                             "run_function/run_code(backend='docker')")
         self.size = int(size or max(2, min(8, os.cpu_count() or 2)))
         self.isolation = isolation
         self.preload = list(preload)
@@ -1178,7 +1410,7 @@ class SandboxPool:
         self._idle: dict[bool, list[_Worker]] = {False: [], True: []}
         self._count = 0
         self._closed = False
-        self._mode: str | None = None if isolation == "auto" else isolation
+        self._mode: str = "none" if isolation == "none-unsafe" else "namespaces"
         self.fallback_reason: str | None = None
         self._last_isolation: dict | None = None
         self._pid = os.getpid()
@@ -1189,32 +1421,29 @@ class SandboxPool:
         binds, links = _compute_binds(self.ro_paths)
         uid = _next_uid() if os.geteuid() == 0 else None
         cfg = {"mode": mode, "network": network, "binds": binds, "symlinks": links, "uid": uid,
-               "preload": self.preload, "audit_hook": self.audit_hook, "debug": self.debug}
+               "preload": self.preload, "audit_hook": self.audit_hook, "debug": self.debug,
+               "memcg": _make_memcg(f"toolkit-sandbox-{os.getpid()}-{uid or _next_uid()}")}
         cfg.update(self._extra_cfg)
         return cfg
 
     def _spawn(self, network: bool) -> _Worker:
-        mode = self._mode
-        if mode in (None, "namespaces"):
+        if self._mode == "namespaces":
             err: SandboxError | None = None
-            for _ in range(2):  # one retry, so a transient failure does not degrade the pool
+            for _ in range(2):  # one retry for a transient failure; never a silent downgrade
                 try:
                     w = _Worker(self._cfg("namespaces", network), self.start_timeout)
-                    self._mode = "namespaces"
                     self._last_isolation = w.isolation
                     return w
                 except SandboxError as e:
                     err = e
-            if mode == "namespaces":
-                raise SandboxUnavailable(f"namespace isolation is unavailable here: {err}") from err
-            self._mode = "none"
-            self.fallback_reason = str(err)
-            import logging
-
-            logging.getLogger("toolkit.sandbox").warning(
-                "sandbox: kernel namespaces unavailable (%s); DEGRADED to rlimits + audit hook "
-                "only (no kernel network/filesystem isolation). See isolation_report().", err)
-        w = _Worker(self._cfg("none", network), self.start_timeout)
+            raise SandboxUnavailable(
+                f"namespace isolation is unavailable here: {err}. Generated code is not run without "
+                "isolation: use --sandbox-isolation docker (a Docker engine), or opt out explicitly "
+                "with --sandbox-isolation none-unsafe (TOOLKIT_SANDBOX_ISOLATION=none-unsafe)") from err
+        try:
+            w = _Worker(self._cfg("none", network), self.start_timeout)
+        except SandboxError as e:
+            raise SandboxUnavailable(f"sandbox (isolation none-unsafe) cannot start: {e}") from e
         self._last_isolation = w.isolation
         return w
 
@@ -1297,14 +1526,18 @@ class SandboxPool:
             healthy = "fatal" not in hdr
         except TimeoutError:
             return SandboxResult(ok=False, killed="wall_timeout", error_type="TimeoutError",
+                                 isolation=self.isolation,
                                  error=f"TimeoutError: wall time {_fmt_s(limits.wall_seconds)}s "
                                        "exceeded (worker unresponsive; replaced)")
         except (EOFError, OSError, ValueError) as e:
-            return SandboxResult(ok=False, error_type="SandboxError",
+            return SandboxResult(ok=False, error_type="SandboxError", isolation=self.isolation,
                                  error=f"SandboxError: sandbox worker failed: {type(e).__name__}: {e}")
         finally:
             self._release(w, healthy)
-        return _classify(hdr, raw, limits)
+        res = _classify(hdr, raw, limits)
+        res.isolation = self.isolation
+        _note_used(self.isolation)
+        return res
 
     def run_function(self, source: str, func: str, args: list | None = None,
                      kwargs: dict | None = None, limits: SandboxLimits | None = None) -> SandboxResult:
@@ -1344,12 +1577,14 @@ class SandboxPool:
                            if self.audit_hook else "off"),
             "pool": {"size": self.size, "warm_workers": sum(len(v) for v in self._idle.values())},
         }
-        if self.fallback_reason:
-            rep["degraded"] = ("kernel namespaces unavailable, running with rlimits + audit hook "
-                               f"only: {self.fallback_reason}")
-        elif mode != "namespaces":
-            rep["degraded"] = ("isolation='none' requested: rlimits + audit hook only, no kernel "
-                               "network/filesystem isolation")
+        rep["isolation"] = self.isolation
+        rep["memory"] = iso.get("memory")
+        rep["seccomp"] = iso.get("seccomp")
+        rep["ipc"] = ("a fresh IPC namespace per call (SysV/POSIX IPC objects die with the call)"
+                      if mode == "namespaces" else "host IPC namespace (shared)")
+        if mode != "namespaces":
+            rep["degraded"] = ("isolation 'none-unsafe' requested explicitly: rlimits + seccomp + uid "
+                               "drop + audit hook only, no kernel network/filesystem isolation")
         if probe:
             # evidence, not claims: hostile operations attempted with the audit hook OFF, so what
             # is reported is what the kernel-level layers alone do
@@ -1426,13 +1661,47 @@ _DEFAULT_LOCK = threading.Lock()
 _DEFAULT_BACKEND = os.environ.get("TOOLKIT_SANDBOX", "process") or "process"
 
 
+_DEFAULT_ISOLATION: str | None = None  # set_default_isolation(); else $TOOLKIT_SANDBOX_ISOLATION
+_USED: set[str] = set()
+
+
+def _default_isolation() -> str:
+    return normalize_isolation(_DEFAULT_ISOLATION or os.environ.get("TOOLKIT_SANDBOX_ISOLATION")
+                               or "namespaces")
+
+
+def set_default_isolation(name: str | None) -> str:
+    """The isolation generated code runs under (`--sandbox-isolation`, recipe `sandbox_isolation`):
+    "namespaces" (default), "docker" (the docker backend) or "none-unsafe" (explicit opt-out)."""
+    global _DEFAULT_ISOLATION
+    _DEFAULT_ISOLATION = normalize_isolation(name) if name else None
+    return _default_isolation()
+
+
+def _note_used(isolation: str) -> None:
+    _USED.add(isolation)
+
+
+def used_isolation() -> str | None:
+    """The isolation(s) generated code actually ran under in this process ("" joined), or None."""
+    return ",".join(sorted(_USED)) or None
+
+
 def default_pool() -> SandboxPool:
-    """The module-level pool (created lazily, shut down at exit; re-created after fork)."""
+    """The module-level pool (created lazily, shut down at exit; re-created after fork or when the
+    default isolation changes)."""
     global _DEFAULT_POOL
+    want = _default_isolation()
+    if want == "docker":
+        want = "namespaces"
     with _DEFAULT_LOCK:
-        if _DEFAULT_POOL is None or _DEFAULT_POOL._pid != os.getpid() or _DEFAULT_POOL._closed:
-            _DEFAULT_POOL = SandboxPool()
+        if (_DEFAULT_POOL is None or _DEFAULT_POOL._pid != os.getpid() or _DEFAULT_POOL._closed
+                or _DEFAULT_POOL.isolation != want):
+            old = _DEFAULT_POOL
+            _DEFAULT_POOL = SandboxPool(isolation=want)
             atexit.register(_DEFAULT_POOL.shutdown)
+            if old is not None and old._pid == os.getpid() and not old._closed:
+                old.shutdown()
         return _DEFAULT_POOL
 
 
@@ -1448,6 +1717,8 @@ def _resolve_backend(backend: str) -> str:
     b = (backend or "auto").lower()
     if b == "auto":
         b = _DEFAULT_BACKEND if _DEFAULT_BACKEND in ("process", "docker") else "process"
+        if _default_isolation() == "docker":
+            b = "docker"
     if b not in ("process", "docker"):
         raise ValueError(f"unknown sandbox backend {backend!r}; use auto|process|docker")
     return b
@@ -1483,6 +1754,10 @@ def isolation_report(probe: bool = True) -> dict:
         rep = {"backend": "process", "error": str(e)}
     rep["docker"] = docker_status()
     rep["default_backend"] = _DEFAULT_BACKEND
+    try:
+        rep["default_isolation"] = _default_isolation()
+    except ValueError as e:
+        rep["default_isolation"] = f"invalid: {e}"
     return rep
 
 
@@ -1598,6 +1873,7 @@ def _docker_run(req: dict, limits: SandboxLimits) -> SandboxResult:  # pragma: n
     dt = time.monotonic() - t0
     if killed:
         return SandboxResult(ok=False, killed=killed, duration_s=dt, error_type="TimeoutError",
+                             isolation="docker",
                              error=f"TimeoutError: wall time {_fmt_s(limits.wall_seconds)}s exceeded")
     if _DOCKER_MARK not in logs:
         sig = {137: "SIGKILL", 152: "SIGXCPU", 153: "SIGXFSZ"}.get(status_code or 0)
@@ -1609,7 +1885,10 @@ def _docker_run(req: dict, limits: SandboxLimits) -> SandboxResult:  # pragma: n
     doc = json.loads(logs.split(_DOCKER_MARK, 1)[1])
     hdr = {"status": 0, "killed": None, "duration_s": doc.get("duration_s", dt),
            "stdout": doc.get("stdout", ""), "stderr": doc.get("stderr", "")}
-    return _classify(hdr, doc.get("result", "").encode("utf-8", "surrogatepass"), limits)
+    res = _classify(hdr, doc.get("result", "").encode("utf-8", "surrogatepass"), limits)
+    res.isolation = "docker"
+    _note_used("docker")
+    return res
 
 
 if __name__ == "__main__":

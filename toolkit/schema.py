@@ -292,6 +292,7 @@ class Provenance(_Strict):
     cost: float = 0.0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    sandbox_isolation: str | None = None  # isolation generated code ran under in this command
 
 
 # ---------------------------------------------------------------------------------------------

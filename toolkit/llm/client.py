@@ -37,7 +37,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from .cache import cache_key, open_cache
-from .embedded import EMBEDDED_MODEL_NAME
+from .embedded import embedded_model_name
 from .toolcalls import looks_like_tool_call, new_call_id, parse_tool_calls, repair_json, to_hermes_messages
 
 __all__ = ["LLMConfig", "ChatResult", "Meter", "LLMClient", "LLMError", "ToolSchemas", "get_client",
@@ -278,8 +278,39 @@ class _StaleConnection(Exception):
     """A reused keep-alive connection closed before any response byte arrived."""
 
 
+_HTTP: Any = None
+
+
+def _http() -> Any:
+    """The HTTP package the installed openai SDK is built on: `httpx` (openai 1.x/2.x) or its
+    renamed fork `httpx2` (openai 3.x). Transports and response types must come from that one."""
+    global _HTTP
+    if _HTTP is None:
+        import importlib
+
+        import openai
+
+        name = "httpx"
+        for klass in openai.DefaultAsyncHttpxClient.__mro__[1:]:
+            top = klass.__module__.split(".")[0]
+            if top in ("httpx", "httpx2"):
+                name = top
+                break
+        _HTTP = importlib.import_module(name)
+    return _HTTP
+
+
+def _sdk_major() -> int:
+    import openai
+
+    try:
+        return int(str(openai.__version__).split(".")[0])
+    except ValueError:  # pragma: no cover
+        return 0
+
+
 def _make_h11_transport_class():
-    import httpx
+    httpx = _http()
 
     class H11Transport(httpx.AsyncBaseTransport):
         KEEPALIVE_EXPIRY = 5.0  # seconds an idle connection is kept (httpx's default)
@@ -532,8 +563,9 @@ class _Endpoint:
     SHARD_CONNS = 16
 
     def get(self):
-        import httpx
         import openai
+
+        httpx = _http()
 
         loop = asyncio.get_running_loop()
         with self._lock:
@@ -566,6 +598,8 @@ class _Endpoint:
             try:
                 url = client._prepare_url("/chat/completions")
                 url = url if getattr(url, "is_absolute_url", False) else "/chat/completions"
+                if not isinstance(url, str) and _sdk_major() >= 3:
+                    url = str(url)  # openai 3.x treats options.url as a str (`.startswith`)
             except Exception:  # pragma: no cover - an SDK without _prepare_url
                 url = "/chat/completions"
             self._chat_url = url
@@ -840,7 +874,7 @@ class LLMClient:
         self._base_url: str | None = None if (self._embedded or self._vllm) else base.rstrip("/")
         # The embedded model's name is known without starting the server, so fully cached
         # reruns never start it.
-        self._model: str | None = config.model or (EMBEDDED_MODEL_NAME if self._embedded else None)
+        self._model: str | None = config.model or (embedded_model_name() if self._embedded else None)
         self._ready_lock = threading.Lock()
         if config.tool_protocol not in ("auto", "native", "hermes"):
             raise ValueError(f"tool_protocol must be auto, native or hermes, not {config.tool_protocol!r}")
@@ -1010,9 +1044,9 @@ class LLMClient:
         else:  # older SDKs: the SDK encodes the dict
             post_kwargs = {"body": body}
 
-        import httpx
         import openai
 
+        httpx = _http()
         transport = self._transport()
         status: int | str | None = None
         message = ""

