@@ -2,3 +2,4 @@
 strategies on import (gen-task, validate-task, make-verifier, repair, gen-plan, reflect)."""
 
 from toolkit.flows.eigendata import gen_task  # noqa: F401
+from toolkit.flows.eigendata import validate_task  # noqa: F401
