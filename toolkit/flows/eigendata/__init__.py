@@ -4,3 +4,4 @@ strategies on import (gen-task, validate-task, make-verifier, repair, gen-plan, 
 from toolkit.flows.eigendata import gen_task  # noqa: F401
 from toolkit.flows.eigendata import validate_task  # noqa: F401
 from toolkit.flows.eigendata import make_verifier  # noqa: F401
+from toolkit.flows.eigendata import repair  # noqa: F401
