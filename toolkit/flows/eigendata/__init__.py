@@ -5,3 +5,5 @@ from toolkit.flows.eigendata import gen_task  # noqa: F401
 from toolkit.flows.eigendata import validate_task  # noqa: F401
 from toolkit.flows.eigendata import make_verifier  # noqa: F401
 from toolkit.flows.eigendata import repair  # noqa: F401
+from toolkit.flows.eigendata import gen_plan  # noqa: F401
+from toolkit.flows.eigendata import reflect  # noqa: F401

@@ -117,10 +117,13 @@ def guidance(record: Any, role: str) -> str:
     recorded for this role in the record's plan (prompt set); empty when none."""
     if record is None or record.plan is None:
         return ""
+    parts = []
+    if role in ("random_pool", "user_intent") and record.plan.synthesis_plan:
+        parts.append("Synthesis plan / focus of this prompt set (follow it):\n" + record.plan.synthesis_plan[:4000])
     g = (record.plan.extra.get("guidance") or {}).get(role) or []
-    if not g:
-        return ""
-    return "Additional guidance from earlier iterations (follow it):\n" + "\n".join(f"- {x}" for x in g)
+    if g:
+        parts.append("Additional guidance from earlier iterations (follow it):\n" + "\n".join(f"- {x}" for x in g))
+    return "\n\n".join(parts)
 
 
 def prompt_id(record: Any, role: str) -> str:
