@@ -37,3 +37,8 @@ tau2-oracle:
 
 tau2-eval domain="airline" k="4" model="" base_url="":
     eval-tau2 --domain {{domain}} -k {{k}} --agent-model "{{model}}" --agent-base-url "{{base_url}}" -o out/tau2-{{domain}}.jsonl --summary-json out/tau2-{{domain}}.json --chart out/tau2-{{domain}}.png --compare paper
+
+# EigenData pilot loop on ENV (bundled sqlite domain or tau2:<domain>), N scenarios per prompt set
+# and iteration, with a yield/cost table per stage and iteration (recipes/eigendata.sh)
+eigendata env="airline" n="2" iters="16":
+    recipes/eigendata.sh {{env}} {{n}} {{iters}}

@@ -1,0 +1,123 @@
+"""The eigendata recipe (recipes/eigendata.sh, `just eigendata ENV N`) end to end against a
+scripted universe of all roles; the yield table (exact on a hand-made run dir); drift monitoring."""
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import BIN, ROOT
+from test_flow_eigendata_gen_task import POOL, intent
+from test_flow_eigendata_plan_reflect import batch_record, pset, revision
+from toolkit.flows.eigendata import drift as D
+from toolkit.flows.eigendata import yield_table as Y
+from toolkit.llm.testserver import ScriptedServer
+
+DIMS = ("conversation_quality", "function_correctness", "policy_compliance", "intent_alignment", "data_consistency")
+
+
+def universe(req):
+    """Every role of the flow, told apart by its prompt."""
+    t = "\n".join(str(m.get("content") or "") for m in req["messages"])
+    tool_results = [m for m in req["messages"] if m["role"] == "tool"]
+    if "Write prompt set" in t:
+        return pset("cancellations with deception", roles={"user_intent": ["use existing reservations"]})
+    if "`random_pool` agent" in t:
+        return POOL
+    if "Selected scenario parameters" in t:
+        return intent()
+    if "TaskValidationAgent" in t:
+        if not tool_results:
+            return {"tool_calls": [{"name": "query_reservation", "arguments": {"reservation_id": 1003}}]}
+        return json.dumps({"validation_status": "FEASIBLE", "confidence": "high",
+                           "solution_plan": {"primary_path": [{"step": 1, "function": "query_reservation"}]}})
+    if "TrajectoryValidationAgent" in t:
+        return json.dumps({"validation_summary": {d: {"rating": "Good"} for d in DIMS}, "critical_issues": [],
+                           "validation_result": "PASS"})
+    if "VerificationFunctionAgent" in t:  # always-pass: rejected by the self-test → template fallback
+        return "```python\ndef evaluate_submission(reference, eval):\n    return {'overall_pass': True, 'reward': 1.0}\n```"
+    if "Revise the worker prompts" in t:
+        return revision()
+    if req.get("tools") and "query_reservation" in json.dumps(req["tools"]):  # the agent
+        if len(tool_results) == 0:
+            return {"tool_calls": [{"name": "query_reservation", "arguments": {"reservation_id": 1003}}]}
+        if len(tool_results) == 1:
+            return {"tool_calls": [{"name": "update_reservation", "arguments": {"reservation_id": 1003, "status": "cancelled"}}]}
+        return "Your reservation 1003 is cancelled."
+    last = req["messages"][-1].get("content") or ""  # the user simulator
+    return "Thanks! ###STOP###" if "cancelled" in last else "Hi, please cancel reservation 1003 (sofia_kim_7290)."
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("jq") is None, reason="the recipe needs jq")
+def test_recipe_end_to_end_prints_table(tmp_path):
+    out = tmp_path / "run"
+    with ScriptedServer(universe) as srv:
+        env = dict(os.environ, OUT=str(out), TOOLKIT_BASE_URL=srv.base_url, TOOLKIT_MODEL="scripted",
+                   PATH=f"{BIN}:{os.path.dirname(sys.executable)}:{os.environ.get('PATH', '')}", PYTHONPATH=str(ROOT))
+        r = subprocess.run(["bash", "recipes/eigendata.sh", "airline", "1", "2"], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "| iter | stage | in | out |" in r.stderr and "| 1 | make-verifier | 1 | 1 | 0 | 100% | 100% |" in r.stderr
+    assert "pilot criteria met after iteration 1" in r.stderr  # the loop stopped by its criteria
+    data = [json.loads(x) for x in (out / "dataset.jsonl").read_text().splitlines()]
+    assert len(data) == 1
+    rec = data[0]
+    assert rec["verifier"]["self_test"]["generator"] == "template" and rec["verifier"]["self_test"]["passed"]
+    assert rec["plan"]["prompt_set"] == "airline-ps0"
+    # the trajectory's tool results came from the env: the reservation really got cancelled
+    assert any('"status": "cancelled"' in (m.get("content") or "") or "cancelled" in (m.get("content") or "")
+               for m in rec["trajectories"][0]["messages"] if m["role"] == "tool")
+
+
+def _write(p, rows):
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_yield_table_exact(tmp_path):
+    run = tmp_path
+    it = run / "it1"
+    it.mkdir()
+    _write(run / "plans.it1.in.jsonl", [{"id": "p"}])
+    prov = {"command": "gen-task", "prompt_tokens": 100, "completion_tokens": 10, "cost": 0.5}
+    _write(it / "gen-task.jsonl", [{"id": f"t{i}", "provenance": [prov]} for i in range(4)])
+    _write(it / "gen-task.rejects.jsonl", [{"id": "x"}])
+    v = lambda ok: {"stage": "validate-task", "passed": ok}  # noqa: E731
+    _write(it / "validate-task.jsonl", [{"id": f"t{i}", "verdicts": [v(i < 3)]} for i in range(4)])
+    _write(it / "repair.in.jsonl", [{"id": "t3"}])
+    _write(it / "repair.jsonl", [])
+    rows = Y.table(run)
+    assert [(r["stage"], r["in"], r["out"], r["rejected"], r["pass_rate"]) for r in rows] == [
+        ("gen-task", 1, 4, 1, None), ("validate-task", 4, 4, 0, 0.75), ("repair", 1, 0, 0, None)]
+    assert rows[0]["prompt_tokens"] == 400 and rows[0]["cost"] == 2.0
+    text = Y.render(rows)
+    assert "| 1 | gen-task | 1 | 4 | 1 | 400% | - | 400/40 | 2.0000 |" in text and "| 1 | validate-task | 4 | 4 | 0 | 100% | 75% |" in text
+
+
+def _drift(args, records, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "stdin", io.StringIO("".join(json.dumps(r) + "\n" for r in records)))
+    code = D.main(args)
+    return code, capsys.readouterr()
+
+
+def test_drift_marker_and_exit_code(tmp_path, monkeypatch, capsys):
+    base = tmp_path / "base.json"
+    good = [batch_record(i, ok=True) for i in range(10)]
+    code, _ = _drift(["--write-baseline", str(base)], good, monkeypatch, capsys)
+    assert code == 0 and json.loads(base.read_text())["infeasibility"] == 0.0
+    code, cap = _drift(["--baseline", str(base)], good, monkeypatch, capsys)
+    assert code == 0 and json.loads(cap.out)["tags"] == ["no-drift"]
+    bad = [batch_record(i, ok=i % 2 == 0) for i in range(10)]
+    code, cap = _drift(["--baseline", str(base)], bad, monkeypatch, capsys)
+    marker = json.loads(cap.out)
+    assert code == 1 and marker["tags"] == ["drift"] and marker["id"].startswith("drift-")
+    assert marker["extra"]["drift"]["signals"] == ["infeasibility 0.0 → 0.5"]
+    assert marker["extra"]["drift"]["new_categories"] == ["missing_resource"]
+    code, _ = _drift(["--baseline", str(base), "--threshold", "infeasibility_up=0.9"], bad, monkeypatch, capsys)
+    assert code == 0
+    code, _ = _drift([], bad, monkeypatch, capsys)
+    assert code == 2
