@@ -135,3 +135,44 @@ def test_pool_never_valid_rejects():
         with pytest.raises(StageError) as e:
             run_strategy("gen-task", {"base_url": srv.base_url}, env_record(), "eigendata")
     assert e.value.field == "task.extra.random_factors" and "3 attempt" in str(e.value)
+
+
+# ---------------------------------------------------------------------------------------------- SEA
+
+SEA_TASK = {"user_instruction": "Cancel my reservation 1003 please, I booked it yesterday.",
+            "task_spec": {"persona": "Sofia Kim", "reason_for_call": "cancel 1003", "known_info": "user sofia_kim_7290",
+                          "instructions": "confirm with yes"},
+            "expected": {"actions": [{"name": "query_reservation", "arguments": {"reservation_id": 1003}},
+                                     {"name": "update_reservation", "arguments": {"reservation_id": 1003, "status": "cancelled"}}],
+                         "final_answer": None, "nl_assertions": ["1003 is cancelled"]}}
+
+
+def sea_task(**over):
+    return "<thought>write it</thought><synthetic_task>" + json.dumps(dict(SEA_TASK, **over)) + "</synthetic_task>"
+
+
+def test_gen_task_sea_explores_read_only_then_writes_the_task():
+    replies = [
+        sea_task(),  # no exploration yet → refused ("explore the environment first")
+        '<thought>look</thought><function>{"name": "query_reservation", "arguments": {"reservation_id": 1003}}</function>',
+        {"tool_calls": [{"name": "update_reservation", "arguments": {"reservation_id": 1003, "status": "cancelled"}}]},
+        sea_task(expected={"actions": [{"name": "teleport", "arguments": {}}]}),  # unknown function
+        sea_task(),
+    ]
+    with ScriptedServer(replies) as srv:
+        out = run_strategy("gen-task", {"base_url": srv.base_url, "attempts": 3}, env_record(), "sea")
+        assert srv.chat_count == 5
+    t = out[0].task
+    assert out[0].id == "env-1-sea0" and t.instruction == SEA_TASK["user_instruction"]
+    assert [a.name for a in t.ground_truth.actions] == ["query_reservation", "update_reservation"]
+    assert t.ground_truth.must_have_functions == ["query_reservation", "update_reservation"]
+    ex = t.extra["exploration"]
+    assert ex[0]["function"] == "query_reservation" and ex[0]["source"] == "env"
+    assert ex[1]["state_changed"] and ex[1]["write_undone"]  # exploration never changes the state
+    assert t.extra["attempts"] == 3
+
+
+def test_gen_task_sea_never_valid_rejects():
+    with ScriptedServer(["<synthetic_task>{", "nothing", "<synthetic_task>{}</synthetic_task>"]) as srv:
+        with pytest.raises(StageError, match="task_synthesis"):
+            run_strategy("gen-task", {"base_url": srv.base_url}, env_record(), "sea")
