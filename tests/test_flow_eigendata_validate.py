@@ -246,3 +246,32 @@ def test_tau2_airline_feasible_vs_hand_made_infeasible_copies():
         for t in v.scores["tool_calls"]:
             assert env.call(t["function"], t["arguments"]).to_content() == t["result"]
     assert "not found" in fz["tau2-airline-3-missing"].scores["tool_calls"][0]["result"]
+
+
+def test_cli_filter_passed_keeps_feasible_only(tmp_path):
+    from click.testing import CliRunner
+
+    from toolkit import cli
+
+    ok = airline_task(0)
+    missing = with_reservation(ok, 9999, "airline-missing")
+    rej = tmp_path / "rej.jsonl"
+    with ScriptedServer(feasibility_script) as srv:
+        r = CliRunner().invoke(cli.validate_task, ["--strategy", "eigendata", "--filter", "passed", "--base-url",
+                                                   srv.base_url, "--model", "s", "--rejects", str(rej)],
+                               input=json.dumps(ok) + "\n" + json.dumps(missing) + "\n")
+    assert r.exit_code == 0, r.output
+    assert [json.loads(x)["id"] for x in r.stdout.splitlines()] == ["airline-task-001"]
+
+
+def test_tool_budget_then_final_answer():
+    """A model that keeps calling tools is cut at validate_max_calls, told so, and must answer."""
+    calls = {"tool_calls": [{"name": "query_reservation", "arguments": {"reservation_id": 1003}}]}
+    final = json.dumps({"validation_status": "FEASIBLE", "solution_plan": {"primary_path": [{"step": 1}]}})
+    with ScriptedServer([calls, calls, calls, final]) as srv:
+        out = run_strategy("validate-task", {"base_url": srv.base_url, "validate_max_calls": 2}, airline_task(0),
+                           "eigendata")
+        assert srv.chat_count == 4
+        assert "tools" not in srv.requests[2] or not srv.requests[2]["tools"]  # no tools offered past the budget
+    v = verdict(out, "task_feasibility")
+    assert v.passed and v.scores["n_executed"] == 2

@@ -38,7 +38,7 @@ def task_text(record: Record) -> str:
     t = record.task
     if t is None:
         return "(no task)"
-    d = t.model_dump(mode="json", exclude_none=True, exclude={"extra"})
+    d = t.model_dump(mode="json", exclude_none=True, exclude={"extra": True, "ground_truth": {"target_state", "extra"}})
     ex = {k: t.extra[k] for k in ("purpose", "primary_objective", "selected_parameters", "spec") if k in t.extra}
     if ex:
         d["extra"] = ex
