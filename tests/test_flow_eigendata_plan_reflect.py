@@ -160,3 +160,18 @@ def test_metrics_and_drift_exact():
     assert not M.drift(base, base)["drift"]
     s = M.sample(recs, 0.5)
     assert s == M.sample(recs, 0.5) and set(r.id for r in s) <= set(r.id for r in recs)
+
+
+def test_reflect_sea_malformed_improvements_are_retried():
+    rec = batch_record(0, ok=False, ps="P")
+    rec["verdicts"] = [{"stage": "validate-task", "kind": "llm", "name": "task_quality", "passed": False,
+                        "attribution": "task", "reasons": ["REJECT: vague"], "scores": {"eval_rules_improve": ["relax X"]}}]
+    rec["plan"]["synthesis_plan"] = "old plan"
+    replies = ["Here is a better plan: ...", "<synthesis_plan>unterminated", "<synthesis_plan>better plan</synthesis_plan>",
+               "<eval_rules></eval_rules>", "<eval_rules>1. X relaxed. [ACCEPT]/[REJECT]</eval_rules>"]
+    with ScriptedServer(replies) as srv:
+        r = CliRunner().invoke(cli.reflect, ["--strategy", "sea", "--base-url", srv.base_url, "--model", "s"],
+                               input=json.dumps(rec) + "\n")
+        assert srv.chat_count == 5
+    p = Record.model_validate_json(r.stdout.splitlines()[0]).plan
+    assert p.synthesis_plan == "better plan" and p.evaluation_rules.startswith("1. X relaxed")
