@@ -117,7 +117,7 @@ def test_pilot_stops_when_criteria_hold():
 
 def test_reflect_groups_by_prompt_set_and_never_valid_keeps_version():
     recs = [batch_record(i, ok=False, ps="A") for i in range(2)] + [batch_record(i, ok=False, ps="B") for i in range(2)]
-    r, n = run_reflect("eigendata", recs, ["{bad", "<revision>{}</revision>", "no"] + [revision()])
+    r, _ = run_reflect("eigendata", recs, ["{bad", "<revision>{}</revision>", "no"] + [revision()])
     out = {Record.model_validate_json(x).plan.prompt_set: Record.model_validate_json(x).plan for x in r.stdout.splitlines()}
     assert set(out) == {"A", "B"}
     assert out["A"].prompt_version == "1" and "error" in out["A"].extra["reflections"][-1]  # 3 malformed → kept

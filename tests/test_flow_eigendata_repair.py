@@ -12,7 +12,7 @@ from toolkit.envs import load_env
 from toolkit.flows.eigendata.repair import choose_mode
 from toolkit.io import StageError
 from toolkit.llm.testserver import ScriptedServer
-from toolkit.schema import Record, Verdict
+from toolkit.schema import Record
 
 
 def base(verdicts, trajectories=(), **extra):

@@ -3,7 +3,6 @@ hand-written verifier passes, always-pass and state-blind verifiers are rejected
 with malformed replies and regeneration, and agreement with verify --strategy state_diff."""
 
 import asyncio
-import copy
 
 import pytest
 
@@ -12,7 +11,6 @@ from toolkit.domains import load_tasks
 from toolkit.envs import load_env
 from toolkit.flows.eigendata import common as C
 from toolkit.flows.eigendata import make_verifier as MV
-from toolkit.flows.eigendata import verifier_template as VT
 from toolkit.flows.eigendata.perturb import POLICY_ERROR, bump_id, perturbations
 from toolkit.llm.testserver import ScriptedServer
 from toolkit.schema import Record
@@ -168,7 +166,7 @@ def test_template_verifiers_agree_with_state_diff(domain):
         rec.trajectories = trajs
         rec.verdicts = []
 
-        async def go():
+        async def go(rec=rec):
             fn = verify.build({"strategy": ["state_diff", "code"]}, None)
             return await fn(rec)
 
