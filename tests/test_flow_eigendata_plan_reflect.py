@@ -175,3 +175,12 @@ def test_reflect_sea_malformed_improvements_are_retried():
         assert srv.chat_count == 5
     p = Record.model_validate_json(r.stdout.splitlines()[0]).plan
     assert p.synthesis_plan == "better plan" and p.evaluation_rules.startswith("1. X relaxed")
+
+
+def test_reflect_records_without_plan():
+    rec = batch_record(0, ok=True)
+    del rec["plan"]
+    r, n = run_reflect("eigendata", [rec], ["unused"])
+    assert r.exit_code == 0 and n == 0
+    out = Record.model_validate_json(r.stdout.splitlines()[0])
+    assert out.id == "no-plan-v1" and out.plan.extra["pilot"]["stop"] is True

@@ -60,8 +60,8 @@ def failure_categories(record: Any) -> list[str]:
 def group_key(record: Any) -> tuple[str, str]:
     p = record.plan
     if p is None:
-        return ("(no plan)", "1")
-    return (p.prompt_set or p.id or "(no plan)", str(p.prompt_version or "1"))
+        return ("no-plan", "1")
+    return (p.prompt_set or p.id or "no-plan", str(p.prompt_version or "1"))
 
 
 def _rate(num: int, den: int) -> float | None:

@@ -122,79 +122,86 @@ def _build(cfg: dict, ctx, flavour: str):
             groups[M.group_key(r)].append(r)
         out = []
         for key in sorted(groups):
-            recs = groups[key]
-            m = M.batch_metrics(recs)
-            crit = M.pilot_criteria(m, thresholds)
-            plan = _base_plan(recs, key)
-            cats = list(m["categories"])
-            ev = {"records": len(recs), "categories": m["categories"], "examples": evidence(recs)}
-            usage, model = new_usage(), None
-            stop = crit["met"] or not cats
-            change: dict = {"from_version": key[1], "to_version": key[1], "evidence": ev, "changes": []}
-            if not stop:
-                try:
-                    if flavour == "eigendata":
-                        p = C.role_prompt("prompt_revision")
-                        text = p.render(prompt_set=key[0], version=key[1], top=cats[0],
-                                        current=json.dumps(plan["extra"]["guidance"], ensure_ascii=False),
-                                        metrics=json.dumps(m, ensure_ascii=False), evidence=json.dumps(ev, ensure_ascii=False))
-                        got = await ask_structured(ctx.llm("reflector"), [{"role": "user", "content": text}],
-                                                   parse_revision(cats), role="prompt_revision", attempts=attempts)
-                        add_usage(usage, got.usage)
-                        model = got.model
-                        for c in got.value["changes"]:
-                            line = c["text"].strip()
-                            if c["operation"] == "add_negative_example" and not line.lower().startswith("do not"):
-                                line = "Negative example (do NOT do this): " + line
-                            plan["extra"]["guidance"].setdefault(c["role"], []).append(line)
-                        change["changes"] = got.value["changes"]
-                        change["rationale"] = got.value.get("rationale")
-                    else:
-                        env_desc = plan.get("evaluation_rules") or ""
-                        reports = [f"{r.id}: " + "; ".join(v.reasons)[:800] for r in recs for v in r.verdicts
-                                   if not v.passed and v.attribution == "task"]
-                        items = [x for r in recs for v in r.verdicts for x in (v.scores.get("eval_rules_improve") or [])
-                                 if isinstance(x, str)]
-                        if reports:
-                            p = C.role_prompt("plan_improvement")
-                            got = await ask_structured(ctx.llm("reflector"), [{"role": "user", "content": p.render(
-                                task_description=recs[0].extra.get("target") or env_desc or "(see the plan)",
-                                synthesis_plan=plan.get("synthesis_plan") or "(none)",
-                                evaluation_reports="\n".join(reports[:20]))}], _tag_parser("synthesis_plan"),
-                                role="plan_improvement", attempts=attempts)
-                            add_usage(usage, got.usage)
-                            model = got.model
-                            change["changes"].append({"field": "synthesis_plan", "old": plan.get("synthesis_plan"),
-                                                      "new": got.value, "addresses": "task"})
-                            plan["synthesis_plan"] = got.value
-                        if items:
-                            p = C.role_prompt("rules_improvement")
-                            got = await ask_structured(ctx.llm("reflector"), [{"role": "user", "content": p.render(
-                                task_description=recs[0].extra.get("target") or "(see the plan)",
-                                eval_rules=plan.get("evaluation_rules") or "(none)",
-                                eval_rules_improvements="\n".join(f"- {x}" for x in items[:25]))}],
-                                _tag_parser("eval_rules"), role="rules_improvement", attempts=attempts)
-                            add_usage(usage, got.usage)
-                            model = got.model
-                            change["changes"].append({"field": "evaluation_rules", "old": plan.get("evaluation_rules"),
-                                                      "new": got.value, "addresses": "eval_rules_improve"})
-                            plan["evaluation_rules"] = got.value
-                except RoleRejected as e:
-                    log(f"reflect {flavour} {key[0]} v{key[1]}: {e}")
-                    change["error"] = str(e)
-                if change["changes"]:
-                    change["to_version"] = plan["prompt_version"] = _next_version(key[1])
-            plan["extra"]["reflections"] = list(plan["extra"]["reflections"]) + [change]
-            plan["extra"]["pilot"] = {"metrics": m, "criteria": crit, "stop": stop,
-                                      "iteration": len(plan["extra"]["reflections"])}
-            first = next((r for r in recs if r.env is not None), recs[0])
-            rec = Record.model_validate({"id": f"{key[0]}-v{plan['prompt_version']}", "flow": C.FLOW,
-                                         "tags": ["eigendata", "plan"], "plan": plan,
-                                         "env": first.env.model_dump(mode="json") if first.env else None,
-                                         "extra": {"target": first.extra.get("target")} if first.extra.get("target") else {}})
-            add_provenance(rec, "reflect", strategy=flavour, model=model, recipe_hash=cfg.get("recipe_hash"), usage=usage)
+            try:
+                rec = await reflect_group(key, groups[key])
+            except Exception as e:  # one bad group must not lose the others' new versions
+                log(f"reflect {flavour} {key[0]} v{key[1]}: {type(e).__name__}: {e}")
+                continue
             out.append(rec)
         return out
+
+    async def reflect_group(key: tuple[str, str], recs: list[Record]) -> Record:
+        m = M.batch_metrics(recs)
+        crit = M.pilot_criteria(m, thresholds)
+        plan = _base_plan(recs, key)
+        cats = list(m["categories"])
+        ev = {"records": len(recs), "categories": m["categories"], "examples": evidence(recs)}
+        usage, model = new_usage(), None
+        stop = crit["met"] or not cats
+        change: dict = {"from_version": key[1], "to_version": key[1], "evidence": ev, "changes": []}
+        if not stop:
+            try:
+                if flavour == "eigendata":
+                    p = C.role_prompt("prompt_revision")
+                    text = p.render(prompt_set=key[0], version=key[1], top=cats[0],
+                                    current=json.dumps(plan["extra"]["guidance"], ensure_ascii=False),
+                                    metrics=json.dumps(m, ensure_ascii=False), evidence=json.dumps(ev, ensure_ascii=False))
+                    got = await ask_structured(ctx.llm("reflector"), [{"role": "user", "content": text}],
+                                               parse_revision(cats), role="prompt_revision", attempts=attempts)
+                    add_usage(usage, got.usage)
+                    model = got.model
+                    for c in got.value["changes"]:
+                        line = c["text"].strip()
+                        if c["operation"] == "add_negative_example" and not line.lower().startswith("do not"):
+                            line = "Negative example (do NOT do this): " + line
+                        plan["extra"]["guidance"].setdefault(c["role"], []).append(line)
+                    change["changes"] = got.value["changes"]
+                    change["rationale"] = got.value.get("rationale")
+                else:
+                    env_desc = plan.get("evaluation_rules") or ""
+                    reports = [f"{r.id}: " + "; ".join(v.reasons)[:800] for r in recs for v in r.verdicts
+                               if not v.passed and v.attribution == "task"]
+                    items = [x for r in recs for v in r.verdicts for x in (v.scores.get("eval_rules_improve") or [])
+                             if isinstance(x, str)]
+                    if reports:
+                        p = C.role_prompt("plan_improvement")
+                        got = await ask_structured(ctx.llm("reflector"), [{"role": "user", "content": p.render(
+                            task_description=recs[0].extra.get("target") or env_desc or "(see the plan)",
+                            synthesis_plan=plan.get("synthesis_plan") or "(none)",
+                            evaluation_reports="\n".join(reports[:20]))}], _tag_parser("synthesis_plan"),
+                            role="plan_improvement", attempts=attempts)
+                        add_usage(usage, got.usage)
+                        model = got.model
+                        change["changes"].append({"field": "synthesis_plan", "old": plan.get("synthesis_plan"),
+                                                  "new": got.value, "addresses": "task"})
+                        plan["synthesis_plan"] = got.value
+                    if items:
+                        p = C.role_prompt("rules_improvement")
+                        got = await ask_structured(ctx.llm("reflector"), [{"role": "user", "content": p.render(
+                            task_description=recs[0].extra.get("target") or "(see the plan)",
+                            eval_rules=plan.get("evaluation_rules") or "(none)",
+                            eval_rules_improvements="\n".join(f"- {x}" for x in items[:25]))}],
+                            _tag_parser("eval_rules"), role="rules_improvement", attempts=attempts)
+                        add_usage(usage, got.usage)
+                        model = got.model
+                        change["changes"].append({"field": "evaluation_rules", "old": plan.get("evaluation_rules"),
+                                                  "new": got.value, "addresses": "eval_rules_improve"})
+                        plan["evaluation_rules"] = got.value
+            except RoleRejected as e:
+                log(f"reflect {flavour} {key[0]} v{key[1]}: {e}")
+                change["error"] = str(e)
+            if change["changes"]:
+                change["to_version"] = plan["prompt_version"] = _next_version(key[1])
+        plan["extra"]["reflections"] = list(plan["extra"]["reflections"]) + [change]
+        plan["extra"]["pilot"] = {"metrics": m, "criteria": crit, "stop": stop,
+                                  "iteration": len(plan["extra"]["reflections"])}
+        first = next((r for r in recs if r.env is not None), recs[0])
+        rec = Record.model_validate({"id": f"{key[0]}-v{plan['prompt_version']}", "flow": C.FLOW,
+                                     "tags": ["eigendata", "plan"], "plan": plan,
+                                     "env": first.env.model_dump(mode="json") if first.env else None,
+                                     "extra": {"target": first.extra.get("target")} if first.extra.get("target") else {}})
+        add_provenance(rec, "reflect", strategy=flavour, model=model, recipe_hash=cfg.get("recipe_hash"), usage=usage)
+        return rec
 
     fn.finish = finish  # type: ignore[attr-defined]
     return fn
