@@ -6,7 +6,8 @@
 # N: scenarios per prompt set and iteration. MAX_ITERS: pilot iterations (the paper: up to 16).
 # Model: the embedded default unless TOOLKIT_BASE_URL / TOOLKIT_MODEL (or role-specific
 # TOOLKIT_<ROLE>_*) point elsewhere. Outputs in $OUT (default out/eigendata-<env>):
-#   plans.it<k>.in.jsonl  the plans iteration k starts from; it<k>/<stage>.jsonl (+ .rejects.jsonl)
+#   plans.it<k>.in.jsonl  the plans iteration k starts from; it<k>/<stage>.jsonl (+ .rejects.jsonl,
+#                         .log = the stage's stderr with its summary line: requests, tokens, cost)
 #   dataset.jsonl         records that passed verify and whose verifier passed its self-test
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -35,7 +36,7 @@ for it in $(seq 1 "$iters"); do
   d="$out/it$it"; mkdir -p "$d"
   # s COMMAND [ARGS]: run a stage with the recipe, its rejects next to its output
   s() { local c=$1; shift; local extra=(); case $c in rollout|verify) ;; *) extra=("${strat[@]}") ;; esac
-        "$c" "${common[@]}" "${extra[@]}" --rejects "$d/$c.rejects.jsonl" "$@"; }
+        "$c" "${common[@]}" "${extra[@]}" --rejects "$d/$c.rejects.jsonl" "$@" 2> >(tee "$d/$c.log" >&2); }
   s gen-task --strategy eigendata -n "$n" < "$out/plans.it$it.in.jsonl" > "$d/gen-task.jsonl"
   s validate-task --strategy eigendata < "$d/gen-task.jsonl" > "$d/validate-task.jsonl"
   jq -c 'select([.verdicts[] | select(.stage=="validate-task") | .passed] | all)' "$d/validate-task.jsonl" > "$d/validated.jsonl"

@@ -62,7 +62,7 @@ def test_recipe_end_to_end_prints_table(tmp_path):
         r = subprocess.run(["bash", "recipes/eigendata.sh", "airline", "1", "2"], cwd=ROOT, env=env,
                            capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "| iter | stage | in | out |" in r.stderr and "| 1 | make-verifier | 1 | 1 | 0 | 100% | 100% |" in r.stderr
+    assert "| iter | stage | in | out |" in r.stderr and "| 1 | make-verifier | 1 | 1 | 0 | 100% | 100% | 3 |" in r.stderr
     assert "pilot criteria met after iteration 1" in r.stderr  # the loop stopped by its criteria
     data = [json.loads(x) for x in (out / "dataset.jsonl").read_text().splitlines()]
     assert len(data) == 1
@@ -95,7 +95,14 @@ def test_yield_table_exact(tmp_path):
         ("gen-task", 1, 4, 1, None), ("validate-task", 4, 4, 0, 0.75), ("repair", 1, 0, 0, None)]
     assert rows[0]["prompt_tokens"] == 400 and rows[0]["cost"] == 2.0
     text = Y.render(rows)
-    assert "| 1 | gen-task | 1 | 4 | 1 | 400% | - | 400/40 | 2.0000 |" in text and "| 1 | validate-task | 4 | 4 | 0 | 100% | 75% |" in text
+    assert "| 1 | gen-task | 1 | 4 | 1 | 400% | - | - | 400/40 | 2.0000 |" in text
+    assert "| 1 | validate-task | 4 | 4 | 0 | 100% | 75% |" in text
+    # the stage's own summary line (rejected lines' requests included) wins over provenance
+    (it / "gen-task.log").write_text("gen-task: rejected line 2\ngen-task: read 1, written 4, rejected 1, 1.2s, "
+                                     "llm requests 7 (cache hits 1), tokens 1234, cost $0.0300\n")
+    row = Y.table(run)[0]
+    assert (row["requests"], row["tokens"], row["cost"]) == (7, 1234, 0.03)
+    assert "| 1 | gen-task | 1 | 4 | 1 | 400% | - | 7 | 1234 | 0.0300 |" in Y.render([row])
 
 
 def _drift(args, records, monkeypatch, capsys):

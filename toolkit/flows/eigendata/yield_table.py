@@ -5,8 +5,9 @@ Layout written by recipes/eigendata.sh: `<run>/it<k>/<stage>.jsonl` (the stage's
 `<run>/it<k>/<stage>.rejects.jsonl`, for the stages in STAGES order. Per iteration and stage: records
 in (`<stage>.in.jsonl` when the recipe saved one, else the previous stage's output, or the plans
 for gen-task), out, rejected, verdict pass rate of
-that stage (validate-task, verify, make-verifier), prompt/completion tokens and cost from the
-output records' provenance entries of that command.
+that stage (validate-task, verify, make-verifier), LLM requests / tokens / cost from the stage's
+summary line in `<stage>.log` (every request, rejected lines included), else prompt/completion
+tokens and cost from the output records' provenance entries of that command.
 
     python -m toolkit.flows.eigendata.yield_table RUN_DIR [--json]
 """
@@ -14,6 +15,7 @@ output records' provenance entries of that command.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -33,6 +35,22 @@ def _read(p: Path) -> list[dict]:
             except json.JSONDecodeError:
                 continue
     return out
+
+
+_SUMMARY = re.compile(r"llm requests (\d+) \(cache hits (\d+)\), tokens (\d+), cost \$([0-9.]+)")
+
+
+def summary_usage(log: Path, command: str) -> dict | None:
+    """requests / tokens / cost from the stage's own summary line (counts rejected lines too)."""
+    if not log.is_file():
+        return None
+    hit = None
+    for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
+        if line.startswith(f"{command}: read "):
+            m = _SUMMARY.search(line)
+            if m:
+                hit = {"requests": int(m.group(1)), "tokens": int(m.group(3)), "cost": float(m.group(4))}
+    return hit
 
 
 def stage_row(recs: list[dict], rejects: list[dict], command: str | None, n_in: int | None) -> dict:
@@ -67,21 +85,30 @@ def table(run: str | Path) -> list[dict]:
             fin = it / f"{name}.in.jsonl"  # a branching stage's own input (repair, make-verifier, reflect)
             n_in = len(_read(fin)) if fin.is_file() else prev
             row = stage_row(recs, _read(it / f"{name}.rejects.jsonl"), command, n_in)
+            su = summary_usage(it / f"{name}.log", command) if command else None
+            if su is not None:  # the meter saw every request, rejected lines included
+                row.update(requests=su["requests"], tokens=su["tokens"], cost=su["cost"])
             rows.append(dict(iteration=int(it.name[2:]), stage=name, **row))
             prev = len(recs)
     return rows
 
 
+def _tokens(r: dict) -> str:
+    if "tokens" in r:
+        return str(r["tokens"])
+    return f"{r['prompt_tokens']}/{r['completion_tokens']}"
+
+
 def render(rows: list[dict]) -> str:
-    head = ["iter", "stage", "in", "out", "rejected", "yield", "pass", "tokens (p/c)", "cost"]
+    head = ["iter", "stage", "in", "out", "rejected", "yield", "pass", "requests", "tokens", "cost"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         y = f"{r['out'] / r['in']:.0%}" if r["in"] else "-"
         pr = "-" if r["pass_rate"] is None else f"{r['pass_rate']:.0%}"
         lines.append(f"| {r['iteration']} | {r['stage']} | {r['in'] if r['in'] is not None else '-'} | {r['out']} | "
-                     f"{r['rejected']} | {y} | {pr} | {r['prompt_tokens']}/{r['completion_tokens']} | {r['cost']:.4f} |")
+                     f"{r['rejected']} | {y} | {pr} | {r.get('requests', '-')} | {_tokens(r)} | {r['cost']:.4f} |")
     tot_c = sum(r["cost"] for r in rows)
-    tot_t = sum(r["prompt_tokens"] + r["completion_tokens"] for r in rows)
+    tot_t = sum(r["tokens"] if "tokens" in r else r["prompt_tokens"] + r["completion_tokens"] for r in rows)
     lines.append(f"\ntotal: {tot_t} tokens, cost {tot_c:.4f}")
     return "\n".join(lines)
 
