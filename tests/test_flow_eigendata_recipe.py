@@ -4,6 +4,7 @@ scripted universe of all roles; the yield table (exact on a hand-made run dir); 
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -20,58 +21,101 @@ from toolkit.llm.testserver import ScriptedServer
 DIMS = ("conversation_quality", "function_correctness", "policy_compliance", "intent_alignment", "data_consistency")
 
 
-def universe(req):
-    """Every role of the flow, told apart by its prompt."""
-    t = "\n".join(str(m.get("content") or "") for m in req["messages"])
-    tool_results = [m for m in req["messages"] if m["role"] == "tool"]
-    if "Write prompt set" in t:
-        return pset("cancellations with deception", roles={"user_intent": ["use existing reservations"]})
-    if "`random_pool` agent" in t:
-        return POOL
-    if "Selected scenario parameters" in t:
-        return intent()
-    if "TaskValidationAgent" in t:
-        if not tool_results:
-            return {"tool_calls": [{"name": "query_reservation", "arguments": {"reservation_id": 1003}}]}
-        return json.dumps({"validation_status": "FEASIBLE", "confidence": "high",
-                           "solution_plan": {"primary_path": [{"step": 1, "function": "query_reservation"}]}})
-    if "TrajectoryValidationAgent" in t:
-        return json.dumps({"validation_summary": {d: {"rating": "Good"} for d in DIMS}, "critical_issues": [],
-                           "validation_result": "PASS"})
-    if "VerificationFunctionAgent" in t:  # always-pass: rejected by the self-test → template fallback
-        return "```python\ndef evaluate_submission(reference, eval):\n    return {'overall_pass': True, 'reward': 1.0}\n```"
-    if "Revise the worker prompts" in t:
-        return revision()
-    if req.get("tools") and "query_reservation" in json.dumps(req["tools"]):  # the agent
-        if len(tool_results) == 0:
-            return {"tool_calls": [{"name": "query_reservation", "arguments": {"reservation_id": 1003}}]}
-        if len(tool_results) == 1:
-            return {"tool_calls": [{"name": "update_reservation", "arguments": {"reservation_id": 1003, "status": "cancelled"}}]}
-        return "Your reservation 1003 is cancelled."
-    last = req["messages"][-1].get("content") or ""  # the user simulator
-    return "Thanks! ###STOP###" if "cancelled" in last else "Hi, please cancel reservation 1003 (sofia_kim_7290)."
+def make_universe():
+    """Every role of the flow, told apart by its prompt. The judge fails the first trajectory that
+    writes without asking for confirmation (policy_violation); the ModifyAgent repairs it by adding
+    the confirmation turn; reflect addresses the observed category."""
+    state = {"failed_once": False}
+
+    def reply(req):
+        t = "\n".join(str(m.get("content") or "") for m in req["messages"])
+        tool_results = [m for m in req["messages"] if m["role"] == "tool"]
+        if "Write prompt set" in t:
+            return pset("cancellations with deception", roles={"user_intent": ["use existing reservations"]})
+        if "`random_pool` agent" in t:
+            return POOL
+        if "Selected scenario parameters" in t:
+            return intent()
+        if "TaskValidationAgent" in t:
+            if not tool_results:
+                return {"tool_calls": [{"name": "query_reservation", "arguments": {"reservation_id": 1003}}]}
+            return json.dumps({"validation_status": "FEASIBLE", "confidence": "high",
+                               "solution_plan": {"primary_path": [{"step": 1, "function": "query_reservation"}]}})
+        if "TrajectoryValidationAgent" in t:
+            ok = "Shall I cancel" in t or state["failed_once"]
+            if not ok:
+                state["failed_once"] = True
+                return json.dumps({"validation_summary": {d: {"rating": "Poor" if d == "policy_compliance" else "Good"}
+                                                          for d in DIMS},
+                                   "critical_issues": [{"category": "policy_violation", "turn_number": 3,
+                                                        "description": "cancelled without an explicit yes"}],
+                                   "validation_result": "FAIL", "attribution": "trajectory"})
+            return json.dumps({"validation_summary": {d: {"rating": "Good"} for d in DIMS}, "critical_issues": [],
+                               "validation_result": "PASS"})
+        if "ModifyAgent" in t:
+            prim = re.search(r"primary testing objective \(([^)]*)\)", t).group(1)
+            cx = re.search(r"complexity level \(([^)]*)\)", t).group(1)
+            return json.dumps({"repair_mode": "TRAJECTORY", "original_failure": {"category": "policy_violation",
+                                                                                   "description": "no confirmation"},
+                               "repairs_applied": [{"target_field": "turn 3", "original_value": "-",
+                                                    "repaired_value": "ask for a yes", "rationale": "policy"}],
+                               "preserved_elements": {"testing_objectives": [prim], "complexity_level": cx},
+                               "repaired_trajectory": [
+                                   {"role": "user", "content": "Please cancel reservation 1003."},
+                                   {"role": "assistant", "function": {"name": "query_reservation",
+                                                                      "arguments": {"reservation_id": 1003}}},
+                                   {"role": "assistant", "content": "Shall I cancel reservation 1003?"},
+                                   {"role": "user", "content": "yes"},
+                                   {"role": "assistant", "function": {"name": "update_reservation", "arguments": {
+                                       "reservation_id": 1003, "status": "cancelled"}}},
+                                   {"role": "assistant", "content": "Done."}]})
+        if "VerificationFunctionAgent" in t:  # always-pass: rejected by the self-test → template fallback
+            return "```python\ndef evaluate_submission(reference, eval):\n    return {'overall_pass': True, 'reward': 1.0}\n```"
+        if "Revise the worker prompts" in t:
+            return revision(addresses="policy_violation", role="user_intent")
+        if req.get("tools") and "query_reservation" in json.dumps(req["tools"]):  # the agent
+            if len(tool_results) == 0:
+                return {"tool_calls": [{"name": "query_reservation", "arguments": {"reservation_id": 1003}}]}
+            if len(tool_results) == 1:
+                return {"tool_calls": [{"name": "update_reservation",
+                                        "arguments": {"reservation_id": 1003, "status": "cancelled"}}]}
+            return "Your reservation 1003 is cancelled."
+        last = req["messages"][-1].get("content") or ""  # the user simulator
+        return "Thanks! ###STOP###" if "cancelled" in last else "Hi, please cancel reservation 1003 (sofia_kim_7290)."
+
+    return reply
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("jq") is None, reason="the recipe needs jq")
-def test_recipe_end_to_end_prints_table(tmp_path):
+def test_recipe_end_to_end_repairs_reflects_and_stops(tmp_path):
     out = tmp_path / "run"
-    with ScriptedServer(universe) as srv:
+    with ScriptedServer(make_universe()) as srv:
         env = dict(os.environ, OUT=str(out), TOOLKIT_BASE_URL=srv.base_url, TOOLKIT_MODEL="scripted",
                    PATH=f"{BIN}:{os.path.dirname(sys.executable)}:{os.environ.get('PATH', '')}", PYTHONPATH=str(ROOT))
-        r = subprocess.run(["bash", "recipes/eigendata.sh", "airline", "1", "2"], cwd=ROOT, env=env,
-                           capture_output=True, text=True, timeout=300)
+        r = subprocess.run(["bash", "recipes/eigendata.sh", "airline", "1", "3"], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "| iter | stage | in | out |" in r.stderr and "| 1 | make-verifier | 1 | 1 | 0 | 100% | 100% | 3 |" in r.stderr
-    assert "pilot criteria met after iteration 1" in r.stderr  # the loop stopped by its criteria
+    err = r.stderr
+    assert "| iter | stage | in | out |" in err
+    assert "| 1 | verify | 1 | 1 | 0 | 100% | 0% |" in err  # the first trajectory fails the judge
+    assert "| 1.r1 | verify | 1 | 1 | 0 | 100% | 100% |" in err  # the repaired one passes
+    assert "pilot criteria met after iteration 2" in err  # reflect's revision, then the criteria hold
+    plan2 = json.loads((out / "plans.it2.in.jsonl").read_text().splitlines()[0])["plan"]
+    assert plan2["prompt_version"] == "2"
+    assert plan2["extra"]["reflections"][-1]["changes"][0]["addresses"] == "policy_violation"
     data = [json.loads(x) for x in (out / "dataset.jsonl").read_text().splitlines()]
-    assert len(data) == 1
-    rec = data[0]
-    assert rec["verifier"]["self_test"]["generator"] == "template" and rec["verifier"]["self_test"]["passed"]
-    assert rec["plan"]["prompt_set"] == "airline-ps0"
-    # the trajectory's tool results came from the env: the reservation really got cancelled
-    assert any('"status": "cancelled"' in (m.get("content") or "") or "cancelled" in (m.get("content") or "")
-               for m in rec["trajectories"][0]["messages"] if m["role"] == "tool")
+    assert len(data) == 2
+    rep = data[0]
+    assert rep["id"].endswith("-rep1") and rep["extra"]["repair_round"] == 1 and rep["parent_id"]
+    assert rep["verifier"]["self_test"]["generator"] == "template" and rep["verifier"]["self_test"]["passed"]
+    # the repaired trajectory's tool results are the environment's
+    from toolkit.envs import load_env
+
+    env_ = load_env({"backend": "sqlite", "id": "airline"})
+    tools = [m for m in rep["trajectories"][0]["messages"] if m["role"] == "tool"]
+    assert tools[0]["content"] == env_.call("query_reservation", {"reservation_id": 1003}).to_content()
+    assert tools[1]["content"] == env_.call("update_reservation", {"reservation_id": 1003, "status": "cancelled"}).to_content()
 
 
 def _write(p, rows):

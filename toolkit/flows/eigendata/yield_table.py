@@ -2,7 +2,8 @@
 replace it).
 
 Layout written by recipes/eigendata.sh: `<run>/it<k>/<stage>.jsonl` (the stage's output) and
-`<run>/it<k>/<stage>.rejects.jsonl`, for the stages in STAGES order. Per iteration and stage: records
+`<run>/it<k>/<stage>.rejects.jsonl`, for the stages in STAGES order; the Validate <-> Modify rounds
+in `<run>/it<k>/repair<r>/` (rows labelled `<k>.r<r>`). Per iteration and stage: records
 in (`<stage>.in.jsonl` when the recipe saved one, else the previous stage's output, or the plans
 for gen-task), out, rejected, verdict pass rate of
 that stage (validate-task, verify, make-verifier), LLM requests / tokens / cost from the stage's
@@ -72,24 +73,36 @@ def stage_row(recs: list[dict], rejects: list[dict], command: str | None, n_in: 
             "prompt_tokens": tok_p, "completion_tokens": tok_c, "cost": round(cost, 6)}
 
 
+def _rows(folder: Path, label: str, prev: int | None) -> list[dict]:
+    rows = []
+    for name, command in STAGES:
+        f = folder / f"{name}.jsonl"
+        if not f.is_file():
+            continue
+        recs = _read(f)
+        fin = folder / f"{name}.in.jsonl"  # a branching stage's own input (repair, make-verifier, reflect)
+        n_in = len(_read(fin)) if fin.is_file() else prev
+        row = stage_row(recs, _read(folder / f"{name}.rejects.jsonl"), command, n_in)
+        su = summary_usage(folder / f"{name}.log", command) if command else None
+        if su is not None:  # the meter saw every request, rejected lines included
+            row.update(requests=su["requests"], tokens=su["tokens"], cost=su["cost"])
+        rows.append(dict(iteration=label, stage=name, **row))
+        prev = len(recs)
+    return rows
+
+
 def table(run: str | Path) -> list[dict]:
     run = Path(run)
     rows = []
     for it in sorted((p for p in run.glob("it*") if p.is_dir()), key=lambda p: int(p.name[2:] or 0)):
-        prev = len(_read(run / f"plans.{it.name}.in.jsonl")) or None
-        for name, command in STAGES:
-            f = it / f"{name}.jsonl"
-            if not f.is_file():
-                continue
-            recs = _read(f)
-            fin = it / f"{name}.in.jsonl"  # a branching stage's own input (repair, make-verifier, reflect)
-            n_in = len(_read(fin)) if fin.is_file() else prev
-            row = stage_row(recs, _read(it / f"{name}.rejects.jsonl"), command, n_in)
-            su = summary_usage(it / f"{name}.log", command) if command else None
-            if su is not None:  # the meter saw every request, rejected lines included
-                row.update(requests=su["requests"], tokens=su["tokens"], cost=su["cost"])
-            rows.append(dict(iteration=int(it.name[2:]), stage=name, **row))
-            prev = len(recs)
+        k = int(it.name[2:])
+        main = _rows(it, str(k), len(_read(run / f"plans.{it.name}.in.jsonl")) or None)
+        # the Validate <-> Modify rounds (it<k>/repair<r>/) come right after the iteration's repair row
+        subs = []
+        for sub in sorted((p for p in it.glob("repair*") if p.is_dir()), key=lambda p: int(p.name[6:] or 0)):
+            subs += _rows(sub, f"{k}.r{sub.name[6:]}", None)
+        at = next((i + 1 for i, r in enumerate(main) if r["stage"] == "repair"), len(main))
+        rows += main[:at] + subs + main[at:]
     return rows
 
 
