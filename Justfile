@@ -45,3 +45,8 @@ domain-check +paths="toolkit/domains/airline toolkit/domains/clinic":
 # LOGIGEN Architect: domain briefs (extra.brief) -> compiled domains under out/domains
 logigen-architect briefs out="out/domains":
     gen-plan --strategy logigen --out-dir {{out}} -i {{briefs}} -o out/plans.jsonl
+
+# EigenData pilot loop on ENV (bundled sqlite domain or tau2:<domain>), N scenarios per prompt set
+# and iteration, with a yield/cost table per stage and iteration (recipes/eigendata.sh)
+eigendata env="airline" n="2" iters="16":
+    recipes/eigendata.sh {{env}} {{n}} {{iters}}

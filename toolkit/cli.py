@@ -210,8 +210,9 @@ Example:
 @config_options
 @llm_options()
 @llm_options("judge", "Judge")
-@click.option("--judge-rubric", type=click.Choice(["sea", "simia", "astra"]), default="sea", show_default=True,
-              help="judge strategy rubric: SEA trajectory verdict with attribution, Simia reward, ASTRA 7-dim.")
+@click.option("--judge-rubric", type=click.Choice(["sea", "simia", "astra", "eigendata"]), default="sea", show_default=True,
+              help="judge strategy rubric: SEA trajectory verdict with attribution, Simia reward, ASTRA 7-dim, "
+                   "EigenData five dimensions + decision rule.")
 @click.option("--strategy", "strategy", multiple=True, default=["state_diff"], show_default=True,
               help="Repeatable: state_diff, actions, f1, code, judge, tau2.")
 @click.option("--require", multiple=True, help="Strategies that decide pass/fail (default: all run).")

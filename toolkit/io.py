@@ -648,6 +648,14 @@ class RecordStream:
                         emit(next_emit, pending.pop(next_emit))
                         next_emit += 1
                 self._progress.update(self.summary)
+            finish = getattr(fn, "finish", None)
+            if finish is not None:  # batch stages (reflect): records made from the whole input
+                outs = finish()
+                if inspect.isawaitable(outs):
+                    outs = await outs
+                for r in outs or []:
+                    writer.write(dump_line(r))
+                    self.summary.written += 1
         finally:
             for t in pending.values():
                 t.cancel()

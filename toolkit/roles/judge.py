@@ -6,6 +6,12 @@ Rubrics (prompt files in toolkit/prompts, each citing its paper section):
 - `sea`    AReaL-SEA "Synthetic Task and Trajectory Evaluation" → TASK QUALITY VERDICT
            ACCEPT/REJECT + TRAJECTORY VERDICT SUCCESS/FAILED + attribution task|trajectory;
            passes when ACCEPT and SUCCESS; reward 1/0.
+- `eigendata` EigenData TrajectoryValidationAgent (App. 3.1): five dimensions rated
+           Good|Acceptable|Poor, critical issues, PASS|FAIL; the decision rule is applied
+           mechanically (any critical issue or any Poor dimension → FAIL: two Poor fail by the paper,
+           exactly one Poor is the toolkit's reading of "PASS needs all Good/Acceptable"); the
+           model's own PASS/FAIL is overridden (noted) when it contradicts the rule; attribution
+           task | trajectory | user_simulator | infrastructure.
 - `astra`  ASTRA §2.1.5 seven trajectory-level scores (QU, QP ∈ {0, .5, 1}; TCU, TCP, TCS, TC,
            FA ∈ [0, 1]); reward = their arithmetic mean; passes when reward ≥ threshold.
 
@@ -25,7 +31,12 @@ from typing import Any
 from toolkit import prompts
 from toolkit.roles.env_simulator import render_history
 
-RUBRICS = ("simia", "sea", "astra")
+RUBRICS = ("simia", "sea", "astra", "eigendata")
+ATTRIBUTIONS = ("task", "trajectory", "user_simulator", "infrastructure")
+EIGENDATA_DIMS = ("conversation_quality", "function_correctness", "policy_compliance", "intent_alignment",
+                  "data_consistency")
+RATINGS = ("Good", "Acceptable", "Poor")
+CRITICAL = ("function_error", "data_fabrication", "policy_violation", "goal_failure", "deception_miss")
 ASTRA_DIMS = ("query_understanding", "query_planning", "tool_context_understanding",
               "tool_context_planning", "tool_call_status", "tool_conciseness", "final_answer_quality")
 MALFORMED = "malformed judge output"
@@ -127,8 +138,8 @@ def parse_sea(obj: dict) -> Judgment:
         raise MalformedJudgeOutput(f"'trajectory_verdict' must be SUCCESS or FAILED, got {tv!r}")
     attr = obj.get("attribution")
     if attr is not None:
-        if not isinstance(attr, str) or attr.strip().lower() not in ("task", "trajectory"):
-            raise MalformedJudgeOutput(f"'attribution' must be null, \"task\" or \"trajectory\", got {attr!r}")
+        if not isinstance(attr, str) or attr.strip().lower() not in ATTRIBUTIONS:
+            raise MalformedJudgeOutput(f"'attribution' must be null or one of {', '.join(ATTRIBUTIONS)}, got {attr!r}")
         attr = attr.strip().lower()
     passed = tq == "ACCEPT" and tv == "SUCCESS"
     if passed:
@@ -144,6 +155,72 @@ def parse_sea(obj: dict) -> Judgment:
               "eval_rules_improve": _text(obj, "eval_rules_improve") or None}
     return Judgment(passed=passed, score=1.0 if passed else 0.0, scores=scores, reasons=reasons,
                     attribution=attr)
+
+
+def _critical_category(c: Any) -> str:
+    k = str(c or "").strip().lower().replace("-", " ").replace("_", " ")
+    k = k.removeprefix("severe ").removeprefix("critical ")
+    k = "_".join(k.split())
+    k = {"function_errors": "function_error", "policy_violations": "policy_violation",
+         "deception": "deception_miss"}.get(k, k)
+    if k not in CRITICAL:
+        raise MalformedJudgeOutput(f"critical issue category must be one of {', '.join(CRITICAL)}, got {c!r}")
+    return k
+
+
+def parse_eigendata(obj: dict) -> Judgment:
+    vs = _need(obj, "validation_summary")
+    if not isinstance(vs, dict):
+        raise MalformedJudgeOutput("'validation_summary' must be an object")
+    ratings: dict[str, str] = {}
+    for d in EIGENDATA_DIMS:
+        dim = vs.get(d)
+        if not isinstance(dim, dict):
+            raise MalformedJudgeOutput(f"validation_summary misses dimension {d!r}")
+        r = str(dim.get("rating", "")).strip().capitalize()
+        if r not in RATINGS:
+            raise MalformedJudgeOutput(f"{d}.rating must be one of {', '.join(RATINGS)}, got {dim.get('rating')!r}")
+        ratings[d] = r
+    gp = (vs.get("intent_alignment") or {}).get("goal_progress")
+    if gp is not None and str(gp).strip().capitalize() not in ("Complete", "Partial", "None"):
+        raise MalformedJudgeOutput(f"intent_alignment.goal_progress must be Complete, Partial or None, got {gp!r}")
+    crit = obj.get("critical_issues") or []
+    if not isinstance(crit, list):
+        raise MalformedJudgeOutput("'critical_issues' must be a list")
+    cats = []
+    for i, c in enumerate(crit):
+        if not isinstance(c, dict):
+            raise MalformedJudgeOutput(f"critical_issues[{i}] must be an object")
+        cats.append(_critical_category(c.get("category")))
+    said = str(_need(obj, "validation_result")).strip().upper()
+    if said not in ("PASS", "FAIL"):
+        raise MalformedJudgeOutput(f"'validation_result' must be PASS or FAIL, got {said!r}")
+    attr = obj.get("attribution")
+    if attr is not None:
+        if not isinstance(attr, str) or attr.strip().lower() not in ATTRIBUTIONS:
+            raise MalformedJudgeOutput(f"'attribution' must be null or one of {', '.join(ATTRIBUTIONS)}, got {attr!r}")
+        attr = attr.strip().lower()
+    n_poor = sum(1 for r in ratings.values() if r == "Poor")
+    passed = not cats and n_poor == 0
+    reasons: list[str] = []
+    if obj.get("failure_reason"):
+        reasons.append(_text(obj, "failure_reason"))
+    reasons += [f"CRITICAL {cat}: {_text(c, 'description')}" for cat, c in zip(cats, crit)]
+    reasons += [f"{d} rated Poor" for d, r in ratings.items() if r == "Poor"]
+    if (said == "PASS") != passed:
+        reasons.append(f"validation_result {said} overridden by the decision rule ({len(cats)} critical issue(s), "
+                       f"{n_poor} Poor dimension(s))")
+    notes = [x if isinstance(x, str) else json.dumps(x, ensure_ascii=False)
+             for x in (obj.get("non_critical_observations") or [])]
+    attr = None if passed else (attr or "trajectory")
+    scores = {"ratings": ratings, "n_poor": n_poor, "critical": cats, "validation_result": said,
+              "goal_progress": gp, "non_critical_observations": notes}
+    fc = vs.get("function_correctness") or {}
+    for k in ("total_calls", "valid_calls"):
+        if isinstance(fc.get(k), int):
+            scores[k] = fc[k]
+    return Judgment(passed=passed, score=1.0 if passed else 0.0, scores=scores,
+                    reasons=reasons or ["all five dimensions Good/Acceptable, no critical issue"], attribution=attr)
 
 
 def parse_astra(obj: dict, threshold: float = 0.5) -> Judgment:
@@ -166,6 +243,8 @@ def parse(rubric: str, text: str | None, threshold: float = 0.5) -> Judgment:
         return parse_sea(obj)
     if rubric == "astra":
         return parse_astra(obj, threshold)
+    if rubric == "eigendata":
+        return parse_eigendata(obj)
     raise ValueError(f"unknown judge rubric {rubric!r}; known: {', '.join(RUBRICS)}")
 
 
@@ -200,6 +279,11 @@ def build_prompt(rubric: str, *, policy: str, task: str, messages: list[dict], t
         if len(traj) > 24000:
             traj = traj[:12000] + " ...(truncated)... " + traj[-12000:]
         text = p.render(task=task or "(the first user message)", tools=_tools_text(tools), trajectory=traj)
+    elif rubric == "eigendata":
+        p = prompts.load("eigendata/trajectory_validation")
+        text = p.render(policy=policy or "(none)", tools=_tools_text(tools), task=task or "(see the conversation)",
+                        rubrics=evaluation_rules or "(none given)",
+                        history=render_history(messages, 24000) or "(empty)")
     else:
         raise ValueError(f"unknown judge rubric {rubric!r}; known: {', '.join(RUBRICS)}")
     return p.id, text

