@@ -33,11 +33,21 @@ state_diff  LOGIGEN §4.2: the environment is rebuilt from `record.env`, reset, 
 actions     tau2's ActionEvaluator rules (see toolkit.train.rewards): reward 1 iff every expected
             action matches some tool call; no expected actions → 1.0 with a note (as tau2).
 f1          ASTRA §3.2.2: n sub-questions (q_i, a_i, d_i) — else `must_have_functions` —, n̂ solved,
-            c agent tool calls; r = n̂/n, p = n̂/(c+ε), F1 = 2pr/(p+r). A sub-question is solved
-            when a call to its tool (any tool when `tool` is unset) was made and its answer a_i
-            appears in a successful result of such a call or in the final assistant message (with no
-            a_i: when its tool was called successfully); a must-have function is solved when it was
-            called successfully. Passes when r = 1 (or F1 ≥ `f1_threshold` when the recipe sets it).
+            c agent tool calls; r = n̂/n, p = min(1, n̂/(c+ε)), F1 = 2pr/(p+r). Precision is capped
+            at 1 here; the paper's formula is not (with one call answering two sub-questions its
+            p would be 2). A sub-question is solved when:
+            - it names a `tool`: a successful call of THAT tool was made (calls of other tools never
+              count, whatever they return), and, when a_i is given, a_i appears in the result of
+              such a call or in the final assistant message;
+            - it names no tool: at least one successful call was made and a_i appears in a
+              successful call's result or in the final assistant message (no a_i and no tool:
+              never solved);
+            "appears" is `toolkit.train.rewards.contains_answer`: matching on token and number
+            boundaries after normalization (NFKC, case-folded): 1000 matches "Total: $1,000.00",
+            "Paris" matches "The capital is Paris.", but 4 is not in "order 42 shipped", 100 not
+            in "balance 1000", "no" not in "the flight is not available"; dict/list answers need
+            every leaf. A must-have function is solved when it was called successfully. Passes
+            when r = 1 (or F1 ≥ `f1_threshold` when the recipe sets it).
 code        EigenData VerificationFunctionAgent contract: `verifier.source` defines
             `evaluate_submission(reference, eval)` → {overall_pass, reward, component_scores,
             checks_*}; reference = task.ground_truth, eval = {"messages", "tool_calls",

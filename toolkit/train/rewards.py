@@ -35,13 +35,17 @@ An empty key set matches. reward = 1 if every expected action matched else 0.
 
 ASTRA (§3.2.2 "Reward Design", eq. 30-31):
     r = n̂ / n,  p = n̂ / (c + ε),  F1 = 2pr / (p + r)   (F1 = 0 when p + r = 0)
-n = required sub-tasks, n̂ = solved sub-tasks, c = tool invocations.
+n = required sub-tasks, n̂ = solved sub-tasks, c = tool invocations. Here p is capped at 1 (the
+paper's formula is not). Whether a sub-question's answer appears in a text is `contains_answer`:
+token / number boundaries after normalization, never a bare substring (see its docstring).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
+import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 from itertools import compress
@@ -513,28 +517,98 @@ def f1_reward(n: int, n_hat: int, c: int, epsilon: float = DEFAULT_EPSILON) -> d
 
 
 def normalize_text(x: Any) -> str:
+    """Unicode NFKC, case-folded, whitespace collapsed (dicts/lists as their JSON)."""
     if not isinstance(x, str):
         x = json.dumps(x, ensure_ascii=False, sort_keys=True) if isinstance(x, (dict, list)) else str(x)
-    return " ".join(x.lower().split())
+    return " ".join(unicodedata.normalize("NFKC", x).casefold().split())
 
 
-def answer_variants(a: Any) -> list[str]:
-    """Spellings of an expected answer to look for in a tool result / final answer."""
-    out = {normalize_text(a)}
+# a token: a run of word characters, joined by single internal connectors (- / : . , ') so that
+# dates (2024-05-20), ids (HAT170-2024-05-20, mia_li_3668), times (10:30), numbers (1,000.00)
+# and contractions (don't) stay one token; a leading minus belongs to the token ("-5")
+_TOKEN = re.compile(r"-?\w+(?:[-/:.,'’]\w+)*")
+_NUMBER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
+
+
+def answer_tokens(x: Any) -> list[str]:
+    """The tokens of `normalize_text(x)` (punctuation around tokens dropped: '$', '%', '.', '"')."""
+    return _TOKEN.findall(normalize_text(x))
+
+
+def _as_number(tok: str) -> float | None:
+    """A token that is exactly a number (thousands commas allowed) as a float, else None."""
+    if not _NUMBER.fullmatch(tok):
+        return None
+    try:
+        return float(tok.replace(",", ""))
+    except ValueError:  # pragma: no cover - guarded by the regex
+        return None
+
+
+def _num_eq(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-9 * max(1.0, abs(a), abs(b))
+
+
+def _expected_number(a: Any) -> float | None:
     if isinstance(a, bool):
-        out.add(normalize_text(json.dumps(a)))
-    elif isinstance(a, float) and a.is_integer():
-        out.add(str(int(a)))
-    elif isinstance(a, int):
-        out.add(f"{a}.0")
-    elif isinstance(a, (dict, list)):
-        out.add(normalize_text(json.dumps(a, ensure_ascii=False)))
-    return sorted(v for v in out if v)
+        return None
+    if isinstance(a, (int, float)):
+        return float(a) if math.isfinite(a) else None
+    if isinstance(a, str):
+        toks = answer_tokens(a)
+        if len(toks) == 1:
+            return _as_number(toks[0])
+    return None
+
+
+def _leaves(a: Any) -> list[Any]:
+    if isinstance(a, dict):
+        return [x for v in a.values() for x in _leaves(v)]
+    if isinstance(a, (list, tuple)):
+        return [x for v in a for x in _leaves(v)]
+    return [a]
 
 
 def contains_answer(text: Any, a: Any) -> bool:
-    """Whether the expected answer a_i appears in `text` (case/whitespace-insensitive)."""
+    """Whether the expected answer a_i appears in `text`, on token boundaries.
+
+    Both sides are normalized (NFKC, case-folded, whitespace collapsed) and split into tokens
+    (`answer_tokens`: punctuation around words is dropped, connectors inside a word are kept, so
+    'HAT170-2024-05-20' and '1,000.00' are one token each). Then:
+    - a numeric answer (int/float, or a string that is one number token such as "$1,000") matches a
+      number token of equal value: 1000 matches 'Total: $1,000.00' and '1000.0', not '10000',
+      'balance 1000' does not contain 100, 'order 42' does not contain 4, and a date or an id
+      ('2024-05-20') holds no number;
+    - a boolean matches the token 'true' / 'false';
+    - any other scalar matches when its token sequence occurs contiguously in the text's tokens:
+      'Paris' in 'The capital is Paris.', not 'no' in 'the flight is not available';
+    - a dict / list answer matches when every leaf value matches.
+    """
     if text is None or a is None:
         return False
-    t = normalize_text(text)
-    return any(v in t for v in answer_variants(a))
+    toks = answer_tokens(text)
+    leaves = _leaves(a)
+    if not leaves:
+        return False
+    return all(_contains_one(toks, x) for x in leaves)
+
+
+def _contains_one(toks: list[str], a: Any) -> bool:
+    if a is None:
+        return "null" in toks or "none" in toks
+    num = _expected_number(a)
+    if num is not None:
+        for t in toks:
+            v = _as_number(t)
+            if v is not None and _num_eq(v, num):
+                return True
+        return False
+    want = answer_tokens(json.dumps(a) if isinstance(a, bool) else a)
+    if not want:
+        return False
+    k = len(want)
+    first = want[0]
+    for i in range(len(toks) - k + 1):
+        if toks[i] == first and toks[i:i + k] == want:
+            return True
+    return False
