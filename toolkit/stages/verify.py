@@ -286,6 +286,12 @@ def _env_hash(env: Any) -> str | None:
         return None
 
 
+def _plain_hash(state: dict) -> str:
+    from toolkit.envs.base import state_hash
+
+    return state_hash(state)
+
+
 def _canon_json(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 
@@ -362,11 +368,25 @@ class EnvContext:
             self._env = None
 
     def exclude_keys(self) -> tuple[str, ...]:
+        """Declared technical columns on top of the environment's own (env config, recipe)."""
         env = self.env()
         keys = list(R.DEFAULT_EXCLUDE_KEYS) + list(getattr(env, "exclude_keys", ()) or ())
         keys += [str(k) for k in ((self.record.env.config or {}).get("exclude_keys") or [])]
         keys += self.opts.diff_exclude
         return tuple(dict.fromkeys(keys))
+
+    def state_keys(self) -> Any:
+        """The StateKeys DIFF uses: the environment's (technical keys decided from its schema)
+        plus `diff_exclude` from the recipe; the same object as the env's when nothing is added
+        (then the env's cached canonical form can be compared directly)."""
+        env = self.env()
+        base = env.state_keys() if hasattr(env, "state_keys") else None
+        extra = [k for k in self.exclude_keys() if base is None or k not in base.exclude]
+        if base is None:
+            from toolkit.envs.base import StateKeys
+
+            return StateKeys(extra)
+        return base.with_exclude(extra) if extra else base
 
     def _key(self) -> str:
         rec = self.record
@@ -381,8 +401,6 @@ class EnvContext:
         hit = self.cache.get(key)
         if hit is not None:
             return hit
-        from toolkit.envs.base import state_hash
-
         rec = self.record
         gt = rec.task.ground_truth if rec.task else None
         if gt is None or (gt.target_state is None and not gt.actions):
@@ -391,11 +409,13 @@ class EnvContext:
         env = self.env()
         env.reset()
         initial = env.snapshot()
-        if (rec.env is not None and rec.env.state_ref
-                and rec.env.state_ref not in (state_hash(initial), _env_hash(env))):
-            raise StageError(f"the rebuilt environment's initial state hashes to {state_hash(initial)}, not to "
-                             f"env.state_ref {rec.env.state_ref}: the environment changed since the record "
-                             "was made", field="env.state_ref")
+        hash_of = getattr(env, "hash_state", None) or _plain_hash
+        if rec.env is not None and rec.env.state_ref and rec.env.state_ref != _env_hash(env):
+            h0 = hash_of(initial)
+            if rec.env.state_ref != h0:
+                raise StageError(f"the rebuilt environment's initial state hashes to {h0}, not to "
+                                 f"env.state_ref {rec.env.state_ref}: the environment changed since the record "
+                                 "was made", field="env.state_ref")
         target_env_hash = None
         if gt.target_state is not None:
             target = gt.target_state
@@ -412,33 +432,49 @@ class EnvContext:
             target_env_hash = _env_hash(env)
             env.reset()
             src = "replayed ground_truth.actions"
-        if gt.target_state_ref:
-            h = state_hash(target)
-            if gt.target_state_ref not in (h, target_env_hash):
+        if gt.target_state_ref and gt.target_state_ref != target_env_hash:
+            h = hash_of(target)
+            if gt.target_state_ref != h:
                 raise StageError(f"the target state ({src}) hashes to {h}, not to task.ground_truth.target_state_ref "
                                  f"{gt.target_state_ref}: the environment or the ground truth changed",
                                  field="task.ground_truth.target_state_ref")
-        exclude = self.exclude_keys()
-        index = R.TargetIndex(target, exclude_keys=exclude)
-        info = TargetInfo(index=index, initial=initial, delta0=index.diff(initial), exclude=exclude)
+        keys = self.state_keys()
+        index = R.TargetIndex(target, keys=keys)
+        info = TargetInfo(index=index, initial=initial, delta0=index.diff(initial), exclude=self.exclude_keys())
         self.cache.put(key, info)
         return info
 
-    def replay(self, traj: Trajectory, calls: list[Call], with_target: bool = True) -> dict:
+    def _canonical_fn(self, info: TargetInfo | None) -> Any:
+        """env.canonical when the env's canonical form is what the target index compares."""
+        env = self.env()
+        fn = getattr(env, "canonical", None)
+        if fn is None or info is None or info.index.keys is not getattr(env, "keys", None):
+            return None
+        return fn
+
+    def replay(self, traj: Trajectory, calls: list[Call], with_target: bool = True,
+               need_final: bool = True) -> dict:
         """Replay `calls` from the initial state: per-call DIFF to the target (when `with_target`),
-        violations, replay results, and the final state (memoized per trajectory)."""
+        violations, replay results, and the final state (memoized per trajectory; only when
+        `need_final`: the sqlite backend compares its cached canonical form, no snapshot)."""
         env = self.env()
         info = self.target() if with_target else None
         env.reset()
-        initial = env.snapshot()
+        canon = self._canonical_fn(info)
+
+        def measure() -> int:
+            if info is None:
+                return 0
+            if canon is not None:
+                return info.index.diff_canonical(canon())
+            return info.index.diff(env.snapshot())
+
         diffs: list[int] = []
         violations: list[bool] = []
         oks: list[bool] = []
         notes: list[str] = []
-        state = initial
-        from toolkit.envs.base import state_hash
-
-        d_prev = info.index.diff(initial) if info else 0
+        initial = env.snapshot() if need_final else None
+        d_prev = info.delta0 if info is not None else 0
         for i, c in enumerate(calls):
             if c.args is None:
                 if c.ok:
@@ -451,8 +487,7 @@ class EnvContext:
                 oks.append(False)
                 continue
             res = env.call(c.name, dict(c.args), side=c.side)
-            state = env.snapshot()
-            d = info.index.diff(state) if info else 0
+            d = measure()
             diffs.append(d)
             violations.append(bool(res.is_policy_violation))
             oks.append(bool(res.ok))
@@ -460,12 +495,18 @@ class EnvContext:
                 notes.append(f"replay diverged at step {i} ({c.name}): recorded ok={c.ok}, replayed ok={res.ok}")
             if c.step_index is not None:
                 rec_hash = traj.steps[c.step_index].state_hash
-                if rec_hash and not notes and state_hash(state) != rec_hash:
+                if rec_hash and not notes and _env_hash(env) != rec_hash:
                     notes.append(f"replay diverged at step {i} ({c.name}): state hash differs from the recorded one")
             d_prev = d
-        out = {"diffs": diffs, "violations": violations, "oks": oks, "final": state, "initial": initial,
-               "notes": notes}
-        self._finals[traj.id] = (initial, state)
+        if info is not None:
+            detail = (info.index.diff_canonical_detail(canon()) if canon is not None
+                      else info.index.diff_detail(env.snapshot()))
+        else:
+            detail = {"total": 0, "tables": {}}
+        out = {"diffs": diffs, "violations": violations, "oks": oks, "initial": initial,
+               "final": env.snapshot() if need_final else None, "notes": notes, "detail": detail}
+        if need_final:
+            self._finals[traj.id] = (initial, out["final"])
         return out
 
     def final_state(self, traj: Trajectory, calls: list[Call]) -> tuple[dict | None, dict | None]:
@@ -485,9 +526,9 @@ class EnvContext:
 
 def run_state_diff(ctx: EnvContext, traj: Trajectory, calls: list[Call], opts: Options) -> Outcome:
     info = ctx.target()
-    rp = ctx.replay(traj, calls)
-    d_final = info.index.diff(rp["final"])
-    detail = info.index.diff_detail(rp["final"]) if d_final else {"total": 0, "tables": {}}
+    rp = ctx.replay(traj, calls, need_final="code" in opts.strategies)
+    detail = rp["detail"]
+    d_final = detail["total"]
     dense = R.dense_rewards(rp["diffs"], info.delta0, rp["violations"], opts.lambda_err, opts.epsilon)
     success = R.binary_success(d_final)
     # per-step storage for TA-GRPO
