@@ -184,3 +184,36 @@ def test_canonical_fast_path_equals_snapshot_path():
 def test_keys_json_roundtrip_is_stable():
     k = StateKeys(["a"], {"t": {"id"}}, {})
     assert k.with_exclude(["t.x"]).to_json()["technical"] == {"t": ["id", "x"]}
+
+
+def test_incremental_canonical_matches_snapshot_on_random_calls():
+    """The incremental canonical form (write sets, per-content cache, kept reset state) always
+    equals the canonical form of a fresh snapshot, across successful, refused and invalid calls."""
+    import random
+
+    from toolkit.envs.base import CanonicalState
+
+    rng = random.Random(3)
+    calls = [a for rec in load_tasks("airline") for a in rec["task"]["ground_truth"]["actions"]]
+    calls += [{"name": "insert_payment", "arguments": {"reservation_id": 1009, "payment_id": "gift_card_1180",
+                                                       "purpose": "booking", "amount": 40}},
+              {"name": "update_customer", "arguments": {"user_id": "mia_li_3668", "membership": "regular"}},
+              {"name": "update_reservation", "arguments": {"reservation_id": 1003, "status": "cancelled"}},
+              {"name": "query_flight", "arguments": {"status": "available"}},
+              {"name": "no_such_tool", "arguments": {}}]
+    env = load_env({"backend": "sqlite", "id": "airline"})
+    keys = env.state_keys()
+    try:
+        for step in range(150):
+            if rng.random() < 0.15:
+                env.reset()
+            a = rng.choice(calls)
+            env.call(a["name"], a["arguments"])
+            if rng.random() < 0.7:
+                snap = env.snapshot()
+                cs = CanonicalState(snap, keys)
+                assert {t: sorted(tc.keys) for t, tc in env.canonical().items()} == \
+                       {t: sorted(cs.table(t).keys) for t in snap}, step
+                assert env.state_hash() == state_hash(snap, keys)
+    finally:
+        env.close()

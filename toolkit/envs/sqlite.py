@@ -184,6 +184,7 @@ class CompiledDomain:
     state_cache: OrderedDict[str, bytes] = field(default_factory=OrderedDict)
     keys: Any = None  # StateKeys derived from the schema (see state_keys_for)
     canon_cache: OrderedDict = field(default_factory=OrderedDict)  # table content -> TableCanon
+    write_sets: dict = field(default_factory=dict)  # tool name -> tables it may write (None: unknown)
     lock: Any = field(default_factory=threading.Lock)
 
 
@@ -432,7 +433,7 @@ def _introspect_tables(conn: sqlite3.Connection, readonly: set[str]) -> dict[str
             c.enum = enums.get(cname)
             c.readonly = f"{tname}.{cname}" in readonly
             cols.append(c)
-        fks = [{"column": r[3], "table": r[2], "to": r[4]}
+        fks = [{"column": r[3], "table": r[2], "to": r[4], "on_update": r[5], "on_delete": r[6]}
                for r in conn.execute(f"PRAGMA foreign_key_list({qident(tname)})").fetchall()]
         tdoc, cdocs = _table_docs(tsql or "", {c.name for c in cols})
         for c in cols:
@@ -508,6 +509,41 @@ def _load_state_bytes(dom: CompiledDomain, state: dict) -> bytes:
         while len(dom.state_cache) > _STATE_CACHE_SIZE:
             dom.state_cache.popitem(last=False)
     return data
+
+
+def _write_sets(tables: dict[str, Table], triggers: list[TriggerInfo], tools: dict[str, ToolDef]) -> dict:
+    """{tool: frozenset of the tables a call may write}: the tool's table, then, to a fixpoint, the
+    tables written by triggers on written tables and the tables whose foreign keys point at a
+    written table (ON DELETE/UPDATE actions). None when a trigger writes a table name that is not
+    in the schema as parsed (then every table is re-read after a write)."""
+    by_table: dict[str, set[str]] = {}
+    for trg in triggers:
+        for _verb, t in trg.writes:
+            if t not in tables:
+                return {name: None for name in tools}
+            by_table.setdefault(trg.table, set()).add(t)
+    fk_in: dict[str, set[str]] = {}
+    for t in tables.values():
+        for fk in t.fks:  # only referential actions write the referencing table
+            if str(fk.get("on_update", "")).upper() not in ("", "NO ACTION", "RESTRICT") or \
+                    str(fk.get("on_delete", "")).upper() not in ("", "NO ACTION", "RESTRICT"):
+                fk_in.setdefault(fk["table"], set()).add(t.name)
+    out: dict[str, frozenset | None] = {}
+    for name, td in tools.items():
+        if td.kind == "query":
+            out[name] = frozenset()
+            continue
+        seen: set[str] = set()
+        todo = [td.table]
+        while todo:
+            t = todo.pop()
+            if t in seen:
+                continue
+            seen.add(t)
+            todo.extend(by_table.get(t, ()))
+            todo.extend(fk_in.get(t, ()))
+        out[name] = frozenset(seen)
+    return out
 
 
 def state_keys_for(spec: DomainSpec, tables: dict[str, Table], declared: tuple[str, ...] = ()) -> StateKeys:
@@ -643,6 +679,7 @@ def compile_domain(spec: DomainSpec) -> CompiledDomain:
                          trigger_sql=trigger_sql, tables_only=tables_only, pristine=pristine,
                          exclude_keys=excl, initial_hash="")
     dom.keys = state_keys_for(spec, tables, excl)
+    dom.write_sets = _write_sets(tables, triggers, tools)
     env = SqliteEnvironment(dom)
     dom.initial_hash = env.state_hash()
     env.close()
@@ -923,6 +960,11 @@ class SqliteEnvironment(Environment):
         self._deps = {t: self._dep_tables(t) for t in domain.tables}
         self._canon_key: Any = None
         self._canon_val: dict[str, TableCanon] = {}
+        self._raw: dict[str, tuple] = {}  # table -> rows (as fetched) behind _canon_val
+        self._dirty: set[str] | None = None  # tables to re-read (None: all)
+        self._tracked = -1  # total_changes after the last tracked call / canonical()
+        self._at_init = False  # the state is the untouched reset() state
+        self._init_canon: tuple[dict, dict] | None = None  # (raw, canonical) of the reset() state
         self._hidden_extra = [str(x) for x in (self.config.get("hide") or [])]
         self._initial_state = copy.deepcopy(state) if state is not None else None
         self._init_hash: str | None = None
@@ -1021,6 +1063,14 @@ class SqliteEnvironment(Environment):
         finally:
             self._loading = False
             self._gen = getattr(self, "_gen", 0) + 1  # invalidates the cached state hash
+        self._at_init = data is self._init_bytes
+        if self._at_init and self._init_canon is not None:
+            self._raw, self._canon_val = dict(self._init_canon[0]), dict(self._init_canon[1])
+            self._dirty = set()
+            self._tracked = self._conn.total_changes
+            self._canon_key = (self._gen, self._conn.total_changes)
+        else:
+            self._dirty = None
 
     def reset(self, state: dict | None = None) -> None:
         with self._lock:
@@ -1058,22 +1108,34 @@ class SqliteEnvironment(Environment):
 
     def canonical(self) -> dict[str, TableCanon]:
         """{table: TableCanon} of the current state: the canonical form of `snapshot()` under
-        `state_keys()` (toolkit.envs.base), without building the snapshot. Each table's rows are
-        fetched as tuples (in C) and its canonical keys looked up by content in a per-domain cache,
-        so only table contents never seen before are canonicalized in Python; memoized until the
-        state changes (load generation + total_changes, as state_hash)."""
+        `state_keys()` (toolkit.envs.base), without building the snapshot.
+
+        Incremental: after a tool call only the tables it may write (`_write_sets`: its table, the
+        tables its triggers write, foreign-key dependents) are re-read, as tuples (in C); a table's
+        canonical keys are looked up by content (its rows and those of the tables it references)
+        in a per-domain cache, so only contents never seen before are canonicalized in Python; the
+        reset() state's canonical form is kept. Any write not made through `call()` (or a tool
+        with an unknown write set) makes the next call re-read every table. Memoized until the
+        state changes (load generation + total_changes)."""
         with self._lock:
-            key = (self._gen, self._conn.total_changes)
+            conn = self._conn
+            key = (self._gen, conn.total_changes)
             if key == self._canon_key:
                 return self._canon_val
-            conn = self._conn
             tables = self.domain.tables
-            raw = {n: tuple(conn.execute(self._snap_sql[n]).fetchall()) for n in tables}
+            dirty = self._dirty
+            if dirty is None or conn.total_changes != self._tracked:
+                dirty = set(tables)
+            raw = self._raw
+            for n in dirty:
+                raw[n] = tuple(conn.execute(self._snap_sql[n]).fetchall())
             dom = self.domain
             cache = dom.canon_cache
-            out: dict[str, TableCanon] = {}
+            out = dict(self._canon_val)
             for n in tables:
                 deps = self._deps[n]
+                if n in out and not any(d in dirty for d in deps):
+                    continue
                 ck = (self._keys_sig, n, raw[n]) if len(deps) == 1 else (self._keys_sig, n, tuple(raw[d] for d in deps))
                 with dom.lock:
                     tc = cache.get(ck)
@@ -1085,7 +1147,11 @@ class SqliteEnvironment(Environment):
                         while len(cache) > _CANON_CACHE_SIZE:
                             cache.popitem(last=False)
                 out[n] = tc
+            self._dirty = set()
+            self._tracked = conn.total_changes
             self._canon_key, self._canon_val = key, out
+            if self._at_init and self._init_canon is None:
+                self._init_canon = (dict(raw), dict(out))
             return out
 
     def _snapshot_of(self, data: bytes) -> dict:
@@ -1126,6 +1192,25 @@ class SqliteEnvironment(Environment):
     # -- tool calls -----------------------------------------------------------------------------
 
     def call(self, name: str, args: dict, side: str = "agent") -> ToolResult:
+        conn = self._conn
+        before = conn.total_changes
+        try:
+            return self._call_safe(name, args, side)
+        finally:
+            after = conn.total_changes
+            if after != before:  # something was written (maybe rolled back): re-read what it may touch
+                self._at_init = False
+                if self._tracked == before and self._dirty is not None:
+                    ws = self.domain.write_sets.get(name) if isinstance(name, str) else None
+                    if ws is None:
+                        self._dirty = None
+                    else:
+                        self._dirty |= ws
+                        self._tracked = after
+                else:
+                    self._dirty = None
+
+    def _call_safe(self, name: str, args: dict, side: str) -> ToolResult:
         try:
             return self._call(name, args, side)
         except _ArgError as e:

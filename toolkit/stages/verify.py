@@ -307,8 +307,10 @@ class TargetInfo:
 class TargetCache:
     """Target states (indexed) and initial states per (env ref, ground truth), LRU-bounded."""
 
-    def __init__(self, size: int = 256):
+    def __init__(self, size: int = 256, env_pool: int = 4):
         self.size = size
+        self.env_pool = env_pool
+        self._envs: OrderedDict[str, list] = OrderedDict()  # env ref -> idle environments
         self._d: OrderedDict[str, TargetInfo] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = 0
@@ -321,6 +323,33 @@ class TargetCache:
                 self._d.move_to_end(key)
                 self.hits += 1
             return v
+
+    def take_env(self, key: str) -> Any:
+        """An idle environment built from the same env ref, or None."""
+        with self._lock:
+            lst = self._envs.get(key)
+            if lst:
+                self._envs.move_to_end(key)
+                return lst.pop()
+        return None
+
+    def give_env(self, key: str, env: Any) -> bool:
+        """Keep an environment for reuse (False: the pool is full, close it)."""
+        evicted: list = []
+        with self._lock:
+            lst = self._envs.setdefault(key, [])
+            self._envs.move_to_end(key)
+            if len(lst) >= self.env_pool:
+                return False
+            lst.append(env)
+            while len(self._envs) > 64:
+                evicted.extend(self._envs.popitem(last=False)[1])
+        for e in evicted:
+            try:
+                e.close()
+            except Exception:  # pragma: no cover
+                pass
+        return True
 
     def put(self, key: str, v: TargetInfo) -> None:
         with self._lock:
@@ -341,6 +370,14 @@ class EnvContext:
         self._env: Any = None
         self._error: str | None = None
         self._finals: dict[str, tuple[dict, dict]] = {}  # trajectory id -> (initial, final)
+        self._ekey: str | None = None
+        self._tkey: str | None = None
+
+    def _env_key(self) -> str:
+        if self._ekey is None:
+            env = self.record.env
+            self._ekey = env.model_dump_json(exclude={"extra"}) if env is not None else ""
+        return self._ekey
 
     def env(self) -> Any:
         if self._env is None:
@@ -350,6 +387,10 @@ class EnvContext:
             if rec.env.backend in NOT_REPLAYABLE:
                 raise StageError(f"env backend {rec.env.backend!r} is not deterministic and cannot be replayed "
                                  "for state_diff; use --strategy judge (or actions/f1)", field="env.backend")
+            pooled = self.cache.take_env(self._env_key())
+            if pooled is not None:
+                self._env = pooled
+                return pooled
             from toolkit.envs import load_env
 
             try:
@@ -360,12 +401,14 @@ class EnvContext:
         return self._env
 
     def close(self) -> None:
+        """Give the environment back to the run's pool (every use starts with reset())."""
         if self._env is not None:
-            try:
-                self._env.close()
-            except Exception:  # pragma: no cover
-                pass
-            self._env = None
+            env, self._env = self._env, None
+            if not self.cache.give_env(self._env_key(), env):
+                try:
+                    env.close()
+                except Exception:  # pragma: no cover
+                    pass
 
     def exclude_keys(self) -> tuple[str, ...]:
         """Declared technical columns on top of the environment's own (env config, recipe)."""
@@ -389,12 +432,16 @@ class EnvContext:
         return base.with_exclude(extra) if extra else base
 
     def _key(self) -> str:
-        rec = self.record
-        gt = rec.task.ground_truth if rec.task else None
-        env_part = rec.env.model_dump(mode="json", exclude={"extra"}) if rec.env else None
-        gt_part = gt.model_dump(mode="json", include={"actions", "target_state", "target_state_ref"}) if gt else None
-        blob = _canon_json({"env": env_part, "gt": gt_part, "exclude": self.opts.diff_exclude})
-        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+        """Cache key of the target: env ref + ground truth + recipe exclusions (serialized by
+        pydantic in Rust: the same record line gives the same key), memoized per record."""
+        if self._tkey is None:
+            rec = self.record
+            gt = rec.task.ground_truth if rec.task else None
+            gt_part = (gt.model_dump_json(include={"actions", "target_state", "target_state_ref"})
+                       if gt else "")
+            blob = "\n".join([self._env_key(), gt_part, _canon_json(self.opts.diff_exclude)])
+            self._tkey = hashlib.sha256(blob.encode("utf-8")).hexdigest()
+        return self._tkey
 
     def target(self) -> TargetInfo:
         key = self._key()

@@ -393,7 +393,7 @@ class TargetIndex:
             else:
                 self._idx[t] = _TableIndex(rows, self.keys.dropped(t))
         self._has_refs = any(isinstance(ti, _RefTableIndex) for ti in self._idx.values())
-        self._digest: dict[str, str] = {}
+        self._memo: dict[tuple, tuple] = {}  # (table, id(TableCanon)) -> (TableCanon, (only_a, only_b))
         self._empty_canon = TableCanon([])
 
     def target_canon(self, t: str) -> TableCanon:
@@ -450,31 +450,50 @@ class TargetIndex:
 
     def diff_canonical_detail(self, canon: dict[str, TableCanon]) -> dict:
         """DIFF against a state given as {table: TableCanon} (canonical keys computed with the
-        same StateKeys): a table whose digest equals the target's costs one string compare."""
+        same StateKeys): a table whose digest equals the target's costs one string compare, and
+        the result per table content (TableCanon object, cached by the environment) is memoized."""
         per: dict[str, dict[str, int]] = {}
         total = 0
         names = self._idx.keys() if self.tables is not None else (self._idx.keys() | canon.keys())
+        memo = self._memo
         for t in names:
             tc = canon.get(t) or self._empty_canon
-            if t not in self._idx:
-                a, b = len(tc.keys), 0
+            hit = memo.get((t, id(tc)))
+            if hit is not None and hit[0] is tc:
+                a, b = hit[1]
             else:
-                ti = self._idx[t]
-                if isinstance(ti, _RefTableIndex):
-                    a, b = ti.compare_canon(tc)
+                if t not in self._idx:
+                    a, b = len(tc.keys), 0
                 else:
-                    tt = self.canon.table(t)
-                    if len(tc.keys) == len(tt.keys) and tc.digest == tt.digest:
-                        continue
-                    ca, cb = tc.counter, tt.counter
-                    a, b = sum((ca - cb).values()), sum((cb - ca).values())
+                    ti = self._idx[t]
+                    if isinstance(ti, _RefTableIndex):
+                        a, b = ti.compare_canon(tc)
+                    else:
+                        tt = self.canon.table(t)
+                        if len(tc.keys) == len(tt.keys) and tc.digest == tt.digest:
+                            a = b = 0
+                        else:
+                            ca, cb = tc.counter, tt.counter
+                            a, b = sum((ca - cb).values()), sum((cb - ca).values())
+                if len(memo) > 8192:
+                    memo.clear()
+                memo[(t, id(tc))] = (tc, (a, b))
             if a or b:
                 per[t] = {"only_a": a, "only_b": b}
                 total += a + b
         return {"total": total, "tables": dict(sorted(per.items()))}
 
     def diff_canonical(self, canon: dict[str, TableCanon]) -> int:
-        return self.diff_canonical_detail(canon)["total"]
+        total = 0
+        memo = self._memo
+        for t, tc in canon.items():
+            hit = memo.get((t, id(tc)))
+            if hit is None or hit[0] is not tc or (self.tables is not None and t not in self._idx):
+                return self.diff_canonical_detail(canon)["total"]
+            total += hit[1][0] + hit[1][1]
+        if len(canon) != len(self._idx) or (self.tables is None and canon.keys() != self._idx.keys()):
+            return self.diff_canonical_detail(canon)["total"]
+        return total
 
 
 # ----------------------------------------------------------------------------------------------
