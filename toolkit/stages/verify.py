@@ -853,6 +853,7 @@ def apply(record: Record, traj: Trajectory, outcomes: dict[str, Outcome], opts: 
 def build(cfg: dict, meter: Any):
     opts = Options.from_config(cfg)
     cache = TargetCache()
+    counts = {"trajectories": 0, "passed": 0}  # verified trajectories, for --min-pass-rate
     client_holder: dict[str, Any] = {}
     judge_model: list[str | None] = [None]
 
@@ -919,7 +920,10 @@ def build(cfg: dict, meter: Any):
             ctx.close()
         all_pass = True
         for traj, out in zip(record.trajectories, per):
-            all_pass = apply(record, traj, out, opts) and all_pass
+            ok = apply(record, traj, out, opts)
+            counts["trajectories"] += 1
+            counts["passed"] += ok
+            all_pass = ok and all_pass
         add_provenance(record, "verify", strategy=",".join(opts.strategies),
                        model=judge_model[0] if "judge" in opts.strategies else None,
                        recipe_hash=opts.recipe_hash, usage=usage)
@@ -930,5 +934,6 @@ def build(cfg: dict, meter: Any):
         return record
 
     fn.cache = cache  # type: ignore[attr-defined]
+    fn.counts = counts  # type: ignore[attr-defined]
     fn.options = opts  # type: ignore[attr-defined]
     return fn
