@@ -170,7 +170,7 @@ def _oracle_messages(acts: list[dict]) -> list[dict]:
     return msgs
 
 
-def bench_e2e(seconds: float, copies: int = 4) -> dict:
+def bench_e2e(seconds: float, copies: int = 4, memo: bool = True) -> dict:
     """`verify --strategy state_diff` end to end on one core: the bundled airline tasks, each
     record carrying `copies` trajectories (the oracle's calls; the last copy drops the first call
     so not every trajectory succeeds), as JSON lines -> Record -> verify -> JSON line, like the CLI
@@ -185,7 +185,10 @@ def bench_e2e(seconds: float, copies: int = 4) -> dict:
         trajs = [{"id": f"t{k}", "messages": _oracle_messages(acts if k < copies - 1 else acts[1:])}
                  for k in range(copies)]
         lines.append(Record.model_validate(dict(t, trajectories=trajs)).model_dump_json(exclude_none=True))
-    fn = build({"strategy": ["state_diff"]}, None)
+    cfg = {"strategy": ["state_diff"]}
+    if not memo:
+        cfg["replay_memo"] = False
+    fn = build(cfg, None)
 
     async def go() -> tuple[int, float, int]:
         n, ok = 0, 0
@@ -200,7 +203,8 @@ def bench_e2e(seconds: float, copies: int = 4) -> dict:
         return n, time.process_time() - t0, ok
 
     n, dt, ok = asyncio.run(go())
-    return {"scenario": f"verify --strategy state_diff end-to-end (airline tasks x{copies} trajectories)",
+    return {"scenario": f"verify --strategy state_diff end-to-end (airline tasks x{copies} trajectories"
+                        f"{'' if memo else ', replay memo off'})",
             "trajectories_per_s": round(n / dt, 1), "trajectories": n, "reward_1": ok}
 
 
@@ -249,13 +253,18 @@ def main() -> None:
     results.append(e2e)
     print(f"  {e2e['scenario']}: {e2e['trajectories_per_s']:,} trajectories/s "
           f"({e2e['trajectories']} trajectories, {e2e['reward_1']} with reward 1.0)")
+    nomemo = bench_e2e(e2e_secs, memo=False)  # every trajectory replayed (none deduplicated)
+    results.append(nomemo)
+    print(f"  {nomemo['scenario']}: {nomemo['trajectories_per_s']:,} trajectories/s "
+          f"({nomemo['trajectories']} trajectories, {nomemo['reward_1']} with reward 1.0)")
     if args.compare_src:
         before = bench_e2e_src(args.compare_src, e2e_secs)
         before["src"] = args.compare_src
         results.append(before)
         print(f"  same line on {args.compare_src}: {before['trajectories_per_s']:,} trajectories/s "
               f"-> x{e2e['trajectories_per_s'] / before['trajectories_per_s']:.1f} "
-              f"({before['reward_1']} of {before['trajectories']} with reward 1.0)")
+              f"(x{nomemo['trajectories_per_s'] / before['trajectories_per_s']:.1f} with the replay memo off; "
+              f"{before['reward_1']} of {before['trajectories']} with reward 1.0)")
     target = 20_000
     ordered = results[0]["indexed_per_s"]
     print(f"target >= {target:,} verifications/s per core: {'MET' if ordered >= target else 'NOT MET'} "

@@ -185,6 +185,8 @@ class CompiledDomain:
     keys: Any = None  # StateKeys derived from the schema (see state_keys_for)
     canon_cache: OrderedDict = field(default_factory=OrderedDict)  # table content -> TableCanon
     write_sets: dict = field(default_factory=dict)  # tool name -> tables it may write (None: unknown)
+    content_ids: dict = field(default_factory=dict)  # (table, rows) -> content id (never reused)
+    content_ids_base: int = 0
     lock: Any = field(default_factory=threading.Lock)
 
 
@@ -961,10 +963,11 @@ class SqliteEnvironment(Environment):
         self._canon_key: Any = None
         self._canon_val: dict[str, TableCanon] = {}
         self._raw: dict[str, tuple] = {}  # table -> rows (as fetched) behind _canon_val
+        self._raw_id: dict[str, int] = {}  # table -> content id of those rows (domain-wide)
         self._dirty: set[str] | None = None  # tables to re-read (None: all)
         self._tracked = -1  # total_changes after the last tracked call / canonical()
         self._at_init = False  # the state is the untouched reset() state
-        self._init_canon: tuple[dict, dict] | None = None  # (raw, canonical) of the reset() state
+        self._init_canon: tuple[dict, dict, dict] | None = None  # (raw, canonical) of the reset() state
         self._hidden_extra = [str(x) for x in (self.config.get("hide") or [])]
         self._initial_state = copy.deepcopy(state) if state is not None else None
         self._init_hash: str | None = None
@@ -1066,6 +1069,7 @@ class SqliteEnvironment(Environment):
         self._at_init = data is self._init_bytes
         if self._at_init and self._init_canon is not None:
             self._raw, self._canon_val = dict(self._init_canon[0]), dict(self._init_canon[1])
+            self._raw_id = dict(self._init_canon[2])
             self._dirty = set()
             self._tracked = self._conn.total_changes
             self._canon_key = (self._gen, self._conn.total_changes)
@@ -1127,16 +1131,29 @@ class SqliteEnvironment(Environment):
             if dirty is None or conn.total_changes != self._tracked:
                 dirty = set(tables)
             raw = self._raw
-            for n in dirty:
-                raw[n] = tuple(conn.execute(self._snap_sql[n]).fetchall())
+            rid = self._raw_id
             dom = self.domain
+            intern = dom.content_ids
+            for n in dirty:
+                rows = tuple(conn.execute(self._snap_sql[n]).fetchall())
+                raw[n] = rows
+                # a small integer per distinct table content (hashing the rows once per read)
+                with dom.lock:
+                    cid = intern.get((n, rows))
+                    if cid is None:
+                        cid = intern[(n, rows)] = len(intern) + 1 + dom.content_ids_base
+                        if len(intern) > _CANON_CACHE_SIZE:
+                            dom.content_ids_base += len(intern)
+                            intern.clear()
+                            intern[(n, rows)] = cid
+                rid[n] = cid
             cache = dom.canon_cache
             out = dict(self._canon_val)
             for n in tables:
                 deps = self._deps[n]
                 if n in out and not any(d in dirty for d in deps):
                     continue
-                ck = (self._keys_sig, n, raw[n]) if len(deps) == 1 else (self._keys_sig, n, tuple(raw[d] for d in deps))
+                ck = (self._keys_sig, n, tuple(rid[d] for d in deps))
                 with dom.lock:
                     tc = cache.get(ck)
                 if tc is None:
@@ -1151,7 +1168,7 @@ class SqliteEnvironment(Environment):
             self._tracked = conn.total_changes
             self._canon_key, self._canon_val = key, out
             if self._at_init and self._init_canon is None:
-                self._init_canon = (dict(raw), dict(out))
+                self._init_canon = (dict(raw), dict(out), dict(rid))
             return out
 
     def _snapshot_of(self, data: bytes) -> dict:

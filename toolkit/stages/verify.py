@@ -30,6 +30,12 @@ state_diff  LOGIGEN §4.2: the environment is rebuilt from `record.env`, reset, 
             steps[i].reward (steps are created when the trajectory has none) for TA-GRPO.
             Scores: {"diff", "R", "delta0", "p0", "proximity_final", "proximity", "dense",
             "violations", "diff_tables", "lambda_err", "epsilon"}.
+            DIFF and the state hash share one canonical form (toolkit.envs.base): technical keys
+            (rowid aliases, declared columns) are left out and references to them compare the
+            referenced row's content, so creation order never matters. Speed: the sqlite env keeps
+            its canonical form incrementally (no snapshot per step), environments are pooled per
+            env ref, and replays are memoized per (target, exact call sequence) for the run
+            (recipe key `replay_memo: false` turns that off).
 actions     tau2's ActionEvaluator rules (see toolkit.train.rewards): reward 1 iff every expected
             action matches some tool call; no expected actions → 1.0 with a note (as tau2).
 f1          ASTRA §3.2.2: n sub-questions (q_i, a_i, d_i) — else `must_have_functions` —, n̂ solved,
@@ -119,6 +125,7 @@ class Options:
     f1_threshold: float | None = None
     f1_epsilon: float = R.DEFAULT_EPSILON
     recipe_hash: str | None = None
+    replay_memo: bool = True
 
     @classmethod
     def from_config(cls, cfg: dict) -> "Options":
@@ -145,7 +152,8 @@ class Options:
                 lambda_err=0.1 if lam is None else float(lam),
                 diff_exclude=_as_list(cfg.get("diff_exclude")),
                 sandbox=str(cfg.get("sandbox") or "auto"), judge_rubric=rubric,
-                recipe_hash=cfg.get("recipe_hash"))
+                recipe_hash=cfg.get("recipe_hash"),
+                replay_memo=str(cfg.get("replay_memo", True)).lower() not in ("0", "false", "no", "off"))
         for name, conv in (("epsilon", float), ("code_cpu_seconds", float), ("code_wall_seconds", float),
                            ("code_memory_mb", int), ("judge_attempts", int), ("judge_threshold", float),
                            ("f1_threshold", float), ("f1_epsilon", float)):
@@ -311,6 +319,8 @@ class TargetCache:
         self.size = size
         self.env_pool = env_pool
         self._envs: OrderedDict[str, list] = OrderedDict()  # env ref -> idle environments
+        self._replays: OrderedDict[tuple, Any] = OrderedDict()  # (target, calls) -> replay outcome
+        self.replay_hits = 0
         self._d: OrderedDict[str, TargetInfo] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = 0
@@ -323,6 +333,20 @@ class TargetCache:
                 self._d.move_to_end(key)
                 self.hits += 1
             return v
+
+    def replay_get(self, key: tuple) -> Any:
+        with self._lock:
+            v = self._replays.get(key)
+            if v is not None:
+                self._replays.move_to_end(key)
+                self.replay_hits += 1
+            return v
+
+    def replay_put(self, key: tuple, v: Any) -> None:
+        with self._lock:
+            self._replays[key] = v
+            while len(self._replays) > 4 * self.size:
+                self._replays.popitem(last=False)
 
     def take_env(self, key: str) -> Any:
         """An idle environment built from the same env ref, or None."""
@@ -499,13 +523,50 @@ class EnvContext:
             return None
         return fn
 
+    def _memo_key(self, calls: list[Call]) -> tuple | None:
+        """(target, the calls as executed) — the replay of a deterministic backend depends on
+        nothing else; None when a call's arguments are unknown."""
+        parts = []
+        for c in calls:
+            if c.args is None:
+                return None
+            parts.append((c.name, c.side, json.dumps(c.args, sort_keys=True, ensure_ascii=False, default=str)))
+        return (self._key(), tuple(parts))
+
+    @staticmethod
+    def _notes(traj: Trajectory, calls: list[Call], oks: list[bool], hashes: list[str | None]) -> list[str]:
+        notes: list[str] = []
+        for i, c in enumerate(calls):
+            if c.args is None:
+                continue
+            if c.ok is not None and bool(c.ok) != oks[i]:
+                notes.append(f"replay diverged at step {i} ({c.name}): recorded ok={c.ok}, replayed ok={oks[i]}")
+            if c.step_index is not None:
+                rec_hash = traj.steps[c.step_index].state_hash
+                if rec_hash and not notes and hashes[i] != rec_hash:
+                    notes.append(f"replay diverged at step {i} ({c.name}): state hash differs from the recorded one")
+        return notes
+
     def replay(self, traj: Trajectory, calls: list[Call], with_target: bool = True,
                need_final: bool = True) -> dict:
         """Replay `calls` from the initial state: per-call DIFF to the target (when `with_target`),
         violations, replay results, and the final state (memoized per trajectory; only when
-        `need_final`: the sqlite backend compares its cached canonical form, no snapshot)."""
-        env = self.env()
+        `need_final`: the sqlite backend compares its cached canonical form, no snapshot).
+
+        Without `need_final`, the outcome (DIFFs, results, state hashes, DIFF detail) is memoized
+        per (target, exact call sequence) for the run (`replay_memo`, default on): the backends
+        replayed here are deterministic, so a trajectory whose calls equal an earlier one's (a
+        GRPO group's duplicates, a re-verified file) is not executed again."""
         info = self.target() if with_target else None
+        mkey = self._memo_key(calls) if (info is not None and not need_final and self.opts.replay_memo) else None
+        if mkey is not None:
+            hit = self.cache.replay_get(mkey)
+            if hit is not None:
+                diffs, violations, oks, hashes, detail = hit
+                return {"diffs": list(diffs), "violations": list(violations), "oks": list(oks), "initial": None,
+                        "final": None, "notes": self._notes(traj, calls, oks, hashes),
+                        "detail": {"total": detail["total"], "tables": dict(detail["tables"])}}
+        env = self.env()
         env.reset()
         canon = self._canonical_fn(info)
 
@@ -516,13 +577,15 @@ class EnvContext:
                 return info.index.diff_canonical(canon())
             return info.index.diff(env.snapshot())
 
+        want_hash = mkey is not None or any(c.step_index is not None and traj.steps[c.step_index].state_hash
+                                            for c in calls)
         diffs: list[int] = []
         violations: list[bool] = []
         oks: list[bool] = []
-        notes: list[str] = []
+        hashes: list[str | None] = []
         initial = env.snapshot() if need_final else None
         d_prev = info.delta0 if info is not None else 0
-        for i, c in enumerate(calls):
+        for c in calls:
             if c.args is None:
                 if c.ok:
                     raise StageError(f"trajectory {traj.id}: tool call {c.id} ({c.name}) succeeded but its arguments "
@@ -532,18 +595,14 @@ class EnvContext:
                 diffs.append(d_prev)
                 violations.append(c.error_code == POLICY_VIOLATION)
                 oks.append(False)
+                hashes.append(None)
                 continue
             res = env.call(c.name, dict(c.args), side=c.side)
             d = measure()
             diffs.append(d)
             violations.append(bool(res.is_policy_violation))
             oks.append(bool(res.ok))
-            if c.ok is not None and bool(c.ok) != bool(res.ok):
-                notes.append(f"replay diverged at step {i} ({c.name}): recorded ok={c.ok}, replayed ok={res.ok}")
-            if c.step_index is not None:
-                rec_hash = traj.steps[c.step_index].state_hash
-                if rec_hash and not notes and _env_hash(env) != rec_hash:
-                    notes.append(f"replay diverged at step {i} ({c.name}): state hash differs from the recorded one")
+            hashes.append(_env_hash(env) if want_hash else None)
             d_prev = d
         if info is not None:
             detail = (info.index.diff_canonical_detail(canon()) if canon is not None
@@ -551,7 +610,11 @@ class EnvContext:
         else:
             detail = {"total": 0, "tables": {}}
         out = {"diffs": diffs, "violations": violations, "oks": oks, "initial": initial,
-               "final": env.snapshot() if need_final else None, "notes": notes, "detail": detail}
+               "final": env.snapshot() if need_final else None, "notes": self._notes(traj, calls, oks, hashes),
+               "detail": detail}
+        if mkey is not None:
+            self.cache.replay_put(mkey, (tuple(diffs), tuple(violations), tuple(oks), tuple(hashes),
+                                         {"total": detail["total"], "tables": dict(detail["tables"])}))
         if need_final:
             self._finals[traj.id] = (initial, out["final"])
         return out
@@ -667,7 +730,25 @@ def run_f1(record: Record, traj: Trajectory, calls: list[Call], opts: Options) -
     return Outcome(passed=bool(passed), score=res["f1"], scores=scores, reasons=reasons)
 
 
+def _is_plain_json(x: Any, depth: int = 0) -> bool:
+    """Already JSON data (str/int/finite float/bool/None, lists, str-keyed dicts)?"""
+    t = type(x)
+    if t is str or t is int or t is bool or x is None:
+        return True
+    if t is float:
+        return x == x and x not in (float("inf"), float("-inf"))
+    if depth > 20:
+        return False
+    if t is list:
+        return all(_is_plain_json(v, depth + 1) for v in x)
+    if t is dict:
+        return all(type(k) is str and _is_plain_json(v, depth + 1) for k, v in x.items())
+    return False
+
+
 def _jsonable(x: Any) -> Any:
+    if _is_plain_json(x):
+        return x
     return json.loads(json.dumps(x, ensure_ascii=False, default=str))
 
 
@@ -839,10 +920,11 @@ def apply(record: Record, traj: Trajectory, outcomes: dict[str, Outcome], opts: 
                        if not (v.stage == "verify" and v.trajectory_id == traj.id and v.name in run)]
     for s in run:
         o = outcomes[s]
+        sc = _jsonable(o.scores)
         record.verdicts.append(Verdict(stage="verify", kind=KIND[s], name=s, passed=o.passed, score=o.score,
-                                       scores=_jsonable(o.scores), reasons=o.reasons, attribution=o.attribution,
+                                       scores=sc, reasons=o.reasons, attribution=o.attribution,
                                        trajectory_id=traj.id))
-        traj.scores[s] = _jsonable(o.scores)
+        traj.scores[s] = dict(sc)  # (nested lists are shared with the verdict; both are only serialized)
     primary = opts.required[0] if opts.required else opts.strategies[0]
     traj.reward = outcomes[primary].score
     passed = all(outcomes[s].passed for s in opts.required)
