@@ -217,3 +217,31 @@ def test_incremental_canonical_matches_snapshot_on_random_calls():
                 assert env.state_hash() == state_hash(snap, keys)
     finally:
         env.close()
+
+
+def test_records_hashed_by_older_versions_still_verify():
+    """state_ref / target_state_ref written before the one canonical form (stored in the bundled
+    tasks.jsonl of the previous commit) are still accepted."""
+    import asyncio
+
+    from toolkit.envs.base import legacy_state_hash
+    from toolkit.schema import Record
+    from toolkit.stages.verify import build
+
+    rec = load_tasks("airline")[0]
+    env = load_env(rec["env"])
+    try:
+        legacy_init = legacy_state_hash(env.snapshot())
+    finally:
+        env.close()
+    gt = rec["task"]["ground_truth"]
+    # the values the bundled task carried before this change
+    assert legacy_init == "sha256:7f3ce90386ddcfed6e645c3c3c53fc9d68f296f138b62de33d91fdc880a79ca8"
+    old = json.loads(json.dumps(rec))
+    old["env"]["state_ref"] = legacy_init
+    old["task"]["ground_truth"]["target_state_ref"] = legacy_state_hash(gt["target_state"])
+    assert legacy_state_hash(gt["target_state"]) == \
+        "sha256:9cc00fc56949cae41443b177784d68d9c40dbba8c80af2868ff09018a7241a78"
+    old["trajectories"] = [{"id": "t", "messages": [{"role": "user", "content": "x"}]}]
+    out = asyncio.run(build({"strategy": ["state_diff"]}, None)(Record.model_validate(old)))
+    assert out.trajectories[0].scores["state_diff"]["delta0"] > 0

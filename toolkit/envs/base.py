@@ -338,6 +338,35 @@ def state_hash(state: dict, keys: StateKeys | None = None) -> str:
     return hash_tables({t: cs.table(t).digest for t in cs.tables() if cs.table(t).keys})
 
 
+def _legacy_value(v: Any) -> Any:
+    if isinstance(v, float):
+        if math.isnan(v) or math.isinf(v):
+            return repr(v)
+        if v.is_integer():
+            return int(v)
+        return float(repr(round(v, 9)))
+    if isinstance(v, dict):
+        return {str(k): _legacy_value(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_legacy_value(x) for x in v]
+    return v
+
+
+def legacy_state_hash(state: dict) -> str:
+    """The state hash of toolkit versions before the one canonical form (every column, rows
+    sorted by their JSON): accepted for `state_ref` / `target_state_ref` of older records."""
+    out: dict = {}
+    for table in sorted(state):
+        rows = state[table]
+        if isinstance(rows, list):
+            crow = [_legacy_value(r) for r in rows]
+            crow.sort(key=canon_json)
+            out[table] = crow
+        else:
+            out[table] = _legacy_value(rows)
+    return "sha256:" + hashlib.sha256(canon_json(out).encode("utf-8")).hexdigest()
+
+
 # ----------------------------------------------------------------------------------------------
 # DIFF (LOGIGEN): sum over tables of |rows(T,a) symmetric-difference rows(T,b)|
 

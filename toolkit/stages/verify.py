@@ -294,6 +294,12 @@ def _env_hash(env: Any) -> str | None:
         return None
 
 
+def _legacy_hash(state: dict) -> str:
+    from toolkit.envs.base import legacy_state_hash
+
+    return legacy_state_hash(state)
+
+
 def _plain_hash(state: dict) -> str:
     from toolkit.envs.base import state_hash
 
@@ -483,7 +489,7 @@ class EnvContext:
         hash_of = getattr(env, "hash_state", None) or _plain_hash
         if rec.env is not None and rec.env.state_ref and rec.env.state_ref != _env_hash(env):
             h0 = hash_of(initial)
-            if rec.env.state_ref != h0:
+            if rec.env.state_ref not in (h0, _legacy_hash(initial)):
                 raise StageError(f"the rebuilt environment's initial state hashes to {h0}, not to "
                                  f"env.state_ref {rec.env.state_ref}: the environment changed since the record "
                                  "was made", field="env.state_ref")
@@ -505,7 +511,7 @@ class EnvContext:
             src = "replayed ground_truth.actions"
         if gt.target_state_ref and gt.target_state_ref != target_env_hash:
             h = hash_of(target)
-            if gt.target_state_ref != h:
+            if gt.target_state_ref not in (h, _legacy_hash(target)):
                 raise StageError(f"the target state ({src}) hashes to {h}, not to task.ground_truth.target_state_ref "
                                  f"{gt.target_state_ref}: the environment or the ground truth changed",
                                  field="task.ground_truth.target_state_ref")
