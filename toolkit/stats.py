@@ -262,7 +262,7 @@ def compute(inputs: list[str], rejects: list[str] | None = None) -> dict:
                 continue
             acc.add(obj)
             total.add(obj)
-        datasets[path] = acc.result()
+        datasets["stdin" if path in ("-", "") else path] = acc.result()
     tot = total.result()
     rj = rejects_summary(rejects) if rejects else None
     out = {"datasets": datasets, "total": tot}
