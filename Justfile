@@ -37,3 +37,13 @@ tau2-oracle:
 
 tau2-eval domain="airline" k="4" model="" base_url="":
     eval-tau2 --domain {{domain}} -k {{k}} --agent-model "{{model}}" --agent-base-url "{{base_url}}" -o out/tau2-{{domain}}.jsonl --summary-json out/tau2-{{domain}}.json --chart out/tau2-{{domain}}.png --compare paper
+
+# data-regression gate (docs/ci-data-regression.md): stats of a dataset against a baseline
+stats file baseline="":
+    toolkit stats {{file}} {{ if baseline != "" { "--baseline " + baseline + " --max-drop pass_rate=0.02" } else { "" } }}
+
+# sharded replay run, merged (recipes/cluster; the Slurm body run locally for every shard)
+cluster-local n="3":
+    mkdir -p out/cluster && toolkit tasks airline > out/cluster/tasks.jsonl
+    for i in $(seq 0 $(({{n}} - 1))); do SHARD=$i NSHARDS={{n}} INPUT=out/cluster/tasks.jsonl OUT_DIR=out/cluster bash recipes/cluster/shard_body.sh; done
+    python recipes/cluster/merge.py --input out/cluster/tasks.jsonl --parts out/cluster --nshards {{n}} > out/cluster/merged.jsonl
