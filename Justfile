@@ -38,9 +38,10 @@ tau2-oracle:
 tau2-eval domain="airline" k="4" model="" base_url="":
     eval-tau2 --domain {{domain}} -k {{k}} --agent-model "{{model}}" --agent-base-url "{{base_url}}" -o out/tau2-{{domain}}.jsonl --summary-json out/tau2-{{domain}}.json --chart out/tau2-{{domain}}.png --compare paper
 
-# data-regression gate (docs/ci-data-regression.md): stats of a dataset against a baseline
-stats file baseline="":
-    toolkit stats {{file}} {{ if baseline != "" { "--baseline " + baseline + " --max-drop pass_rate=0.02" } else { "" } }}
+# data-regression gate (docs/ci-data-regression.md), e.g.
+#   just stats out/verified.jsonl --baseline ci/baseline-stats.json --max-drop pass_rate=0.02
+stats file *args:
+    toolkit stats {{file}} {{args}}
 
 # sharded replay run, merged (recipes/cluster; the Slurm body run locally for every shard)
 cluster-local n="3":
