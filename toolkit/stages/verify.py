@@ -87,6 +87,7 @@ KIND = {"state_diff": "state_diff", "actions": "actions", "f1": "f1", "code": "v
         "judge": "llm", "tau2": "tau2"}
 POLICY_VIOLATION = "POLICY_VIOLATION"
 NOT_REPLAYABLE = ("simulated",)
+DETERMINISTIC = ("sqlite", "tau2")  # backends whose replays are memoized (python envs run user code)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -560,11 +561,13 @@ class EnvContext:
         `need_final`: the sqlite backend compares its cached canonical form, no snapshot).
 
         Without `need_final`, the outcome (DIFFs, results, state hashes, DIFF detail) is memoized
-        per (target, exact call sequence) for the run (`replay_memo`, default on): the backends
-        replayed here are deterministic, so a trajectory whose calls equal an earlier one's (a
+        per (target, exact call sequence) for the run (`replay_memo`, default on) on the
+        deterministic backends (sqlite, tau2), so a trajectory whose calls equal an earlier one's (a
         GRPO group's duplicates, a re-verified file) is not executed again."""
         info = self.target() if with_target else None
-        mkey = self._memo_key(calls) if (info is not None and not need_final and self.opts.replay_memo) else None
+        backend = self.record.env.backend if self.record.env is not None else None
+        mkey = (self._memo_key(calls) if (info is not None and not need_final and self.opts.replay_memo
+                                          and backend in DETERMINISTIC) else None)
         if mkey is not None:
             hit = self.cache.replay_get(mkey)
             if hit is not None:
