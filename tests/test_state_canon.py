@@ -245,3 +245,40 @@ def test_records_hashed_by_older_versions_still_verify():
     old["trajectories"] = [{"id": "t", "messages": [{"role": "user", "content": "x"}]}]
     out = asyncio.run(build({"strategy": ["state_diff"]}, None)(Record.model_validate(old)))
     assert out.trajectories[0].scores["state_diff"]["delta0"] > 0
+
+
+TREE = {
+    "name": "tree",
+    "schema": ("CREATE TABLE node (node_id INTEGER PRIMARY KEY, parent_id INTEGER REFERENCES node(node_id), "
+               "label TEXT NOT NULL);\n"
+               "CREATE TABLE tag (tag_id INTEGER PRIMARY KEY, node_id INTEGER REFERENCES node(node_id), t TEXT);\n"),
+    "seed": {"node": [], "tag": []},
+}
+
+
+def test_reference_cycles_are_order_independent():
+    """A self-reference (parent_id) is on a cycle: not resolved, and the canonical form is the same
+    whichever table is computed first (dict path, env path)."""
+    from toolkit.envs.base import CanonicalState
+
+    env = SqliteEnvironment.from_spec(TREE)
+    try:
+        for label, parent in (("root", None), ("a", 1), ("b", 1)):
+            args = {"label": label} if parent is None else {"label": label, "parent_id": parent}
+            assert env.call("insert_node", args).ok
+        assert env.call("insert_tag", {"node_id": 2, "t": "x"}).ok
+        keys = env.state_keys()
+        assert ("node", next(iter(keys.refs["node"]))) in keys.cyclic and not any(t == "tag" for t, _ in keys.cyclic)
+        snap = env.snapshot()
+        one = CanonicalState(snap, keys)
+        first_tag = sorted(one.table("tag").keys), sorted(one.table("node").keys)
+        two = CanonicalState(snap, keys)
+        node_keys = sorted(two.table("node").keys)
+        first_node = sorted(two.table("tag").keys), node_keys
+        assert first_tag == first_node
+        assert env.state_hash() == state_hash(snap, keys)
+        # the tag still points at node "a" by content
+        ref = json.loads(first_tag[0][0])["node_id"]
+        assert json.loads(ref["row"]) == {"label": "a", "parent_id": {"$ref": "node"}}
+    finally:
+        env.close()

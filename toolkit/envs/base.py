@@ -71,8 +71,8 @@ class ToolResult:
 #   depends on creation order;
 # - a column that references a technical key (a foreign key, or a reference declared in the
 #   domain) is replaced by the referenced row's canonical key {"$ref": table, "row": key} (or
-#   {"$ref": table, "missing": value} when that row does not exist; reference cycles stop at
-#   {"$ref": table});
+#   {"$ref": table, "missing": value} when that row does not exist; a reference on a cycle — a
+#   table reaching itself through references, e.g. a parent_id — is just {"$ref": table});
 # - a row key is the row's canonical JSON (sorted keys, compact separators, UTF-8).
 # DIFF(a, b) = sum over tables of the multiset symmetric difference of the row keys;
 # state_hash = sha256 of the canonical JSON {table: sha256 of its sorted row keys joined by "\n"}.
@@ -141,13 +141,30 @@ class StateKeys:
     refs:      {table: [Ref]}.
     """
 
-    __slots__ = ("exclude", "technical", "refs", "_drop")
+    __slots__ = ("_drop", "cyclic", "exclude", "refs", "technical")
 
     def __init__(self, exclude: Iterable[str] = (), technical: dict | None = None, refs: dict | None = None):
         self.exclude = frozenset(str(x) for x in exclude)
         self.technical = {str(t): frozenset(c) for t, c in (technical or {}).items() if c}
         self.refs = {str(t): tuple(r) for t, r in (refs or {}).items() if r}
         self._drop: dict[str, frozenset] = {}
+        # references on a cycle (a table reaching itself through references, e.g. parent_id) are
+        # not resolved (their content would be infinite): they compare as {"$ref": table}
+        self.cyclic: frozenset = frozenset(
+            (t, r) for t, rs in self.refs.items() for r in rs if self._reaches(r.to_table, t))
+
+    def _reaches(self, start: str, goal: str) -> bool:
+        seen: set[str] = set()
+        todo = [start]
+        while todo:
+            t = todo.pop()
+            if t == goal:
+                return True
+            if t in seen:
+                continue
+            seen.add(t)
+            todo.extend(r.to_table for r in self.refs.get(t, ()))
+        return False
 
     def dropped(self, table: str) -> frozenset:
         d = self._drop.get(table)
@@ -299,7 +316,7 @@ class CanonicalState:
                     v = r[c]
                     if v is None:
                         continue
-                    lk = self._lookup(ref)
+                    lk = None if (name, ref) in self.keys.cyclic else self._lookup(ref)
                     if lk is None:
                         obj[c] = {"$ref": ref.to_table}
                     else:
