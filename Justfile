@@ -50,3 +50,14 @@ logigen-architect briefs out="out/domains":
 # and iteration, with a yield/cost table per stage and iteration (recipes/eigendata.sh)
 eigendata env="airline" n="2" iters="16":
     recipes/eigendata.sh {{env}} {{n}} {{iters}}
+
+# data-regression gate (docs/ci-data-regression.md), e.g.
+#   just stats out/verified.jsonl --baseline ci/baseline-stats.json --max-drop pass_rate=0.02
+stats file *args:
+    toolkit stats {{file}} {{args}}
+
+# sharded replay run, merged (recipes/cluster; the Slurm body run locally for every shard)
+cluster-local n="3":
+    mkdir -p out/cluster && toolkit tasks airline > out/cluster/tasks.jsonl
+    for i in $(seq 0 $(({{n}} - 1))); do SHARD=$i NSHARDS={{n}} INPUT=out/cluster/tasks.jsonl OUT_DIR=out/cluster bash recipes/cluster/shard_body.sh; done
+    python recipes/cluster/merge.py --input out/cluster/tasks.jsonl --parts out/cluster --nshards {{n}} > out/cluster/merged.jsonl

@@ -7,15 +7,19 @@ one core, the indexed target (toolkit.train.rewards.TargetIndex) against the nai
     python bench/verify_bench.py --json out.json
 
 Workload ("realistic states"): 5 tables x 50 rows x 8 columns (ids, names, enums, money floats,
-counts, foreign keys, free text, a timestamp that DIFF excludes), as a SQLite snapshot gives them
+counts, foreign keys, free text, a timestamp declared technical so DIFF excludes it), as a SQLite snapshot gives them
 (rows in primary-key order). Each final state differs from the target in a few rows (1-4 edited
 cells, sometimes an inserted row), like a trajectory that got most of the task right. 256 distinct
 final states are cycled. Scenarios:
   ordered   final rows in the same order as the target (how snapshots come out)
   shuffled  final rows in another order (the index falls back to its tuple-set path)
   equal     final state equal to the target (a successful trajectory)
-plus an end-to-end line: the whole verify stage (replay + DIFF + dense rewards) on the bundled
-domain tasks' oracle trajectories, records/s (dominated by SQLite replay, not by DIFF).
+plus two end-to-end lines: the whole verify stage (replay + DIFF + dense rewards) on the bundled
+domain tasks' oracle trajectories, records/s; and `verify --strategy state_diff` on the bundled
+airline tasks with 4 trajectories per record, JSON line in -> JSON line out, trajectories/s.
+`--compare-src DIR` runs that last line against another checkout in the same run, e.g.
+    mkdir /tmp/base && git archive <rev> | tar -x -C /tmp/base
+    python bench/verify_bench.py --compare-src /tmp/base
 """
 
 from __future__ import annotations
@@ -30,12 +34,14 @@ import random
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# VERIFY_BENCH_SRC: another checkout's root (e.g. the code before a change) to measure instead
+sys.path.insert(0, os.environ.get("VERIFY_BENCH_SRC") or os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from toolkit.envs.base import diff as naive_diff  # noqa: E402
 from toolkit.train.rewards import TargetIndex  # noqa: E402
 
 TABLES, ROWS = 5, 50
+TECH = ["updated_at"]  # declared technical column (only declared columns are left out of DIFF)
 STATUSES = ("active", "pending", "cancelled", "landed", "refunded")
 
 
@@ -98,15 +104,15 @@ def bench_scenario(name: str, shuffle: bool, equal: bool, seconds: float, seed: 
     rng = random.Random(seed)
     target = make_target(rng)
     finals = make_finals(target, rng, 256, shuffle, equal)
-    idx = TargetIndex(target)
+    idx = TargetIndex(target, exclude_keys=TECH)
     # the two implementations must agree on every pair
     for f in finals:
-        a, b = idx.diff(f), naive_diff(f, target)["total"]
+        a, b = idx.diff(f), naive_diff(f, target, TECH)["total"]
         if a != b:
             raise SystemExit(f"{name}: indexed DIFF {a} != naive DIFF {b}")
     mean_diff = sum(idx.diff(f) for f in finals) / len(finals)
     fast, fast_wall, n_fast = rate(idx.diff, finals, seconds)
-    naive, naive_wall, n_naive = rate(lambda f: naive_diff(f, target), finals, max(1.0, seconds / 3))
+    naive, naive_wall, n_naive = rate(lambda f: naive_diff(f, target, TECH), finals, max(1.0, seconds / 3))
     return {"scenario": name, "indexed_per_s": round(fast), "naive_per_s": round(naive),
             "ratio": round(fast / naive, 1), "indexed_per_wall_s": round(fast_wall),
             "naive_per_wall_s": round(naive_wall), "mean_diff": round(mean_diff, 2), "n_indexed": n_fast,
@@ -153,11 +159,78 @@ def bench_stage(seconds: float) -> dict | None:
             "records": n, "reward_1": ok}
 
 
+def _oracle_messages(acts: list[dict]) -> list[dict]:
+    msgs = [{"role": "user", "content": "task"}]
+    for i, a in enumerate(acts):
+        msgs.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"c{i}", "type": "function",
+             "function": {"name": a["name"], "arguments": json.dumps(a["arguments"])}}]})
+        msgs.append({"role": "tool", "tool_call_id": f"c{i}", "content": "{}"})
+    msgs.append({"role": "assistant", "content": "done"})
+    return msgs
+
+
+def bench_e2e(seconds: float, copies: int = 4, memo: bool = True) -> dict:
+    """`verify --strategy state_diff` end to end on one core: the bundled airline tasks, each
+    record carrying `copies` trajectories (the oracle's calls; the last copy drops the first call
+    so not every trajectory succeeds), as JSON lines -> Record -> verify -> JSON line, like the CLI
+    does per line. Rate: trajectories per CPU second."""
+    from toolkit.domains import load_tasks
+    from toolkit.schema import Record
+    from toolkit.stages.verify import build
+
+    lines = []
+    for t in load_tasks("airline"):
+        acts = t["task"]["ground_truth"].get("actions") or []
+        trajs = [{"id": f"t{k}", "messages": _oracle_messages(acts if k < copies - 1 else acts[1:])}
+                 for k in range(copies)]
+        lines.append(Record.model_validate(dict(t, trajectories=trajs)).model_dump_json(exclude_none=True))
+    cfg = {"strategy": ["state_diff"]}
+    if not memo:
+        cfg["replay_memo"] = False
+    fn = build(cfg, None)
+
+    async def go() -> tuple[int, float, int]:
+        n, ok = 0, 0
+        t0 = time.process_time()
+        while time.process_time() - t0 < seconds:
+            for line in lines:
+                out = await fn(Record.model_validate_json(line))
+                out.model_dump_json(exclude_none=True)
+                for tr in out.trajectories:
+                    ok += tr.reward == 1.0
+                    n += 1
+        return n, time.process_time() - t0, ok
+
+    n, dt, ok = asyncio.run(go())
+    return {"scenario": f"verify --strategy state_diff end-to-end (airline tasks x{copies} trajectories"
+                        f"{'' if memo else ', replay memo off'})",
+            "trajectories_per_s": round(n / dt, 1), "trajectories": n, "reward_1": ok}
+
+
+def bench_e2e_src(src: str, seconds: float) -> dict:
+    """bench_e2e run in a subprocess against another checkout (same machine, same run)."""
+    import subprocess
+
+    env = dict(os.environ, VERIFY_BENCH_SRC=src, PYTHONPATH=src)
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--e2e-only", "--seconds", str(seconds)],
+                         env=env, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="~5 s instead of ~30 s")
     ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    ap.add_argument("--compare-src", metavar="DIR",
+                    help="also run the end-to-end line against this checkout (e.g. `git archive <rev> | "
+                         "tar -x -C DIR`), in a subprocess of the same run, and print the speed-up")
+    ap.add_argument("--e2e-only", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--seconds", type=float, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.e2e_only:
+        print(json.dumps(bench_e2e(args.seconds or 2.0)))
+        return
     secs = 1.0 if args.quick else 6.0
     print(f"verify_bench: python {platform.python_version()} on {platform.machine()}, one core "
           f"(single thread; rates per CPU-second of this process), states {TABLES} tables x {ROWS} rows "
@@ -175,6 +248,23 @@ def main() -> None:
         if "records_per_s" in st:
             print(f"  verify stage end-to-end: {st['records_per_s']} records/s ({st['records']} records, "
                   f"{st['reward_1']} with reward 1.0)")
+    e2e_secs = 1.5 if args.quick else 5.0
+    e2e = bench_e2e(e2e_secs)
+    results.append(e2e)
+    print(f"  {e2e['scenario']}: {e2e['trajectories_per_s']:,} trajectories/s "
+          f"({e2e['trajectories']} trajectories, {e2e['reward_1']} with reward 1.0)")
+    nomemo = bench_e2e(e2e_secs, memo=False)  # every trajectory replayed (none deduplicated)
+    results.append(nomemo)
+    print(f"  {nomemo['scenario']}: {nomemo['trajectories_per_s']:,} trajectories/s "
+          f"({nomemo['trajectories']} trajectories, {nomemo['reward_1']} with reward 1.0)")
+    if args.compare_src:
+        before = bench_e2e_src(args.compare_src, e2e_secs)
+        before["src"] = args.compare_src
+        results.append(before)
+        print(f"  same line on {args.compare_src}: {before['trajectories_per_s']:,} trajectories/s "
+              f"-> x{e2e['trajectories_per_s'] / before['trajectories_per_s']:.1f} "
+              f"(x{nomemo['trajectories_per_s'] / before['trajectories_per_s']:.1f} with the replay memo off; "
+              f"{before['reward_1']} of {before['trajectories']} with reward 1.0)")
     target = 20_000
     ordered = results[0]["indexed_per_s"]
     print(f"target >= {target:,} verifications/s per core: {'MET' if ordered >= target else 'NOT MET'} "

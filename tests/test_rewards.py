@@ -47,16 +47,19 @@ S3 = {"accounts": S1["accounts"], "log": [{"event": "y"}]}
 S4 = {"accounts": S1["accounts"], "log": [{"event": "x"}]}
 
 
+TS = ["updated_at"]  # declared technical column (only declared columns are excluded)
+
+
 def test_diff_hand_made_states():
-    assert state_diff(S0, TARGET) == 3
-    assert state_diff(S1, TARGET) == 1  # updated_at differs but is a technical key
-    assert state_diff(S3, TARGET) == 2
-    assert state_diff(S4, TARGET) == 0
-    det = state_diff_detail(S0, TARGET)
+    assert state_diff(S0, TARGET, TS) == 3
+    assert state_diff(S1, TARGET, TS) == 1  # updated_at differs but is declared technical
+    assert state_diff(S3, TARGET, TS) == 2
+    assert state_diff(S4, TARGET, TS) == 0
+    det = state_diff_detail(S0, TARGET, TS)
     assert det["tables"] == {"accounts": {"only_a": 1, "only_b": 1}, "log": {"only_a": 0, "only_b": 1}}
-    # with updated_at compared, S1 has one more differing row pair
-    assert state_diff(S1, TARGET, exclude_keys=()) == 3
-    idx = TargetIndex(TARGET)
+    # with updated_at compared (nothing declared: the default), S1 has one more differing row pair
+    assert state_diff(S1, TARGET) == 3
+    idx = TargetIndex(TARGET, exclude_keys=TS)
     assert [idx.diff(s) for s in (S0, S1, S3, S4)] == [3, 1, 2, 0]
     assert idx.diff_detail(S3)["tables"] == {"log": {"only_a": 1, "only_b": 1}}
 
@@ -155,10 +158,11 @@ def test_fast_diff_matches_reference_on_random_states():
                         rows.pop()
                 if rows and rng.random() < 0.05:  # a ragged row (an extra column)
                     rows[-1]["extra"] = 1
-        ref = state_diff(a, b)
-        assert TargetIndex(b).diff(a) == ref
-        assert TargetIndex(b).diff_detail(a)["total"] == ref
-        assert base_diff(a, b)["total"] == ref
+        ex = ["created_at"]
+        ref = state_diff(a, b, ex)
+        assert TargetIndex(b, ex).diff(a) == ref
+        assert TargetIndex(b, ex).diff_detail(a)["total"] == ref
+        assert base_diff(a, b, ex)["total"] == ref
 
 
 def test_grpo_and_ta_grpo_advantages():

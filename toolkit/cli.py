@@ -221,12 +221,30 @@ Example:
 @click.option("--lambda-err", type=float, default=0.1, show_default=True,
               help="Dense-reward penalty per policy-violating tool call (LOGIGEN lambda_err).")
 @click.option("--sandbox", type=click.Choice(["auto", "process", "docker"]), default="auto", show_default=True)
+@click.option("--min-pass-rate", type=click.FloatRange(0.0, 1.0), default=None,
+              help="Exit 1 when the share of verified trajectories that pass is below this (CI gate).")
 @stage_command
 def verify(cfg: dict) -> int:
     from toolkit.stages import verify as stage
 
     meter = stage.make_meter()
-    return run_stage("verify", cfg, lambda c: stage.build(c, meter), meter=meter)
+    built: list = []
+
+    def build(c: dict) -> Any:
+        fn = stage.build(c, meter)
+        built.append(fn)
+        return fn
+
+    code = run_stage("verify", cfg, build, meter=meter)
+    mpr = cfg.get("min_pass_rate")
+    if mpr is not None and built:
+        n, ok = built[0].counts["trajectories"], built[0].counts["passed"]
+        rate = ok / n if n else 0.0
+        if rate < float(mpr):
+            log(f"verify: pass rate {rate:.4f} ({ok}/{n} trajectories) is below --min-pass-rate {float(mpr):g}")
+            return 1
+        log(f"verify: pass rate {rate:.4f} ({ok}/{n} trajectories) >= --min-pass-rate {float(mpr):g}")
+    return code
 
 
 @_cmd("rollout", """Run agent x user simulator x environment episodes: -n K trajectories per task.
@@ -446,6 +464,61 @@ def toolkit_group() -> None:
 
 for _name, _c in COMMANDS.items():
     toolkit_group.add_command(_c, _name)
+
+
+@toolkit_group.command("stats", help="""Dataset statistics (JSON on stdout, markdown table on stderr) and a CI gate.
+
+\b
+Per input file (a dataset; none or '-': stdin) and in total: counts, pass rates per verdict /
+strategy / flow, reward distribution, turns, tool calls and errors, terminations, tokens and cost,
+rejects by reason (--rejects). --baseline FILE --max-drop METRIC=X exits 1 when METRIC dropped by
+more than X against an earlier stats JSON (rose, for tool_error_rate / reject_count / cost / tokens).
+
+\b
+Example:
+  toolkit stats verified.jsonl --rejects rejects.jsonl > stats.json
+  toolkit stats verified.jsonl --baseline ci/baseline-stats.json --max-drop pass_rate=0.05
+""")
+@click.argument("inputs", nargs=-1)
+@click.option("--rejects", "rejects", multiple=True, metavar="FILE", help="Rejects file(s) to summarize.")
+@click.option("--markdown", "markdown_path", metavar="FILE", help="Write the markdown table here instead of stderr.")
+@click.option("--chart", metavar="PNG", help="Also write a PNG (needs matplotlib, dev extra).")
+@click.option("--baseline", metavar="FILE", help="Stats JSON of an earlier run to compare with.")
+@click.option("--max-drop", "max_drop", multiple=True, metavar="METRIC=X",
+              help="Largest allowed drop of METRIC against --baseline (repeatable).")
+def stats_cmd(inputs: tuple, rejects: tuple, markdown_path: str | None, chart: str | None,
+              baseline: str | None, max_drop: tuple) -> None:
+    from toolkit import stats as S
+
+    try:
+        limits = S.parse_max_drop(max_drop)
+        if limits and not baseline:
+            raise S.StatsError("--max-drop needs --baseline FILE")
+        base = None
+        if baseline:
+            try:
+                with open(baseline, encoding="utf-8") as f:
+                    base = json.load(f)
+            except (OSError, json.JSONDecodeError) as e:
+                raise S.StatsError(f"--baseline {baseline}: {e}") from None
+        result = S.compute(list(inputs), list(rejects))
+        bad = S.check_regressions(result, base, limits) if base is not None else []
+    except S.StatsError as e:
+        raise click.UsageError(str(e)) from None
+    if base is not None:
+        result["regressions"] = bad
+    click.echo(json.dumps(result, ensure_ascii=False, sort_keys=True))
+    md = S.markdown(result)
+    if markdown_path:
+        with open(markdown_path, "w", encoding="utf-8") as f:
+            f.write(md)
+    else:
+        sys.stderr.write(md)
+    if chart and not S.chart(result, chart):
+        log("stats: --chart skipped: matplotlib is not installed (pip install -e '.[dev]')")
+    for b in bad:
+        log(f"stats: regression: {b}")
+    sys.exit(1 if bad else 0)
 
 
 @toolkit_group.group("schema", help="The record JSON Schema.")

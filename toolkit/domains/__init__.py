@@ -70,8 +70,6 @@ def rebuild_targets(name: str, write: bool = False) -> list[dict]:
         python -c "from toolkit.domains import rebuild_targets; rebuild_targets('airline', write=True)"
     Every reference action must succeed (a task never lists a refused action); otherwise ValueError.
     """
-    from toolkit.envs.base import state_hash
-
     records = load_tasks(name)
     for rec in records:
         env_ref = {k: v for k, v in rec["env"].items() if k != "state_ref"}
@@ -87,7 +85,7 @@ def rebuild_targets(name: str, write: bool = False) -> list[dict]:
             env.close()
         gt = rec["task"]["ground_truth"]
         gt["target_state"] = target
-        gt["target_state_ref"] = state_hash(target)
+        gt["target_state_ref"] = env.hash_state(target)
     if write:
         p = domain_path(name) / "tasks.jsonl"
         p.write_text("".join(json.dumps(r, ensure_ascii=False, sort_keys=False, separators=(",", ":")) + "\n"

@@ -36,6 +36,7 @@ from __future__ import annotations
 import copy
 import difflib
 import fnmatch
+import hashlib
 import json
 import math
 import re
@@ -48,8 +49,13 @@ from typing import Any
 
 from toolkit.envs.base import (
     DEFAULT_EXCLUDE_KEYS,
+    CanonicalState,
     Environment,
+    Ref,
+    StateKeys,
+    TableCanon,
     ToolResult,
+    hash_tables,
     register_backend,
     state_hash,
 )
@@ -66,6 +72,7 @@ QUERY_CONTROL_PARAMS = ("order_by", "order", "limit", "offset")
 QUERY_OPS = ("=", "!=", "<", "<=", ">", ">=", "like", "in")
 _INT_MIN, _INT_MAX = -(2 ** 63), 2 ** 63 - 1
 _STATE_CACHE_SIZE = 64
+_CANON_CACHE_SIZE = 4096  # table contents whose canonical keys are kept (per domain)
 _SAVEPOINT = "tk_tool_call"
 
 __all__ = [
@@ -97,7 +104,8 @@ class DomainSpec:
     description: str = ""
     seed: Any = None  # SQL text, or {table: [row dicts]}
     tools: dict = field(default_factory=dict)  # overrides (tools.yaml)
-    exclude_keys: list[str] = field(default_factory=list)
+    exclude_keys: list[str] = field(default_factory=list)  # declared technical columns
+    references: list = field(default_factory=list)  # declared references to technical keys
     source: str | None = None
 
 
@@ -174,6 +182,11 @@ class CompiledDomain:
     exclude_keys: tuple[str, ...]
     initial_hash: str
     state_cache: OrderedDict[str, bytes] = field(default_factory=OrderedDict)
+    keys: Any = None  # StateKeys derived from the schema (see state_keys_for)
+    canon_cache: OrderedDict = field(default_factory=OrderedDict)  # table content -> TableCanon
+    write_sets: dict = field(default_factory=dict)  # tool name -> tables it may write (None: unknown)
+    content_ids: dict = field(default_factory=dict)  # (table, rows) -> content id (never reused)
+    content_ids_base: int = 0
     lock: Any = field(default_factory=threading.Lock)
 
 
@@ -222,6 +235,7 @@ def load_domain_spec(path: str | Path) -> DomainSpec:
             seed=seed,
             tools=tools if isinstance(tools, dict) else {},
             exclude_keys=list(meta.get("exclude_keys") or []),
+            references=list(meta.get("references") or []),
             source=str(p.resolve()),
         )
     if p.is_file():
@@ -250,6 +264,7 @@ def spec_from_dict(data: dict, default_name: str = "domain") -> DomainSpec:
         seed=data.get("seed"),
         tools=tools if isinstance(tools, dict) else {},
         exclude_keys=list(data.get("exclude_keys") or []),
+        references=list(data.get("references") or []),
     )
 
 
@@ -420,7 +435,7 @@ def _introspect_tables(conn: sqlite3.Connection, readonly: set[str]) -> dict[str
             c.enum = enums.get(cname)
             c.readonly = f"{tname}.{cname}" in readonly
             cols.append(c)
-        fks = [{"column": r[3], "table": r[2], "to": r[4]}
+        fks = [{"column": r[3], "table": r[2], "to": r[4], "on_update": r[5], "on_delete": r[6]}
                for r in conn.execute(f"PRAGMA foreign_key_list({qident(tname)})").fetchall()]
         tdoc, cdocs = _table_docs(tsql or "", {c.name for c in cols})
         for c in cols:
@@ -472,7 +487,8 @@ def _check_fks(conn: sqlite3.Connection, what: str) -> None:
 
 def _load_state_bytes(dom: CompiledDomain, state: dict) -> bytes:
     """Serialized DB holding `state` (triggers silenced while loading, re-created after)."""
-    key = state_hash(state)
+    key = hashlib.sha256(json.dumps(state, sort_keys=True, ensure_ascii=False, default=str)
+                         .encode("utf-8")).hexdigest()
     with dom.lock:
         hit = dom.state_cache.get(key)
         if hit is not None:
@@ -495,6 +511,100 @@ def _load_state_bytes(dom: CompiledDomain, state: dict) -> bytes:
         while len(dom.state_cache) > _STATE_CACHE_SIZE:
             dom.state_cache.popitem(last=False)
     return data
+
+
+def _write_sets(tables: dict[str, Table], triggers: list[TriggerInfo], tools: dict[str, ToolDef]) -> dict:
+    """{tool: frozenset of the tables a call may write}: the tool's table, then, to a fixpoint, the
+    tables written by triggers on written tables and the tables whose foreign keys point at a
+    written table (ON DELETE/UPDATE actions). None when a trigger writes a table name that is not
+    in the schema as parsed (then every table is re-read after a write)."""
+    by_table: dict[str, set[str]] = {}
+    for trg in triggers:
+        for _verb, t in trg.writes:
+            if t not in tables:
+                return {name: None for name in tools}
+            by_table.setdefault(trg.table, set()).add(t)
+    fk_in: dict[str, set[str]] = {}
+    for t in tables.values():
+        for fk in t.fks:  # only referential actions write the referencing table
+            if str(fk.get("on_update", "")).upper() not in ("", "NO ACTION", "RESTRICT") or \
+                    str(fk.get("on_delete", "")).upper() not in ("", "NO ACTION", "RESTRICT"):
+                fk_in.setdefault(fk["table"], set()).add(t.name)
+    out: dict[str, frozenset | None] = {}
+    for name, td in tools.items():
+        if td.kind == "query":
+            out[name] = frozenset()
+            continue
+        seen: set[str] = set()
+        todo = [td.table]
+        while todo:
+            t = todo.pop()
+            if t in seen:
+                continue
+            seen.add(t)
+            todo.extend(by_table.get(t, ()))
+            todo.extend(fk_in.get(t, ()))
+        out[name] = frozenset(seen)
+    return out
+
+
+def state_keys_for(spec: DomainSpec, tables: dict[str, Table], declared: tuple[str, ...] = ()) -> StateKeys:
+    """Technical keys decided from the schema (toolkit.envs.base "Canonical state"):
+
+    - technical columns: every rowid alias (a column declared INTEGER PRIMARY KEY, with or without
+      AUTOINCREMENT: SQLite assigns it in creation order) and every declared technical column
+      (`exclude_keys` in domain.yaml / the env config: a bare name for every table, or
+      `table.column`);
+    - references: every foreign key to a technical column (REFERENCES t(col), or REFERENCES t to a
+      rowid-alias primary key), plus the `references` declared in domain.yaml for columns that hold
+      a technical key without a FOREIGN KEY clause, e.g.
+          references:
+            - {column: audit_log.entity_id, to: reservation.reservation_id}
+            - {column: log.entity_id, to: rx.rx_id, when: {entity: prescription}}
+      Such columns are compared by the referenced row's content.
+    """
+    keys = StateKeys().with_exclude(declared)
+    tech: dict[str, set[str]] = {t: set(c) for t, c in keys.technical.items()}
+    for t in tables.values():
+        for c in t.columns:
+            if c.rowid_alias:
+                tech.setdefault(t.name, set()).add(c.name)
+
+    def is_tech(table: str, col: str) -> bool:
+        return col in keys.exclude or col in tech.get(table, ())
+
+    refs: dict[str, list[Ref]] = {}
+    for t in tables.values():
+        for fk in t.fks:
+            to_t = fk["table"]
+            to_c = fk.get("to")
+            if to_t not in tables:
+                continue
+            if not to_c:
+                pk = tables[to_t].pk
+                if len(pk) != 1:
+                    continue
+                to_c = pk[0]
+            if is_tech(to_t, to_c) and not is_tech(t.name, fk["column"]):
+                refs.setdefault(t.name, []).append(Ref(fk["column"], to_t, to_c))
+    for i, d in enumerate(spec.references or []):
+        what = f"{spec.name}: references[{i}]"
+        if not isinstance(d, dict) or not isinstance(d.get("column"), str) or not isinstance(d.get("to"), str):
+            raise DomainError(f"{what}: expected {{column: table.column, to: table.column, when: {{col: value}}}}")
+        ft, _, fc = d["column"].partition(".")
+        tt, _, tc = d["to"].partition(".")
+        if ft not in tables or fc not in tables[ft].colmap:
+            raise DomainError(f"{what}: unknown column {d['column']!r} (use table.column)")
+        if tt not in tables or tc not in tables[tt].colmap:
+            raise DomainError(f"{what}: unknown column {d['to']!r} (use table.column)")
+        if not is_tech(tt, tc):
+            raise DomainError(f"{what}: {d['to']} is not a technical key (a rowid alias or a declared "
+                              "technical column); a reference to a business key needs no declaration")
+        when = d.get("when") or {}
+        if not isinstance(when, dict) or any(k not in tables[ft].colmap for k in when):
+            raise DomainError(f"{what}: `when` must map columns of {ft} to values")
+        refs.setdefault(ft, []).append(Ref(fc, tt, tc, tuple(sorted(when.items()))))
+    return StateKeys(keys.exclude, tech, refs)
 
 
 def compile_domain(spec: DomainSpec) -> CompiledDomain:
@@ -570,6 +680,8 @@ def compile_domain(spec: DomainSpec) -> CompiledDomain:
     dom = CompiledDomain(spec=spec, tables=tables, triggers=triggers, rules=rules, tools=tools,
                          trigger_sql=trigger_sql, tables_only=tables_only, pristine=pristine,
                          exclude_keys=excl, initial_hash="")
+    dom.keys = state_keys_for(spec, tables, excl)
+    dom.write_sets = _write_sets(tables, triggers, tools)
     env = SqliteEnvironment(dom)
     dom.initial_hash = env.state_hash()
     env.close()
@@ -857,6 +969,18 @@ class SqliteEnvironment(Environment):
         self.config = dict(config or {})
         extra = [str(k) for k in (self.config.get("exclude_keys") or [])]
         self.exclude_keys: tuple[str, ...] = tuple(dict.fromkeys(list(domain.exclude_keys) + extra))
+        dkeys = domain.keys if domain.keys is not None else StateKeys(domain.exclude_keys)
+        self.keys: StateKeys = dkeys.with_exclude(extra) if extra else dkeys
+        self._keys_sig = json.dumps(self.keys.to_json(), sort_keys=True)
+        self._deps = {t: self._dep_tables(t) for t in domain.tables}
+        self._canon_key: Any = None
+        self._canon_val: dict[str, TableCanon] = {}
+        self._raw: dict[str, tuple] = {}  # table -> rows (as fetched) behind _canon_val
+        self._raw_id: dict[str, int] = {}  # table -> content id of those rows (domain-wide)
+        self._dirty: set[str] | None = None  # tables to re-read (None: all)
+        self._tracked = -1  # total_changes after the last tracked call / canonical()
+        self._at_init = False  # the state is the untouched reset() state
+        self._init_canon: tuple[dict, dict, dict] | None = None  # (raw, canonical) of the reset() state
         self._hidden_extra = [str(x) for x in (self.config.get("hide") or [])]
         self._initial_state = copy.deepcopy(state) if state is not None else None
         self._init_hash: str | None = None
@@ -949,9 +1073,21 @@ class SqliteEnvironment(Environment):
         self._loading = True
         try:
             self._conn.deserialize(data)
+            # load the schema now: a write that fails and rolls back as the first statement after
+            # deserialize otherwise leaves the connection without a schema ("no such table")
+            self._conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
         finally:
             self._loading = False
             self._gen = getattr(self, "_gen", 0) + 1  # invalidates the cached state hash
+        self._at_init = data is self._init_bytes
+        if self._at_init and self._init_canon is not None:
+            self._raw, self._canon_val = dict(self._init_canon[0]), dict(self._init_canon[1])
+            self._raw_id = dict(self._init_canon[2])
+            self._dirty = set()
+            self._tracked = self._conn.total_changes
+            self._canon_key = (self._gen, self._conn.total_changes)
+        else:
+            self._dirty = None
 
     def reset(self, state: dict | None = None) -> None:
         with self._lock:
@@ -962,11 +1098,91 @@ class SqliteEnvironment(Environment):
 
     def initial_state_hash(self) -> str:
         """Hash of the state reset() restores (seed, or the ref's inline state)."""
-        if self._initial_state is None:
+        if self._initial_state is None and not self.config.get("exclude_keys"):
             return self.domain.initial_hash
         if self._init_hash is None:
-            self._init_hash = state_hash(self._snapshot_of(self._init_bytes))
+            self._init_hash = self.hash_state(self._snapshot_of(self._init_bytes))
         return self._init_hash
+
+    def state_keys(self) -> StateKeys:
+        """Technical columns and references decided from the schema (`state_keys_for`)."""
+        return self.keys
+
+    def hash_state(self, state: dict) -> str:
+        return state_hash(state, self.keys)
+
+    def _dep_tables(self, name: str) -> tuple[str, ...]:
+        """`name` and every table its references reach (transitively), in a fixed order."""
+        out: list[str] = []
+        todo = [name]
+        while todo:
+            t = todo.pop()
+            if t in out:
+                continue
+            out.append(t)
+            todo.extend(r.to_table for r in self.keys.refs.get(t, ()))
+        return tuple(out)
+
+    def canonical(self) -> dict[str, TableCanon]:
+        """{table: TableCanon} of the current state: the canonical form of `snapshot()` under
+        `state_keys()` (toolkit.envs.base), without building the snapshot.
+
+        Incremental: after a tool call only the tables it may write (`_write_sets`: its table, the
+        tables its triggers write, foreign-key dependents) are re-read, as tuples (in C); a table's
+        canonical keys are looked up by content (its rows and those of the tables it references)
+        in a per-domain cache, so only contents never seen before are canonicalized in Python; the
+        reset() state's canonical form is kept. Any write not made through `call()` (or a tool
+        with an unknown write set) makes the next call re-read every table. Memoized until the
+        state changes (load generation + total_changes)."""
+        with self._lock:
+            conn = self._conn
+            key = (self._gen, conn.total_changes)
+            if key == self._canon_key:
+                return self._canon_val
+            tables = self.domain.tables
+            dirty = self._dirty
+            if dirty is None or conn.total_changes != self._tracked:
+                dirty = set(tables)
+            raw = self._raw
+            rid = self._raw_id
+            dom = self.domain
+            intern = dom.content_ids
+            for n in dirty:
+                rows = tuple(conn.execute(self._snap_sql[n]).fetchall())
+                raw[n] = rows
+                # a small integer per distinct table content (hashing the rows once per read)
+                with dom.lock:
+                    cid = intern.get((n, rows))
+                    if cid is None:
+                        cid = intern[(n, rows)] = len(intern) + 1 + dom.content_ids_base
+                        if len(intern) > _CANON_CACHE_SIZE:
+                            dom.content_ids_base += len(intern)
+                            intern.clear()
+                            intern[(n, rows)] = cid
+                rid[n] = cid
+            cache = dom.canon_cache
+            out = dict(self._canon_val)
+            for n in tables:
+                deps = self._deps[n]
+                if n in out and not any(d in dirty for d in deps):
+                    continue
+                ck = (self._keys_sig, n, tuple(rid[d] for d in deps))
+                with dom.lock:
+                    tc = cache.get(ck)
+                if tc is None:
+                    part = {d: self._rows(tables[d], list(raw[d])) for d in deps}
+                    tc = CanonicalState(part, self.keys).table(n)
+                    with dom.lock:
+                        cache[ck] = tc
+                        while len(cache) > _CANON_CACHE_SIZE:
+                            cache.popitem(last=False)
+                out[n] = tc
+            self._dirty = set()
+            self._tracked = conn.total_changes
+            self._canon_key, self._canon_val = key, out
+            if self._at_init and self._init_canon is None:
+                self._init_canon = (dict(raw), dict(out), dict(rid))
+            return out
 
     def _snapshot_of(self, data: bytes) -> dict:
         tmp = SqliteEnvironment(self.domain)
@@ -989,13 +1205,13 @@ class SqliteEnvironment(Environment):
         with self._lock:
             key = (getattr(self, "_gen", 0), self._conn.total_changes)
             if key != getattr(self, "_hash_key", None):
-                self._hash_val = state_hash(self.snapshot())
+                self._hash_val = hash_tables({t: tc.digest for t, tc in sorted(self.canonical().items()) if tc.keys})
                 self._hash_key = key
             return self._hash_val
 
     def diff(self, a: dict, b: dict | None = None) -> dict:
-        """DIFF(a, b) with this domain's exclude_keys; b defaults to the current state."""
-        return _state_diff(a, self.snapshot() if b is None else b, exclude_keys=self.exclude_keys)
+        """DIFF(a, b) with this domain's technical keys; b defaults to the current state."""
+        return _state_diff(a, self.snapshot() if b is None else b, keys=self.keys)
 
     def close(self) -> None:
         try:
@@ -1006,6 +1222,25 @@ class SqliteEnvironment(Environment):
     # -- tool calls -----------------------------------------------------------------------------
 
     def call(self, name: str, args: dict, side: str = "agent") -> ToolResult:
+        conn = self._conn
+        before = conn.total_changes
+        try:
+            return self._call_safe(name, args, side)
+        finally:
+            after = conn.total_changes
+            if after != before:  # something was written (maybe rolled back): re-read what it may touch
+                self._at_init = False
+                if self._tracked == before and self._dirty is not None:
+                    ws = self.domain.write_sets.get(name) if isinstance(name, str) else None
+                    if ws is None:
+                        self._dirty = None
+                    else:
+                        self._dirty |= ws
+                        self._tracked = after
+                else:
+                    self._dirty = None
+
+    def _call_safe(self, name: str, args: dict, side: str) -> ToolResult:
         try:
             return self._call(name, args, side)
         except _ArgError as e:

@@ -30,14 +30,30 @@ state_diff  LOGIGEN §4.2: the environment is rebuilt from `record.env`, reset, 
             steps[i].reward (steps are created when the trajectory has none) for TA-GRPO.
             Scores: {"diff", "R", "delta0", "p0", "proximity_final", "proximity", "dense",
             "violations", "diff_tables", "lambda_err", "epsilon"}.
+            DIFF and the state hash share one canonical form (toolkit.envs.base): technical keys
+            (rowid aliases, declared columns) are left out and references to them compare the
+            referenced row's content, so creation order never matters. Speed: the sqlite env keeps
+            its canonical form incrementally (no snapshot per step), environments are pooled per
+            env ref, and replays are memoized per (target, exact call sequence) for the run
+            (recipe key `replay_memo: false` turns that off).
 actions     tau2's ActionEvaluator rules (see toolkit.train.rewards): reward 1 iff every expected
             action matches some tool call; no expected actions → 1.0 with a note (as tau2).
 f1          ASTRA §3.2.2: n sub-questions (q_i, a_i, d_i) — else `must_have_functions` —, n̂ solved,
-            c agent tool calls; r = n̂/n, p = n̂/(c+ε), F1 = 2pr/(p+r). A sub-question is solved
-            when a call to its tool (any tool when `tool` is unset) was made and its answer a_i
-            appears in a successful result of such a call or in the final assistant message (with no
-            a_i: when its tool was called successfully); a must-have function is solved when it was
-            called successfully. Passes when r = 1 (or F1 ≥ `f1_threshold` when the recipe sets it).
+            c agent tool calls; r = n̂/n, p = min(1, n̂/(c+ε)), F1 = 2pr/(p+r). Precision is capped
+            at 1 here; the paper's formula is not (with one call answering two sub-questions its
+            p would be 2). A sub-question is solved when:
+            - it names a `tool`: a successful call of THAT tool was made (calls of other tools never
+              count, whatever they return), and, when a_i is given, a_i appears in the result of
+              such a call or in the final assistant message;
+            - it names no tool: at least one successful call was made and a_i appears in a
+              successful call's result or in the final assistant message (no a_i and no tool:
+              never solved);
+            "appears" is `toolkit.train.rewards.contains_answer`: matching on token and number
+            boundaries after normalization (NFKC, case-folded): 1000 matches "Total: $1,000.00",
+            "Paris" matches "The capital is Paris.", but 4 is not in "order 42 shipped", 100 not
+            in "balance 1000", "no" not in "the flight is not available"; dict/list answers need
+            every leaf. A must-have function is solved when it was called successfully. Passes
+            when r = 1 (or F1 ≥ `f1_threshold` when the recipe sets it).
 code        EigenData VerificationFunctionAgent contract: `verifier.source` defines
             `evaluate_submission(reference, eval)` → {overall_pass, reward, component_scores,
             checks_*}; reference = task.ground_truth, eval = {"messages", "tool_calls",
@@ -73,6 +89,7 @@ KIND = {"state_diff": "state_diff", "actions": "actions", "f1": "f1", "code": "v
         "judge": "llm", "tau2": "tau2"}
 POLICY_VIOLATION = "POLICY_VIOLATION"
 NOT_REPLAYABLE = ("simulated",)
+DETERMINISTIC = ("sqlite", "tau2")  # backends whose replays are memoized (python envs run user code)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -111,6 +128,7 @@ class Options:
     f1_threshold: float | None = None
     f1_epsilon: float = R.DEFAULT_EPSILON
     recipe_hash: str | None = None
+    replay_memo: bool = True
 
     @classmethod
     def from_config(cls, cfg: dict) -> "Options":
@@ -137,7 +155,8 @@ class Options:
                 lambda_err=0.1 if lam is None else float(lam),
                 diff_exclude=_as_list(cfg.get("diff_exclude")),
                 sandbox=str(cfg.get("sandbox") or "auto"), judge_rubric=rubric,
-                recipe_hash=cfg.get("recipe_hash"))
+                recipe_hash=cfg.get("recipe_hash"),
+                replay_memo=str(cfg.get("replay_memo", True)).lower() not in ("0", "false", "no", "off"))
         for name, conv in (("epsilon", float), ("code_cpu_seconds", float), ("code_wall_seconds", float),
                            ("code_memory_mb", int), ("judge_attempts", int), ("judge_threshold", float),
                            ("f1_threshold", float), ("f1_epsilon", float)):
@@ -278,6 +297,18 @@ def _env_hash(env: Any) -> str | None:
         return None
 
 
+def _legacy_hash(state: dict) -> str:
+    from toolkit.envs.base import legacy_state_hash
+
+    return legacy_state_hash(state)
+
+
+def _plain_hash(state: dict) -> str:
+    from toolkit.envs.base import state_hash
+
+    return state_hash(state)
+
+
 def _canon_json(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 
@@ -293,8 +324,12 @@ class TargetInfo:
 class TargetCache:
     """Target states (indexed) and initial states per (env ref, ground truth), LRU-bounded."""
 
-    def __init__(self, size: int = 256):
+    def __init__(self, size: int = 256, env_pool: int = 4):
         self.size = size
+        self.env_pool = env_pool
+        self._envs: OrderedDict[str, list] = OrderedDict()  # env ref -> idle environments
+        self._replays: OrderedDict[tuple, Any] = OrderedDict()  # (target, calls) -> replay outcome
+        self.replay_hits = 0
         self._d: OrderedDict[str, TargetInfo] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = 0
@@ -307,6 +342,47 @@ class TargetCache:
                 self._d.move_to_end(key)
                 self.hits += 1
             return v
+
+    def replay_get(self, key: tuple) -> Any:
+        with self._lock:
+            v = self._replays.get(key)
+            if v is not None:
+                self._replays.move_to_end(key)
+                self.replay_hits += 1
+            return v
+
+    def replay_put(self, key: tuple, v: Any) -> None:
+        with self._lock:
+            self._replays[key] = v
+            while len(self._replays) > 4 * self.size:
+                self._replays.popitem(last=False)
+
+    def take_env(self, key: str) -> Any:
+        """An idle environment built from the same env ref, or None."""
+        with self._lock:
+            lst = self._envs.get(key)
+            if lst:
+                self._envs.move_to_end(key)
+                return lst.pop()
+        return None
+
+    def give_env(self, key: str, env: Any) -> bool:
+        """Keep an environment for reuse (False: the pool is full, close it)."""
+        evicted: list = []
+        with self._lock:
+            lst = self._envs.setdefault(key, [])
+            self._envs.move_to_end(key)
+            if len(lst) >= self.env_pool:
+                return False
+            lst.append(env)
+            while len(self._envs) > 64:
+                evicted.extend(self._envs.popitem(last=False)[1])
+        for e in evicted:
+            try:
+                e.close()
+            except Exception:  # pragma: no cover
+                pass
+        return True
 
     def put(self, key: str, v: TargetInfo) -> None:
         with self._lock:
@@ -327,6 +403,14 @@ class EnvContext:
         self._env: Any = None
         self._error: str | None = None
         self._finals: dict[str, tuple[dict, dict]] = {}  # trajectory id -> (initial, final)
+        self._ekey: str | None = None
+        self._tkey: str | None = None
+
+    def _env_key(self) -> str:
+        if self._ekey is None:
+            env = self.record.env
+            self._ekey = env.model_dump_json(exclude={"extra"}) if env is not None else ""
+        return self._ekey
 
     def env(self) -> Any:
         if self._env is None:
@@ -336,6 +420,10 @@ class EnvContext:
             if rec.env.backend in NOT_REPLAYABLE:
                 raise StageError(f"env backend {rec.env.backend!r} is not deterministic and cannot be replayed "
                                  "for state_diff; use --strategy judge (or actions/f1)", field="env.backend")
+            pooled = self.cache.take_env(self._env_key())
+            if pooled is not None:
+                self._env = pooled
+                return pooled
             from toolkit.envs import load_env
 
             try:
@@ -346,35 +434,53 @@ class EnvContext:
         return self._env
 
     def close(self) -> None:
+        """Give the environment back to the run's pool (every use starts with reset())."""
         if self._env is not None:
-            try:
-                self._env.close()
-            except Exception:  # pragma: no cover
-                pass
-            self._env = None
+            env, self._env = self._env, None
+            if not self.cache.give_env(self._env_key(), env):
+                try:
+                    env.close()
+                except Exception:  # pragma: no cover
+                    pass
 
     def exclude_keys(self) -> tuple[str, ...]:
+        """Declared technical columns on top of the environment's own (env config, recipe)."""
         env = self.env()
         keys = list(R.DEFAULT_EXCLUDE_KEYS) + list(getattr(env, "exclude_keys", ()) or ())
         keys += [str(k) for k in ((self.record.env.config or {}).get("exclude_keys") or [])]
         keys += self.opts.diff_exclude
         return tuple(dict.fromkeys(keys))
 
+    def state_keys(self) -> Any:
+        """The StateKeys DIFF uses: the environment's (technical keys decided from its schema)
+        plus `diff_exclude` from the recipe; the same object as the env's when nothing is added
+        (then the env's cached canonical form can be compared directly)."""
+        env = self.env()
+        base = env.state_keys() if hasattr(env, "state_keys") else None
+        extra = [k for k in self.exclude_keys() if base is None or k not in base.exclude]
+        if base is None:
+            from toolkit.envs.base import StateKeys
+
+            return StateKeys(extra)
+        return base.with_exclude(extra) if extra else base
+
     def _key(self) -> str:
-        rec = self.record
-        gt = rec.task.ground_truth if rec.task else None
-        env_part = rec.env.model_dump(mode="json", exclude={"extra"}) if rec.env else None
-        gt_part = gt.model_dump(mode="json", include={"actions", "target_state", "target_state_ref"}) if gt else None
-        blob = _canon_json({"env": env_part, "gt": gt_part, "exclude": self.opts.diff_exclude})
-        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+        """Cache key of the target: env ref + ground truth + recipe exclusions (serialized by
+        pydantic in Rust: the same record line gives the same key), memoized per record."""
+        if self._tkey is None:
+            rec = self.record
+            gt = rec.task.ground_truth if rec.task else None
+            gt_part = (gt.model_dump_json(include={"actions", "target_state", "target_state_ref"})
+                       if gt else "")
+            blob = "\n".join([self._env_key(), gt_part, _canon_json(self.opts.diff_exclude)])
+            self._tkey = hashlib.sha256(blob.encode("utf-8")).hexdigest()
+        return self._tkey
 
     def target(self) -> TargetInfo:
         key = self._key()
         hit = self.cache.get(key)
         if hit is not None:
             return hit
-        from toolkit.envs.base import state_hash
-
         rec = self.record
         gt = rec.task.ground_truth if rec.task else None
         if gt is None or (gt.target_state is None and not gt.actions):
@@ -383,11 +489,13 @@ class EnvContext:
         env = self.env()
         env.reset()
         initial = env.snapshot()
-        if (rec.env is not None and rec.env.state_ref
-                and rec.env.state_ref not in (state_hash(initial), _env_hash(env))):
-            raise StageError(f"the rebuilt environment's initial state hashes to {state_hash(initial)}, not to "
-                             f"env.state_ref {rec.env.state_ref}: the environment changed since the record "
-                             "was made", field="env.state_ref")
+        hash_of = getattr(env, "hash_state", None) or _plain_hash
+        if rec.env is not None and rec.env.state_ref and rec.env.state_ref != _env_hash(env):
+            h0 = hash_of(initial)
+            if rec.env.state_ref not in (h0, _legacy_hash(initial)):
+                raise StageError(f"the rebuilt environment's initial state hashes to {h0}, not to "
+                                 f"env.state_ref {rec.env.state_ref}: the environment changed since the record "
+                                 "was made", field="env.state_ref")
         target_env_hash = None
         if gt.target_state is not None:
             target = gt.target_state
@@ -404,34 +512,91 @@ class EnvContext:
             target_env_hash = _env_hash(env)
             env.reset()
             src = "replayed ground_truth.actions"
-        if gt.target_state_ref:
-            h = state_hash(target)
-            if gt.target_state_ref not in (h, target_env_hash):
+        if gt.target_state_ref and gt.target_state_ref != target_env_hash:
+            h = hash_of(target)
+            if gt.target_state_ref not in (h, _legacy_hash(target)):
                 raise StageError(f"the target state ({src}) hashes to {h}, not to task.ground_truth.target_state_ref "
                                  f"{gt.target_state_ref}: the environment or the ground truth changed",
                                  field="task.ground_truth.target_state_ref")
-        exclude = self.exclude_keys()
-        index = R.TargetIndex(target, exclude_keys=exclude)
-        info = TargetInfo(index=index, initial=initial, delta0=index.diff(initial), exclude=exclude)
+        keys = self.state_keys()
+        index = R.TargetIndex(target, keys=keys)
+        info = TargetInfo(index=index, initial=initial, delta0=index.diff(initial), exclude=self.exclude_keys())
         self.cache.put(key, info)
         return info
 
-    def replay(self, traj: Trajectory, calls: list[Call], with_target: bool = True) -> dict:
-        """Replay `calls` from the initial state: per-call DIFF to the target (when `with_target`),
-        violations, replay results, and the final state (memoized per trajectory)."""
+    def _canonical_fn(self, info: TargetInfo | None) -> Any:
+        """env.canonical when the env's canonical form is what the target index compares."""
         env = self.env()
+        fn = getattr(env, "canonical", None)
+        if fn is None or info is None or info.index.keys is not getattr(env, "keys", None):
+            return None
+        return fn
+
+    def _memo_key(self, calls: list[Call]) -> tuple | None:
+        """(target, the calls as executed) — the replay of a deterministic backend depends on
+        nothing else; None when a call's arguments are unknown."""
+        parts = []
+        for c in calls:
+            if c.args is None:
+                return None
+            parts.append((c.name, c.side, json.dumps(c.args, sort_keys=True, ensure_ascii=False, default=str)))
+        return (self._key(), tuple(parts))
+
+    @staticmethod
+    def _notes(traj: Trajectory, calls: list[Call], oks: list[bool], hashes: list[str | None]) -> list[str]:
+        notes: list[str] = []
+        for i, c in enumerate(calls):
+            if c.args is None:
+                continue
+            if c.ok is not None and bool(c.ok) != oks[i]:
+                notes.append(f"replay diverged at step {i} ({c.name}): recorded ok={c.ok}, replayed ok={oks[i]}")
+            if c.step_index is not None:
+                rec_hash = traj.steps[c.step_index].state_hash
+                if rec_hash and not notes and hashes[i] != rec_hash:
+                    notes.append(f"replay diverged at step {i} ({c.name}): state hash differs from the recorded one")
+        return notes
+
+    def replay(self, traj: Trajectory, calls: list[Call], with_target: bool = True,
+               need_final: bool = True) -> dict:
+        """Replay `calls` from the initial state: per-call DIFF to the target (when `with_target`),
+        violations, replay results, and the final state (memoized per trajectory; only when
+        `need_final`: the sqlite backend compares its cached canonical form, no snapshot).
+
+        Without `need_final`, the outcome (DIFFs, results, state hashes, DIFF detail) is memoized
+        per (target, exact call sequence) for the run (`replay_memo`, default on) on the
+        deterministic backends (sqlite, tau2), so a trajectory whose calls equal an earlier one's (a
+        GRPO group's duplicates, a re-verified file) is not executed again."""
         info = self.target() if with_target else None
+        backend = self.record.env.backend if self.record.env is not None else None
+        mkey = (self._memo_key(calls) if (info is not None and not need_final and self.opts.replay_memo
+                                          and backend in DETERMINISTIC) else None)
+        if mkey is not None:
+            hit = self.cache.replay_get(mkey)
+            if hit is not None:
+                diffs, violations, oks, hashes, detail = hit
+                return {"diffs": list(diffs), "violations": list(violations), "oks": list(oks), "initial": None,
+                        "final": None, "notes": self._notes(traj, calls, oks, hashes),
+                        "detail": {"total": detail["total"], "tables": dict(detail["tables"])}}
+        env = self.env()
         env.reset()
-        initial = env.snapshot()
+        canon = self._canonical_fn(info)
+
+        def measure() -> int:
+            if info is None:
+                return 0
+            if canon is not None:
+                return info.index.diff_canonical(canon())
+            return info.index.diff(env.snapshot())
+
+        want_hash = mkey is not None or any(c.step_index is not None and traj.steps[c.step_index].state_hash
+                                            for c in calls)
         diffs: list[int] = []
         violations: list[bool] = []
         oks: list[bool] = []
-        notes: list[str] = []
-        state = initial
-        from toolkit.envs.base import state_hash
-
-        d_prev = info.index.diff(initial) if info else 0
-        for i, c in enumerate(calls):
+        hashes: list[str | None] = []
+        initial = env.snapshot() if need_final else None
+        d_prev = info.delta0 if info is not None else 0
+        for c in calls:
             if c.args is None:
                 if c.ok:
                     raise StageError(f"trajectory {traj.id}: tool call {c.id} ({c.name}) succeeded but its arguments "
@@ -441,23 +606,28 @@ class EnvContext:
                 diffs.append(d_prev)
                 violations.append(c.error_code == POLICY_VIOLATION)
                 oks.append(False)
+                hashes.append(None)
                 continue
             res = env.call(c.name, dict(c.args), side=c.side)
-            state = env.snapshot()
-            d = info.index.diff(state) if info else 0
+            d = measure()
             diffs.append(d)
             violations.append(bool(res.is_policy_violation))
             oks.append(bool(res.ok))
-            if c.ok is not None and bool(c.ok) != bool(res.ok):
-                notes.append(f"replay diverged at step {i} ({c.name}): recorded ok={c.ok}, replayed ok={res.ok}")
-            if c.step_index is not None:
-                rec_hash = traj.steps[c.step_index].state_hash
-                if rec_hash and not notes and state_hash(state) != rec_hash:
-                    notes.append(f"replay diverged at step {i} ({c.name}): state hash differs from the recorded one")
+            hashes.append(_env_hash(env) if want_hash else None)
             d_prev = d
-        out = {"diffs": diffs, "violations": violations, "oks": oks, "final": state, "initial": initial,
-               "notes": notes}
-        self._finals[traj.id] = (initial, state)
+        if info is not None:
+            detail = (info.index.diff_canonical_detail(canon()) if canon is not None
+                      else info.index.diff_detail(env.snapshot()))
+        else:
+            detail = {"total": 0, "tables": {}}
+        out = {"diffs": diffs, "violations": violations, "oks": oks, "initial": initial,
+               "final": env.snapshot() if need_final else None, "notes": self._notes(traj, calls, oks, hashes),
+               "detail": detail}
+        if mkey is not None:
+            self.cache.replay_put(mkey, (tuple(diffs), tuple(violations), tuple(oks), tuple(hashes),
+                                         {"total": detail["total"], "tables": dict(detail["tables"])}))
+        if need_final:
+            self._finals[traj.id] = (initial, out["final"])
         return out
 
     def final_state(self, traj: Trajectory, calls: list[Call]) -> tuple[dict | None, dict | None]:
@@ -477,9 +647,9 @@ class EnvContext:
 
 def run_state_diff(ctx: EnvContext, traj: Trajectory, calls: list[Call], opts: Options) -> Outcome:
     info = ctx.target()
-    rp = ctx.replay(traj, calls)
-    d_final = info.index.diff(rp["final"])
-    detail = info.index.diff_detail(rp["final"]) if d_final else {"total": 0, "tables": {}}
+    rp = ctx.replay(traj, calls, need_final="code" in opts.strategies)
+    detail = rp["detail"]
+    d_final = detail["total"]
     dense = R.dense_rewards(rp["diffs"], info.delta0, rp["violations"], opts.lambda_err, opts.epsilon)
     success = R.binary_success(d_final)
     # per-step storage for TA-GRPO
@@ -571,7 +741,25 @@ def run_f1(record: Record, traj: Trajectory, calls: list[Call], opts: Options) -
     return Outcome(passed=bool(passed), score=res["f1"], scores=scores, reasons=reasons)
 
 
+def _is_plain_json(x: Any, depth: int = 0) -> bool:
+    """Already JSON data (str/int/finite float/bool/None, lists, str-keyed dicts)?"""
+    t = type(x)
+    if t is str or t is int or t is bool or x is None:
+        return True
+    if t is float:
+        return x == x and x not in (float("inf"), float("-inf"))
+    if depth > 20:
+        return False
+    if t is list:
+        return all(_is_plain_json(v, depth + 1) for v in x)
+    if t is dict:
+        return all(type(k) is str and _is_plain_json(v, depth + 1) for k, v in x.items())
+    return False
+
+
 def _jsonable(x: Any) -> Any:
+    if _is_plain_json(x):
+        return x
     return json.loads(json.dumps(x, ensure_ascii=False, default=str))
 
 
@@ -748,10 +936,11 @@ def apply(record: Record, traj: Trajectory, outcomes: dict[str, Outcome], opts: 
                        if not (v.stage == "verify" and v.trajectory_id == traj.id and v.name in run)]
     for s in run:
         o = outcomes[s]
+        sc = _jsonable(o.scores)
         record.verdicts.append(Verdict(stage="verify", kind=KIND[s], name=s, passed=o.passed, score=o.score,
-                                       scores=_jsonable(o.scores), reasons=o.reasons, attribution=o.attribution,
+                                       scores=sc, reasons=o.reasons, attribution=o.attribution,
                                        trajectory_id=traj.id))
-        traj.scores[s] = _jsonable(o.scores)
+        traj.scores[s] = dict(sc)  # (nested lists are shared with the verdict; both are only serialized)
     primary = opts.required[0] if opts.required else opts.strategies[0]
     traj.reward = outcomes[primary].score
     passed = all(outcomes[s].passed for s in opts.required)
@@ -762,6 +951,7 @@ def apply(record: Record, traj: Trajectory, outcomes: dict[str, Outcome], opts: 
 def build(cfg: dict, meter: Any):
     opts = Options.from_config(cfg)
     cache = TargetCache()
+    counts = {"trajectories": 0, "passed": 0}  # verified trajectories, for --min-pass-rate
     client_holder: dict[str, Any] = {}
     judge_model: list[str | None] = [None]
 
@@ -828,7 +1018,10 @@ def build(cfg: dict, meter: Any):
             ctx.close()
         all_pass = True
         for traj, out in zip(record.trajectories, per):
-            all_pass = apply(record, traj, out, opts) and all_pass
+            ok = apply(record, traj, out, opts)
+            counts["trajectories"] += 1
+            counts["passed"] += ok
+            all_pass = ok and all_pass
         add_provenance(record, "verify", strategy=",".join(opts.strategies),
                        model=judge_model[0] if "judge" in opts.strategies else None,
                        recipe_hash=opts.recipe_hash, usage=usage)
@@ -839,5 +1032,6 @@ def build(cfg: dict, meter: Any):
         return record
 
     fn.cache = cache  # type: ignore[attr-defined]
+    fn.counts = counts  # type: ignore[attr-defined]
     fn.options = opts  # type: ignore[attr-defined]
     return fn

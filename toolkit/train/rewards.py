@@ -8,13 +8,16 @@ definition of each reward.
 LOGIGEN (arXiv 2603.00540, §4.2 "Deterministic and Dense Reward Mechanism")
 --------------------------------------------------------------------------
     DIFF(s_a, s_b) = Σ_{T ∈ tables} |rows(T, s_a) △ rows(T, s_b)|
-        rows are canonicalized and technical keys (auto-increment ids, timestamps) are excluded;
-        here: the keys in `exclude_keys` (default `toolkit.envs.base.DEFAULT_EXCLUDE_KEYS`).
-        Rows are compared as multisets (a duplicated row counts twice), like `envs.base.diff`;
-        cells are canonicalized like `envs.base` (floats rounded to 9 digits, integral floats are
-        ints) and, in addition, booleans are 0/1 and a float that rounds to an integer is that
-        integer (SQLite stores booleans as integers). `TargetIndex` indexes a target once and
-        computes exactly the same DIFF much faster (see its tiers; bench/verify_bench.py).
+        rows are canonicalized and technical keys (auto-increment ids) are excluded: here the
+        canonical form of `toolkit.envs.base` (one definition for the state hash and DIFF: booleans
+        are 0/1, floats rounded to 9 digits and integral results ints), with `StateKeys` naming the
+        technical columns (a sqlite domain derives them from its schema: rowid aliases / INTEGER
+        PRIMARY KEY / AUTOINCREMENT, plus the columns declared in domain.yaml) and the columns that
+        reference them (compared by the referenced row's content, so the same bookings made in
+        another order give DIFF 0). Only declared technical columns are excluded: a business column
+        named `timestamp` counts. Rows are compared as multisets (a duplicated row counts twice).
+        `TargetIndex` indexes a target once and computes exactly the same DIFF much faster (see its
+        tiers; bench/verify_bench.py).
     R_final = I[DIFF(s_final, s_target) = 0]
     Δ0 = DIFF(s_origin, s_target)
     P_t = 1 − min(DIFF(s_t, s_target), Δ0) / (Δ0 + ε)                      (proximity, in [0, 1])
@@ -35,20 +38,33 @@ An empty key set matches. reward = 1 if every expected action matched else 0.
 
 ASTRA (§3.2.2 "Reward Design", eq. 30-31):
     r = n̂ / n,  p = n̂ / (c + ε),  F1 = 2pr / (p + r)   (F1 = 0 when p + r = 0)
-n = required sub-tasks, n̂ = solved sub-tasks, c = tool invocations.
+n = required sub-tasks, n̂ = solved sub-tasks, c = tool invocations. Here p is capped at 1 (the
+paper's formula is not). Whether a sub-question's answer appears in a text is `contains_answer`:
+token / number boundaries after normalization, never a bare substring (see its docstring).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
+import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 from itertools import compress
 from operator import itemgetter, ne
 from typing import Any, Iterable, Sequence
 
-from toolkit.envs.base import DEFAULT_EXCLUDE_KEYS
+from toolkit.envs.base import (
+    DEFAULT_EXCLUDE_KEYS,
+    CanonicalState,
+    StateKeys,
+    TableCanon,
+    as_keys,
+    canon_json,
+    canon_value,
+)
+from toolkit.envs.base import diff as base_diff
 
 DEFAULT_EPSILON = 1e-9
 
@@ -57,31 +73,18 @@ DEFAULT_EPSILON = 1e-9
 
 
 def _canon(v: Any) -> Any:
-    """Canonical value: floats rounded to 9 digits, integral results as ints (as envs.base),
-    booleans as 0/1 (SQLite stores booleans as integers, so True and 1 are the same fact)."""
-    if v is True or v is False:
-        return int(v)
-    if isinstance(v, float):
-        if math.isnan(v) or math.isinf(v):
-            return repr(v)
-        r = round(v, 9)
-        if r.is_integer():  # also 2.0000000001 -> 2 (envs.base would keep 2.0 and call it != 2)
-            return int(r)
-        return r
-    if isinstance(v, dict):
-        return {str(k): _canon(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_canon(x) for x in v]
-    return v
+    """Canonical value (the one definition: `toolkit.envs.base.canon_value`)."""
+    return canon_value(v)
 
 
 def row_key(row: Any, exclude: frozenset | set = frozenset()) -> str:
-    """Canonical JSON of a row minus the excluded keys (the identity of a row in DIFF)."""
+    """Canonical JSON of a row minus the excluded keys (the identity of a row in DIFF, for tables
+    without references; see `toolkit.envs.base.CanonicalState`)."""
     if isinstance(row, dict):
-        row = {k: _canon(v) for k, v in row.items() if k not in exclude}
+        row = {str(k): canon_value(v) for k, v in row.items() if k not in exclude}
     else:
-        row = _canon(row)
-    return json.dumps(row, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+        row = canon_value(row)
+    return canon_json(row)
 
 
 def _rows(value: Any) -> list:
@@ -98,26 +101,15 @@ def _table_names(a: dict, b: dict, tables: Iterable[str] | None) -> list[str]:
 
 
 def state_diff_detail(a: dict, b: dict, exclude_keys: Iterable[str] = DEFAULT_EXCLUDE_KEYS,
-                      tables: Iterable[str] | None = None) -> dict:
+                      tables: Iterable[str] | None = None, keys: StateKeys | None = None) -> dict:
     """Reference (straightforward) DIFF: {"total": n, "tables": {t: {"only_a": x, "only_b": y}}}."""
-    exclude = frozenset(exclude_keys)
-    per: dict[str, dict[str, int]] = {}
-    total = 0
-    for t in _table_names(a, b, tables):
-        ca = Counter(row_key(r, exclude) for r in _rows(a.get(t)))
-        cb = Counter(row_key(r, exclude) for r in _rows(b.get(t)))
-        only_a = sum((ca - cb).values())
-        only_b = sum((cb - ca).values())
-        if only_a or only_b:
-            per[t] = {"only_a": only_a, "only_b": only_b}
-            total += only_a + only_b
-    return {"total": total, "tables": per}
+    return base_diff(a, b, exclude_keys, tables, keys)
 
 
 def state_diff(a: dict, b: dict, exclude_keys: Iterable[str] = DEFAULT_EXCLUDE_KEYS,
-               tables: Iterable[str] | None = None) -> int:
+               tables: Iterable[str] | None = None, keys: StateKeys | None = None) -> int:
     """LOGIGEN DIFF(s_a, s_b): the total size of the per-table symmetric differences."""
-    return state_diff_detail(a, b, exclude_keys, tables)["total"]
+    return state_diff_detail(a, b, exclude_keys, tables, keys)["total"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -345,8 +337,40 @@ class _TableIndex:
         return self._small_keys(extra, missing)
 
 
+class _RefTableIndex:
+    """A target table whose rows reference technical keys: compared by canonical keys (the
+    references resolve against the whole state), memoized per state table content."""
+
+    __slots__ = ("canon", "rows", "_memo")
+
+    def __init__(self, canon: TableCanon, rows: list):
+        self.canon = canon
+        self.rows = rows
+        self._memo: dict[int, tuple[TableCanon, tuple[int, int]]] = {}
+
+    def compare_canon(self, tc: TableCanon) -> tuple[int, int]:
+        hit = self._memo.get(id(tc))
+        if hit is not None and hit[0] is tc:
+            return hit[1]
+        t = self.canon
+        if tc.keys == t.keys or (len(tc.keys) == len(t.keys) and tc.digest == t.digest):
+            res = (0, 0)
+        else:
+            ca, cb = tc.counter, t.counter
+            res = (sum((ca - cb).values()), sum((cb - ca).values()))
+        if len(self._memo) > 4096:
+            self._memo.clear()
+        self._memo[id(tc)] = (tc, res)
+        return res
+
+
 class TargetIndex:
     """A target state indexed once, then compared with many states: `DIFF(state, target)`.
+
+    `keys` (StateKeys) names technical columns and references (see toolkit.envs.base); tables
+    without references use the tiered `_TableIndex`, tables with references compare canonical
+    keys. `diff_canonical` takes per-table `TableCanon`s (what `SqliteEnvironment.canonical()`
+    returns, cached per table content) and skips every table whose digest equals the target's.
 
     >>> idx = TargetIndex({"t": [{"id": 1, "x": "a"}]})
     >>> idx.diff({"t": [{"id": 1, "x": "b"}]})
@@ -354,28 +378,55 @@ class TargetIndex:
     """
 
     def __init__(self, target: dict, exclude_keys: Iterable[str] = DEFAULT_EXCLUDE_KEYS,
-                 tables: Iterable[str] | None = None):
+                 tables: Iterable[str] | None = None, keys: StateKeys | None = None):
         self.target = target
-        self.exclude = frozenset(exclude_keys)
+        self.keys = as_keys(keys, exclude_keys)
+        self.exclude = self.keys.exclude
         self.tables = None if tables is None else frozenset(tables)
         names = self.tables if self.tables is not None else target.keys()
-        self._idx = {t: _TableIndex(_rows(target.get(t)), self.exclude) for t in names}
-        self._empty = _TableIndex([], self.exclude)
+        self.canon = CanonicalState(target, self.keys)
+        self._idx: dict[str, Any] = {}
+        for t in names:
+            rows = _rows(target.get(t))
+            if t in self.keys.refs:
+                self._idx[t] = _RefTableIndex(self.canon.table(t), rows)
+            else:
+                self._idx[t] = _TableIndex(rows, self.keys.dropped(t))
+        self._has_refs = any(isinstance(ti, _RefTableIndex) for ti in self._idx.values())
+        self._memo: dict[tuple, tuple] = {}  # (table, id(TableCanon)) -> (TableCanon, (only_a, only_b))
+        self._empty_canon = TableCanon([])
+
+    def target_canon(self, t: str) -> TableCanon:
+        return self.canon.table(t)
+
+    def _cmp(self, t: str, ti: Any, rows: list, cs: CanonicalState | None) -> tuple[int, int]:
+        if isinstance(ti, _RefTableIndex):
+            return ti.compare_canon(cs.table(t))  # type: ignore[union-attr]
+        return ti.compare(rows)
+
+    def _names(self, present: Iterable[str]) -> Iterable[str]:
+        return self._idx.keys() if self.tables is not None else (self._idx.keys() | set(present))
 
     def diff_detail(self, state: dict) -> dict:
         """{"total", "tables": {t: {"only_a": rows only in state, "only_b": rows only in target}}}."""
         per: dict[str, dict[str, int]] = {}
         total = 0
-        names = self._idx.keys() if self.tables is not None else (self._idx.keys() | state.keys())
-        for t in names:
-            ti = self._idx.get(t, self._empty)
-            a, b = ti.compare(_rows(state.get(t)))
+        cs = CanonicalState(state, self.keys) if self._has_refs else None
+        for t in self._names(state.keys()):
+            ti = self._idx.get(t)
+            if ti is None:
+                a, b = len(_rows(state.get(t))), 0
+            else:
+                a, b = self._cmp(t, ti, _rows(state.get(t)), cs)
             if a or b:
                 per[t] = {"only_a": a, "only_b": b}
                 total += a + b
         return {"total": total, "tables": dict(sorted(per.items()))}
 
     def diff(self, state: dict) -> int:
+        return self.diff_detail(state)["total"] if self._has_refs else self._diff_plain(state)
+
+    def _diff_plain(self, state: dict) -> int:
         total = 0
         idx = self._idx
         if self.tables is None:
@@ -395,6 +446,53 @@ class TargetIndex:
             for t, ti in idx.items():
                 a, b = ti.compare(_rows(state.get(t)))
                 total += a + b
+        return total
+
+    def diff_canonical_detail(self, canon: dict[str, TableCanon]) -> dict:
+        """DIFF against a state given as {table: TableCanon} (canonical keys computed with the
+        same StateKeys): a table whose digest equals the target's costs one string compare, and
+        the result per table content (TableCanon object, cached by the environment) is memoized."""
+        per: dict[str, dict[str, int]] = {}
+        total = 0
+        names = self._idx.keys() if self.tables is not None else (self._idx.keys() | canon.keys())
+        memo = self._memo
+        for t in names:
+            tc = canon.get(t) or self._empty_canon
+            hit = memo.get((t, id(tc)))
+            if hit is not None and hit[0] is tc:
+                a, b = hit[1]
+            else:
+                if t not in self._idx:
+                    a, b = len(tc.keys), 0
+                else:
+                    ti = self._idx[t]
+                    if isinstance(ti, _RefTableIndex):
+                        a, b = ti.compare_canon(tc)
+                    else:
+                        tt = self.canon.table(t)
+                        if len(tc.keys) == len(tt.keys) and tc.digest == tt.digest:
+                            a = b = 0
+                        else:
+                            ca, cb = tc.counter, tt.counter
+                            a, b = sum((ca - cb).values()), sum((cb - ca).values())
+                if len(memo) > 8192:
+                    memo.clear()
+                memo[(t, id(tc))] = (tc, (a, b))
+            if a or b:
+                per[t] = {"only_a": a, "only_b": b}
+                total += a + b
+        return {"total": total, "tables": dict(sorted(per.items()))}
+
+    def diff_canonical(self, canon: dict[str, TableCanon]) -> int:
+        total = 0
+        memo = self._memo
+        for t, tc in canon.items():
+            hit = memo.get((t, id(tc)))
+            if hit is None or hit[0] is not tc or (self.tables is not None and t not in self._idx):
+                return self.diff_canonical_detail(canon)["total"]
+            total += hit[1][0] + hit[1][1]
+        if len(canon) != len(self._idx) or (self.tables is None and canon.keys() != self._idx.keys()):
+            return self.diff_canonical_detail(canon)["total"]
         return total
 
 
@@ -513,28 +611,98 @@ def f1_reward(n: int, n_hat: int, c: int, epsilon: float = DEFAULT_EPSILON) -> d
 
 
 def normalize_text(x: Any) -> str:
+    """Unicode NFKC, case-folded, whitespace collapsed (dicts/lists as their JSON)."""
     if not isinstance(x, str):
         x = json.dumps(x, ensure_ascii=False, sort_keys=True) if isinstance(x, (dict, list)) else str(x)
-    return " ".join(x.lower().split())
+    return " ".join(unicodedata.normalize("NFKC", x).casefold().split())
 
 
-def answer_variants(a: Any) -> list[str]:
-    """Spellings of an expected answer to look for in a tool result / final answer."""
-    out = {normalize_text(a)}
+# a token: a run of word characters, joined by single internal connectors (- / : . , ') so that
+# dates (2024-05-20), ids (HAT170-2024-05-20, mia_li_3668), times (10:30), numbers (1,000.00)
+# and contractions (don't) stay one token; a leading minus belongs to the token ("-5")
+_TOKEN = re.compile(r"-?\w+(?:[-/:.,'’]\w+)*")
+_NUMBER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
+
+
+def answer_tokens(x: Any) -> list[str]:
+    """The tokens of `normalize_text(x)` (punctuation around tokens dropped: '$', '%', '.', '"')."""
+    return _TOKEN.findall(normalize_text(x))
+
+
+def _as_number(tok: str) -> float | None:
+    """A token that is exactly a number (thousands commas allowed) as a float, else None."""
+    if not _NUMBER.fullmatch(tok):
+        return None
+    try:
+        return float(tok.replace(",", ""))
+    except ValueError:  # pragma: no cover - guarded by the regex
+        return None
+
+
+def _num_eq(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-9 * max(1.0, abs(a), abs(b))
+
+
+def _expected_number(a: Any) -> float | None:
     if isinstance(a, bool):
-        out.add(normalize_text(json.dumps(a)))
-    elif isinstance(a, float) and a.is_integer():
-        out.add(str(int(a)))
-    elif isinstance(a, int):
-        out.add(f"{a}.0")
-    elif isinstance(a, (dict, list)):
-        out.add(normalize_text(json.dumps(a, ensure_ascii=False)))
-    return sorted(v for v in out if v)
+        return None
+    if isinstance(a, (int, float)):
+        return float(a) if math.isfinite(a) else None
+    if isinstance(a, str):
+        toks = answer_tokens(a)
+        if len(toks) == 1:
+            return _as_number(toks[0])
+    return None
+
+
+def _leaves(a: Any) -> list[Any]:
+    if isinstance(a, dict):
+        return [x for v in a.values() for x in _leaves(v)]
+    if isinstance(a, (list, tuple)):
+        return [x for v in a for x in _leaves(v)]
+    return [a]
 
 
 def contains_answer(text: Any, a: Any) -> bool:
-    """Whether the expected answer a_i appears in `text` (case/whitespace-insensitive)."""
+    """Whether the expected answer a_i appears in `text`, on token boundaries.
+
+    Both sides are normalized (NFKC, case-folded, whitespace collapsed) and split into tokens
+    (`answer_tokens`: punctuation around words is dropped, connectors inside a word are kept, so
+    'HAT170-2024-05-20' and '1,000.00' are one token each). Then:
+    - a numeric answer (int/float, or a string that is one number token such as "$1,000") matches a
+      number token of equal value: 1000 matches 'Total: $1,000.00' and '1000.0', not '10000',
+      'balance 1000' does not contain 100, 'order 42' does not contain 4, and a date or an id
+      ('2024-05-20') holds no number;
+    - a boolean matches the token 'true' / 'false';
+    - any other scalar matches when its token sequence occurs contiguously in the text's tokens:
+      'Paris' in 'The capital is Paris.', not 'no' in 'the flight is not available';
+    - a dict / list answer matches when every leaf value matches.
+    """
     if text is None or a is None:
         return False
-    t = normalize_text(text)
-    return any(v in t for v in answer_variants(a))
+    toks = answer_tokens(text)
+    leaves = _leaves(a)
+    if not leaves:
+        return False
+    return all(_contains_one(toks, x) for x in leaves)
+
+
+def _contains_one(toks: list[str], a: Any) -> bool:
+    if a is None:
+        return "null" in toks or "none" in toks
+    num = _expected_number(a)
+    if num is not None:
+        for t in toks:
+            v = _as_number(t)
+            if v is not None and _num_eq(v, num):
+                return True
+        return False
+    want = answer_tokens(json.dumps(a) if isinstance(a, bool) else a)
+    if not want:
+        return False
+    k = len(want)
+    first = want[0]
+    for i in range(len(toks) - k + 1):
+        if toks[i] == first and toks[i:i + k] == want:
+            return True
+    return False
