@@ -109,6 +109,7 @@ class Options:
     f1_threshold: float | None = None
     f1_epsilon: float = R.DEFAULT_EPSILON
     recipe_hash: str | None = None
+    penalize_invalid_calls: bool = True
 
     @classmethod
     def from_config(cls, cfg: dict) -> "Options":
@@ -145,6 +146,9 @@ class Options:
                     setattr(o, name, conv(cfg[key]))
                 except (TypeError, ValueError):
                     raise UsageError(f"{key} must be a number (got {cfg[key]!r})") from None
+        pic = cfg.get("penalize_invalid_calls")
+        if pic is not None:
+            o.penalize_invalid_calls = pic if isinstance(pic, bool) else str(pic).lower() in ("1", "true", "yes", "on")
         if o.lambda_err < 0:
             raise UsageError("--lambda-err must be >= 0")
         return o
@@ -393,8 +397,15 @@ class EnvContext:
         else:
             for i, a in enumerate(gt.actions):
                 res = env.call(a.name, dict(a.arguments), side=a.side)
+                err = res.error or {}
+                if a.expect_error:  # an expected failing attempt (e.g. a violation before a correction)
+                    if res.ok or err.get("code") != a.expect_error:
+                        got = "success" if res.ok else f"{err.get('code')}: {err.get('message')}"
+                        raise StageError(f"reference action {i} ({a.name}) should fail with {a.expect_error} "
+                                         f"while building the target state, got {got}",
+                                         field=f"task.ground_truth.actions.{i}")
+                    continue
                 if not res.ok:
-                    err = res.error or {}
                     raise StageError(f"reference action {i} ({a.name}) failed while building the target state: "
                                      f"{err.get('code')}: {err.get('message')}",
                                      field=f"task.ground_truth.actions.{i}")
@@ -424,6 +435,7 @@ class EnvContext:
         diffs: list[int] = []
         violations: list[bool] = []
         oks: list[bool] = []
+        codes: list[str | None] = []
         notes: list[str] = []
         state = initial
         from toolkit.envs.base import state_hash
@@ -437,14 +449,19 @@ class EnvContext:
                                      field="trajectories.steps")
                 # never executed (unparseable arguments): state unchanged
                 diffs.append(d_prev)
-                violations.append(c.error_code == POLICY_VIOLATION)
+                violations.append(R.penalized(c.error_code or "INVALID_ARGUMENTS", self.opts.penalize_invalid_calls))
                 oks.append(False)
+                codes.append(c.error_code or "INVALID_ARGUMENTS")
                 continue
             res = env.call(c.name, dict(c.args), side=c.side)
             state = env.snapshot()
             d = info.index.diff(state) if info else 0
             diffs.append(d)
-            violations.append(bool(res.is_policy_violation))
+            code = None if res.ok else (res.error or {}).get("code")
+            if c.error_code == "UNKNOWN_TOOL" and not res.ok:
+                code = "UNKNOWN_TOOL"  # rollout refused it (e.g. a distractor tool); the env may say otherwise
+            violations.append(R.penalized(code, self.opts.penalize_invalid_calls))
+            codes.append(code)
             oks.append(bool(res.ok))
             if c.ok is not None and bool(c.ok) != bool(res.ok):
                 notes.append(f"replay diverged at step {i} ({c.name}): recorded ok={c.ok}, replayed ok={res.ok}")
@@ -453,7 +470,7 @@ class EnvContext:
                 if rec_hash and not notes and state_hash(state) != rec_hash:
                     notes.append(f"replay diverged at step {i} ({c.name}): state hash differs from the recorded one")
             d_prev = d
-        out = {"diffs": diffs, "violations": violations, "oks": oks, "final": state, "initial": initial,
+        out = {"diffs": diffs, "violations": violations, "oks": oks, "codes": codes, "final": state, "initial": initial,
                "notes": notes}
         self._finals[traj.id] = (initial, state)
         return out
@@ -483,8 +500,8 @@ def run_state_diff(ctx: EnvContext, traj: Trajectory, calls: list[Call], opts: O
     # per-step storage for TA-GRPO
     if not traj.steps and calls:
         traj.steps = [Step(tool_call_id=c.id, name=c.name, side=c.side if c.side in ("agent", "user") else "agent",
-                           ok=ok, error_code=None if ok else ("POLICY_VIOLATION" if v else None))
-                      for c, ok, v in zip(calls, rp["oks"], rp["violations"])]
+                           ok=ok, error_code=None if ok else code)
+                      for c, ok, code in zip(calls, rp["oks"], rp["codes"])]
         for i, c in enumerate(calls):
             c.step_index = i
     for c, p, r in zip(calls, dense["proximity"], dense["dense"]):
@@ -495,7 +512,8 @@ def run_state_diff(ctx: EnvContext, traj: Trajectory, calls: list[Call], opts: O
     scores = {"diff": d_final, "R": success, "delta0": info.delta0, "p0": dense["p0"],
               "proximity_final": p_final, "proximity": dense["proximity"], "dense": dense["dense"],
               "violations": sum(rp["violations"]), "diff_tables": detail["tables"],
-              "lambda_err": opts.lambda_err, "epsilon": opts.epsilon}
+              "lambda_err": opts.lambda_err, "epsilon": opts.epsilon,
+              "penalize_invalid_calls": opts.penalize_invalid_calls}
     reasons: list[str] = []
     if d_final:
         parts = [f"{t}: +{v['only_a']}/-{v['only_b']}" for t, v in detail["tables"].items()]
@@ -504,7 +522,8 @@ def run_state_diff(ctx: EnvContext, traj: Trajectory, calls: list[Call], opts: O
     if info.delta0 == 0:
         reasons.append("DIFF(initial, target) = 0: the task needs no state change, proximity is 1 throughout")
     if scores["violations"]:
-        reasons.append(f"{scores['violations']} policy-violating call(s), each r_t = -{opts.lambda_err}")
+        what = "policy-violating or invalid" if opts.penalize_invalid_calls else "policy-violating"
+        reasons.append(f"{scores['violations']} {what} call(s), each r_t = -{opts.lambda_err}")
     reasons += rp["notes"]
     return Outcome(passed=bool(success), score=float(success), scores=scores, reasons=reasons)
 
