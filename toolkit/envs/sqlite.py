@@ -1311,6 +1311,14 @@ class SqliteEnvironment(Environment):
             return ToolResult.fail("INVALID_ARGUMENTS", msg, None, "check the argument values")
         return ToolResult.fail("EXECUTION_ERROR", msg, None, "the call was rolled back; the state is unchanged")
 
+    def evaluate_sql(self, select_sql: str, params: Any = ()) -> tuple | None:
+        """Run one read-only SELECT (e.g. a trigger condition bound to NEW/OLD values, see
+        toolkit.flows.logigen.analysis.evaluate) on the current state; returns the first row."""
+        if not re.match(r"\s*SELECT\b", select_sql, re.IGNORECASE):
+            raise ValueError("evaluate_sql runs a single SELECT")
+        with self._lock:
+            return self._conn.execute(select_sql, params).fetchone()
+
     def schema_sql(self) -> str:
         """The current schema (tables, indexes, triggers) as stored in sqlite_master."""
         with self._lock:
