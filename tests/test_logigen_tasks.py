@@ -242,3 +242,49 @@ def test_llm_user_view_and_fallback():
     assert fb[0].task.instruction.startswith("Hi, I'd like to")
     # the fallback is still a valid task
     assert all(v.passed for v in validate(fb)[0].verdicts)
+
+
+# ---------------------------------------------------------------------------------------------
+# --explorer llm: Client x Consultant over the real environment (scripted loopback server)
+
+
+CONSULTANT_PATH = [("query_loan", {"loan_id": 2}),
+                   ("update_loan", {"loan_id": 2, "renewals": 3}),  # renewal_limit: at most 2
+                   ("insert_loan", {"member_id": "M-2", "book_id": "B-3"})]
+
+
+def _scripted(req: dict):
+    msgs = req["messages"]
+    if "You are the Client" in (msgs[0].get("content") or ""):
+        return "Hi, I'd like some help with my loans." if len(msgs) <= 2 else "Thanks! ###STOP###"
+    if "You write the user's side" in (msgs[0].get("content") or ""):
+        return GOOD_VIEW
+    done = sum(1 for m in msgs if m["role"] == "assistant" and m.get("tool_calls"))
+    if done < len(CONSULTANT_PATH):
+        name, args = CONSULTANT_PATH[done]
+        return {"tool_calls": [{"name": name, "arguments": args}], "usage": {"prompt_tokens": 10, "completion_tokens": 5}}
+    return "Your loan of Ulysses is booked; the renewal was not possible (limit of 2)."
+
+
+def test_llm_explorer_executes_and_keeps_the_violation():
+    from toolkit.llm.testserver import ScriptedServer
+
+    with ScriptedServer(_scripted) as srv:
+        recs = gen(DOMAINS["library"], n=1, seed=1, explorer="llm", base_url=srv.base_url, model="scripted",
+                   max_retries=0, user_view="template")
+        assert srv.chat_count >= 5
+    assert len(recs) == 1
+    r = recs[0]
+    acts = [(a.name, a.arguments, a.expect_error) for a in r.task.ground_truth.actions]
+    assert acts == [("query_loan", {"loan_id": 2}, None),
+                    ("update_loan", {"loan_id": 2, "renewals": 3}, "POLICY_VIOLATION"),
+                    ("insert_loan", {"member_id": "M-2", "book_id": "B-3"}, None)]
+    assert r.task.complexity["archetype"] == "Mismatch" and r.task.complexity["violation"]["rule"] == "renewal_limit"
+    # s_target = the state the episode reached: the new loan and one copy fewer on the shelf
+    tgt = r.task.ground_truth.target_state
+    assert {"loan_id": 4, "member_id": "M-2", "book_id": "B-3", "renewals": 0, "status": "active"} in tgt["loan"]
+    assert next(b for b in tgt["book"] if b["book_id"] == "B-3")["copies_on_shelf"] == 4
+    assert r.task.extra["exploration"]["termination"] == "user_stop"
+    assert r.provenance[-1].prompt_tokens >= 30  # the consultant's scripted usage is accounted
+    assert all(v.passed for v in validate([r])[0].verdicts)
+    assert replay_rewards([r]) == [1.0]

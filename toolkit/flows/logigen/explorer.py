@@ -342,6 +342,8 @@ class Draft:
     results: list[dict] = field(default_factory=list)  # per reference call: ok / code / rule
     notes: list[str] = field(default_factory=list)
     before_goal: dict | None = None  # the state each goal description is read against
+    usage: dict = field(default_factory=dict)  # LLM usage of an llm exploration
+    exploration: dict = field(default_factory=dict)  # llm explorer: turns, termination, calls
 
 
 def execute(env_base: Any, origin: dict, actions: list[dict]) -> tuple[dict, list[dict]]:
@@ -361,7 +363,8 @@ def execute(env_base: Any, origin: dict, actions: list[dict]) -> tuple[dict, lis
                                  f"{'success' if res.ok else err.get('code')}")
             if not want and not res.ok:
                 raise ValueError(f"action {i} ({a['name']}) failed: {err.get('code')}: {err.get('message')}")
-            results.append({"ok": res.ok, "code": err.get("code"), "rule": err.get("violated_rule")})
+            results.append({"ok": res.ok, "code": err.get("code"), "rule": err.get("violated_rule"),
+                            "message": err.get("message")})
         return env.snapshot(), results
     finally:
         env.close()

@@ -204,9 +204,18 @@ def build(cfg: dict, ctx: StageContext):
                     usage_total[key] += usage.get(key, 0) or 0
                 rec = to_record(record, k, d, v, info, explorer, seed, inline_target, designer.view)
                 src = info["source"]
+                if d.exploration:
+                    rec.task.extra["exploration"] = d.exploration
+                total = dict(usage if src != "template" else {})
+                for key_, val in (d.usage or {}).items():
+                    total[key_] = (total.get(key_) or 0) + (val or 0)
+                for key in usage_total:
+                    usage_total[key] += (d.usage or {}).get(key, 0) or 0
+                model = info.get("model") or (ctx.model_name("user_view") if src != "template" else None)
+                if explorer == "llm":
+                    model = ctx.model_name("consultant")
                 add_provenance(rec, "gen-task", strategy=f"logigen:{explorer}:user-view={src}",
-                               model=info.get("model") or (ctx.model_name("user_view") if src != "template" else None),
-                               recipe_hash=cfg.get("recipe_hash"), usage=usage if src != "template" else None)
+                               model=model, recipe_hash=cfg.get("recipe_hash"), usage=total or None)
                 out.append(rec)
             fallbacks = sum(1 for _, info, _ in views if info["source"] == "template-fallback")
             if fallbacks:
