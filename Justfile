@@ -37,3 +37,8 @@ tau2-oracle:
 
 tau2-eval domain="airline" k="4" model="" base_url="":
     eval-tau2 --domain {{domain}} -k {{k}} --agent-model "{{model}}" --agent-base-url "{{base_url}}" -o out/tau2-{{domain}}.jsonl --summary-json out/tau2-{{domain}}.json --chart out/tau2-{{domain}}.png --compare paper
+
+# LOGIGEN synthesis: domain briefs (JSONL → gen-plan) or an existing domain (bundled id / path) →
+# tasks → validate → rollout → verify → SFT-ready rows + per-stage yield/cost table (out/logigen-synth)
+logigen-synth brief="airline" n="10":
+    bash recipes/logigen_synth.sh {{brief}} {{n}}

@@ -845,6 +845,12 @@ def build(cfg: dict, meter: Any):
                        model=judge_model[0] if "judge" in opts.strategies else None,
                        recipe_hash=opts.recipe_hash, usage=usage)
         if opts.filter == "passed" and not all_pass:
+            from toolkit.io import note_drop
+
+            for v in record.verdicts:
+                if v.stage == "verify" and not v.passed:
+                    note_drop(f"verify {v.name}: failed")
+                    break
             return None
         if opts.filter == "failed" and all_pass:
             return None
