@@ -507,6 +507,33 @@ def tasks(domain: str | None, list_: bool) -> None:
         click.echo(Record.model_validate(rec).model_dump_json(by_alias=True))
 
 
+@toolkit_group.group("domain", help="Sqlite policy domains (LOGIGEN): deterministic checks.")
+def domain_group() -> None:
+    pass
+
+
+@domain_group.command("check", help="""Check a sqlite domain: compiles; trigger rules <-> policy rule ids; no deletes;
+non-null keys; reference-table writes hidden or flagged; descriptions; every rule PROVOKED by a real
+tool call (structured error, hint, unchanged state). JSON report on stdout, summary on stderr;
+exit 1 with the reasons when a check fails.
+
+\b
+PATH: a domain directory, a single JSON/YAML domain file, or a bundled domain name.
+Example: toolkit domain check toolkit/domains/airline""")
+@click.argument("paths", nargs=-1, required=True, metavar="PATH...")
+@click.option("--max-calls", type=int, default=None, help="Search budget: tool calls per rule (default 4000).")
+def domain_check(paths: tuple[str, ...], max_calls: int | None) -> None:
+    from toolkit.flows.logigen.domain_check import MAX_CALLS_PER_RULE, check_domain
+
+    failed = False
+    for p in paths:
+        rep = check_domain(p, max_calls=max_calls or MAX_CALLS_PER_RULE)
+        click.echo(json.dumps(rep.to_dict(), ensure_ascii=False, default=str))
+        log(rep.summary())
+        failed = failed or not rep.ok
+    sys.exit(1 if failed else 0)
+
+
 # ----------------------------------------------------------------------------------------------
 # console-script entry points
 

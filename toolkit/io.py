@@ -101,6 +101,19 @@ class IOOptions:
 # files
 
 
+def resolve_env_path(rec: Record, base_dir: str) -> None:
+    """A relative `env.path` in a record read from a file is resolved against that file's
+    directory (then, if nothing is there, the current directory, as before) and written back as
+    an absolute path, so every later stage of a pipe, reading stdin, finds the same environment."""
+    env = rec.env
+    p = getattr(env, "path", None) if env is not None else None
+    if not isinstance(p, str) or not p or os.path.isabs(p):
+        return
+    cand = os.path.normpath(os.path.join(base_dir, p))
+    if os.path.exists(cand):
+        env.path = cand
+
+
 def _is_std(path: str | None) -> bool:
     return path in (None, "", "-")
 
@@ -470,6 +483,7 @@ class RecordStream:
     # -- input ---------------------------------------------------------------------------------
     def _parsed(self) -> Iterator[tuple[int, bytes, Record]]:
         opts = self.opts
+        base_dir = None if _is_std(opts.input) else os.path.dirname(os.path.abspath(str(opts.input)))
         done = existing_ids(opts.output) if opts.resume and not _is_std(opts.output) else IdSet()
         seen = IdSet()
         taken = 0
@@ -492,6 +506,8 @@ class RecordStream:
                         continue
                     self.reject(lineno, raw, describe_validation_error(e), rid, first_field(e))
                     continue
+                if base_dir is not None:
+                    resolve_env_path(rec, base_dir)
                 if opts.shard and shard_of(rec.id, opts.shard[1]) != opts.shard[0]:
                     self.summary.skipped_shard += 1
                     continue

@@ -577,17 +577,23 @@ def compile_domain(spec: DomainSpec) -> CompiledDomain:
 
 
 def _policy_hint(policy: str, rule: str) -> str | None:
-    """The policy entry that names the rule (e.g. '- **[seat_availability]** ...'), cleaned.
+    """The policy entry of the rule (e.g. '- **[seat_availability]** ...'), cleaned.
 
-    An entry is the matching line plus its indented continuation lines.
+    An entry is the matching line plus its indented continuation lines. The rule's own bullet
+    (`[rule]` at the start of a list item) wins; then any line with `[rule]`; only then the first
+    line that mentions the id (a mention in an introduction or another rule is not the rule).
     """
     if not policy:
         return None
     rx = re.compile(r"(?<![\w-])" + re.escape(rule) + r"(?![\w-])")
+    own = re.compile(r"^\s*(?:[-*+]|\d+\.)\s+(?:\*\*|__)?\[" + re.escape(rule) + r"\]")
+    bracket = re.compile(r"\[" + re.escape(rule) + r"\]")
     lines = policy.splitlines()
-    for i, line in enumerate(lines):
-        if not rx.search(line):
-            continue
+    order = ([i for i, ln in enumerate(lines) if own.search(ln)]
+             + [i for i, ln in enumerate(lines) if bracket.search(ln)]
+             + [i for i, ln in enumerate(lines) if rx.search(ln)])
+    for i in order:
+        line = lines[i]
         parts = [line.strip()]
         for nxt in lines[i + 1:]:
             if not nxt.strip() or not nxt[:1].isspace() or re.match(r"\s*([-*+]|\d+\.)\s", nxt):
@@ -595,6 +601,7 @@ def _policy_hint(policy: str, rule: str) -> str | None:
             parts.append(nxt.strip())
         text = " ".join(parts)
         text = re.sub(r"\*\*|__|`", "", text).lstrip("-*+> ").strip()
+        text = re.sub(r"^\d+\.\s+", "", text)
         text = re.sub(r"^\[" + re.escape(rule) + r"\]\s*:?\s*", "", text)
         return text[:600] if text else None
     return None
@@ -625,6 +632,12 @@ def _scalar_schema(c: Column, nullable: bool) -> dict:
         if "enum" in s:
             s["enum"] = s["enum"] + [None]
     return s
+
+
+def _insert_required(c: Column) -> bool:
+    """An insert must pass the column: NOT NULL without default, or a primary key that SQLite
+    would otherwise fill with NULL (a non-INTEGER PRIMARY KEY accepts NULL unless NOT NULL)."""
+    return (not c.readonly and not c.rowid_alias and c.default is None and (c.notnull or bool(c.pk)))
 
 
 def _col_desc(t: Table, c: Column) -> str:
@@ -719,7 +732,7 @@ def _build_tools(spec: DomainSpec, tables: dict[str, Table], triggers: list[Trig
             if c.readonly:
                 continue
             iprops[c.name] = {"description": _col_desc(t, c), **_scalar_schema(c, nullable=c.nullable)}
-            if c.notnull and c.default is None and not c.rowid_alias:
+            if _insert_required(c):
                 required.append(c.name)
         auto_pk = [c.name for c in t.columns if c.rowid_alias]
         idesc = (f"Create one row in table `{t.name}`{tdoc}."
@@ -1213,9 +1226,7 @@ class SqliteEnvironment(Environment):
             c = t.colmap[key]
             names.append(c.name)
             vals.append(self._value(c, v, tool, nullable=c.nullable))
-        missing = [c.name for c in t.columns
-                   if c.notnull and c.default is None and not c.rowid_alias and not c.readonly
-                   and c.name not in args]
+        missing = [c.name for c in t.columns if _insert_required(c) and c.name not in args]
         if missing:
             raise _ArgError(f"{tool}: missing required argument(s): {', '.join(missing)}",
                             f"required: {', '.join(missing)}")

@@ -37,6 +37,8 @@ from toolkit.io import StageError, UsageError, add_provenance
 from toolkit.schema import Message, Record, Step, Trajectory, Usage
 from toolkit.stages import make_meter  # noqa: F401  (CLI imports it from here)
 
+_ENV_FAIL = "environment could not be built: "
+
 STOP, TRANSFER, OUT_OF_SCOPE = "###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###"
 GREETING = "Hi! How can I help you today?"
 
@@ -555,7 +557,7 @@ def build(cfg: dict, meter: Any):
             env = load_env(record.env)
         except Exception as e:
             return Trajectory(id=tid, messages=[], termination="error",
-                              error=f"environment could not be built: {type(e).__name__}: {e}")
+                              error=f"{_ENV_FAIL}{type(e).__name__}: {e}")
         try:
             env.reset(record.env.state if record.env and record.env.state else None)
             if hasattr(env, "bind_llm") and agent_client is not None:
@@ -585,6 +587,12 @@ def build(cfg: dict, meter: Any):
             raise StageError("--agent replay needs task.ground_truth (actions may be empty for refusal tasks)",
                              field="task.ground_truth")
         trajs = await asyncio.gather(*(one(record, k) for k in range(n)))
+        if trajs and all(t.termination == "error" and (t.error or "").startswith(_ENV_FAIL) for t in trajs):
+            # an environment that cannot be built is a reject (exit 1), not n empty trajectories
+            where = "env.path" if getattr(record.env, "path", None) else "env"
+            hint = (" (a relative env.path is resolved against the --input file's directory, then the "
+                    "current directory)") if where == "env.path" else ""
+            raise StageError(trajs[0].error + hint, field=where)
         record.trajectories.extend(trajs)
         total = Usage()
         for t in trajs:

@@ -7,7 +7,7 @@ CREATE TABLE clock ( -- the simulated current date read by the triggers
 );
 
 CREATE TABLE customer ( -- airline customers
-  user_id TEXT PRIMARY KEY, -- e.g. mia_li_3668
+  user_id TEXT PRIMARY KEY NOT NULL, -- e.g. mia_li_3668
   first_name TEXT NOT NULL,
   last_name TEXT NOT NULL,
   email TEXT NOT NULL UNIQUE,
@@ -16,7 +16,7 @@ CREATE TABLE customer ( -- airline customers
 );
 
 CREATE TABLE payment_method ( -- payment methods saved in a customer profile
-  payment_id TEXT PRIMARY KEY, -- e.g. credit_card_4421, gift_card_7791, certificate_3302
+  payment_id TEXT PRIMARY KEY NOT NULL, -- e.g. credit_card_4421, gift_card_7791, certificate_3302
   user_id TEXT NOT NULL REFERENCES customer(user_id),
   kind TEXT NOT NULL CHECK (kind IN ('credit_card', 'gift_card', 'certificate')),
   label TEXT NOT NULL, -- e.g. Visa ending 4421
@@ -25,7 +25,7 @@ CREATE TABLE payment_method ( -- payment methods saved in a customer profile
 );
 
 CREATE TABLE flight ( -- scheduled flights, one row per flight number and date
-  flight_id TEXT PRIMARY KEY, -- flight number and date, e.g. HAT170-2024-05-20
+  flight_id TEXT PRIMARY KEY NOT NULL, -- flight number and date, e.g. HAT170-2024-05-20
   flight_number TEXT NOT NULL,
   date TEXT NOT NULL, -- YYYY-MM-DD
   origin TEXT NOT NULL, -- IATA airport code

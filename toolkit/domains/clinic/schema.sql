@@ -6,7 +6,7 @@ CREATE TABLE clock ( -- the simulated current date read by the triggers
 );
 
 CREATE TABLE patient ( -- registered patients
-  patient_id TEXT PRIMARY KEY, -- e.g. P-1001
+  patient_id TEXT PRIMARY KEY NOT NULL, -- e.g. P-1001
   full_name TEXT NOT NULL,
   date_of_birth TEXT NOT NULL, -- YYYY-MM-DD
   phone TEXT,
@@ -16,7 +16,7 @@ CREATE TABLE patient ( -- registered patients
 );
 
 CREATE TABLE doctor ( -- clinic doctors
-  doctor_id TEXT PRIMARY KEY, -- e.g. D-01
+  doctor_id TEXT PRIMARY KEY NOT NULL, -- e.g. D-01
   full_name TEXT NOT NULL,
   specialty TEXT NOT NULL CHECK (specialty IN ('general', 'cardiology', 'dermatology', 'orthopedics')),
   daily_capacity INTEGER NOT NULL CHECK (daily_capacity > 0) -- max scheduled appointments per day
@@ -44,7 +44,7 @@ CREATE TABLE appointment ( -- appointments of patients with doctors
 );
 
 CREATE TABLE drug ( -- formulary
-  drug_id TEXT PRIMARY KEY, -- e.g. DRG-LISI
+  drug_id TEXT PRIMARY KEY NOT NULL, -- e.g. DRG-LISI
   name TEXT NOT NULL,
   controlled BOOLEAN NOT NULL, -- controlled substance
   max_quantity INTEGER NOT NULL CHECK (max_quantity > 0) -- max units per prescription
