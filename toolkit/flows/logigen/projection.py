@@ -46,14 +46,16 @@ def _identify(view: DomainView, state: dict, table: str, key: dict, rookie: bool
     if not rookie or row is None:
         return f"{words(table)} {keytxt}", [f"the {words(table)} is {keytxt}"]
     rows = state.get(table, [])
-    cols = [c.name for c in t.columns if not c.pk and c.name not in view.exclude_keys and row.get(c.name) is not None]
+    cols = [c.name for c in t.columns if not c.pk and c.name not in view.exclude_keys and row.get(c.name) is not None
+            and not c.readonly]
+    cols.sort(key=lambda c: (view.fk(table, c) is None, t.colmap[c].enum is None))  # references, then enums
     for n in (1, 2, 3):
         import itertools
 
         for combo in itertools.combinations(cols, n):
             match = [r for r in rows if all(r.get(c) == row.get(c) for c in combo)]
             if len(match) == 1:
-                desc = ", ".join(f"{words(c)} {_val(view, table, c, row[c])}" for c in combo)
+                desc = " and ".join(f"{words(c)} {_val(view, table, c, row[c])}" for c in combo)
                 return f"{words(table)} with {desc}", [f"the {words(table)} has {desc}"]
     return f"{words(table)} {keytxt}", [f"the {words(table)} is {keytxt}"]
 
