@@ -400,6 +400,40 @@ class SymbolicExplorer:
         self.ok = [p for p in self.probes if p.ok and p.delta > 0]
         self.violating = [p for p in self.probes if p.violation]
         self._corrections: dict[str, list[Probe]] = {}
+        self._add_rule_violations()
+
+    def _add_rule_violations(self, max_calls: int = 300) -> None:
+        """Discrete rules one valid action away, from the trigger analysis: for every rule that no
+        random candidate provoked, the domain check's search (find_violating_call) looks for one
+        call that violates it from s_origin itself (no setup call)."""
+        try:
+            from toolkit.flows.logigen.analysis import analyze
+            from toolkit.flows.logigen.domain_check import find_violating_call
+        except Exception:
+            return
+        try:
+            rules = sorted(analyze(self.env_base).rules)
+        except Exception:
+            return
+        have = {p.rule for p in self.violating}
+        for rule in rules:
+            if rule in have:
+                continue
+            try:
+                hit = find_violating_call(self.prober.env, rule, max_calls=max_calls)
+            except Exception:
+                continue
+            if not hit or hit.get("setup"):
+                continue
+            call = hit["call"]
+            td = self.view.tools.get(call["name"])
+            if td is None or td.kind not in WRITE_KINDS:
+                continue
+            t = self.view.tables[td.table]
+            col = next((k for k in call["arguments"] if k not in t.pk), None) if td.kind == "update" else None
+            p = self.prober.run(Probe(call["name"], dict(call["arguments"]), td.kind, td.table, column=col))
+            if p.violation:
+                self.violating.append(p)
 
     def close(self) -> None:
         self.prober.close()
@@ -445,8 +479,16 @@ class SymbolicExplorer:
 
     def mismatch(self, rng: random.Random) -> Draft | None:
         """A violating attempt, then a correction one argument away."""
-        pool = list(self.violating)
-        rng.shuffle(pool)
+        by_rule: dict[str, list[Probe]] = {}
+        for v in self.violating:
+            by_rule.setdefault(v.rule or "", []).append(v)
+        rules = sorted(by_rule)
+        rng.shuffle(rules)  # a rule first (so every provoked rule gets its tasks), then its calls
+        pool = []
+        for r in rules:
+            vs = list(by_rule[r])
+            rng.shuffle(vs)
+            pool += vs[:3]
         for v in pool[:12]:
             fixes = self.corrections(v)
             if fixes:
