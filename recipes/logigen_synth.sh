@@ -7,15 +7,16 @@
 # → $OUT/verified.jsonl (records), $OUT/sft.jsonl (SFT-ready rows: messages + tools of every
 # trajectory with reward 1), $OUT/stages.jsonl (stage summaries) and the yield/cost table
 # ($OUT/yield.txt, $OUT/yield.json; printed on stderr).
-# Env: OUT (default out/logigen-synth), RECIPE (default recipes/logigen.yaml), ROLLOUT_ARGS (extra
-# rollout flags, e.g. "-n 1 --max-turns 4"), GEN_ARGS (extra gen-task flags, e.g. "--explorer llm").
+# Env: OUT (default out/logigen-synth), RECIPE (default recipes/logigen.yaml), TOOLKIT_PYTHON (python), ROLLOUT_ARGS (extra
+# rollout flags, e.g. "-n 1 --max-turns 4"), GEN_ARGS (extra gen-task flags, e.g. "--explorer llm"),
+# VERIFY_FILTER (passed | all; default passed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 brief=${1:?usage: logigen_synth.sh BRIEF [N]}
 n=${2:-10}
 out=${OUT:-out/logigen-synth}
 recipe=${RECIPE:-recipes/logigen.yaml}
-PY=${PYTHON:-python}
+PY=${TOOLKIT_PYTHON:-python}
 mkdir -p "$out"
 : > "$out/stages.jsonl"
 : > "$out/rejects.jsonl"
@@ -51,7 +52,7 @@ gen-task --recipe "$recipe" -n "$n" --rejects "$out/rejects.jsonl" ${GEN_ARGS:-}
   | validate-task --recipe "$recipe" --rejects "$out/rejects.jsonl" \
   | tee "$out/tasks.jsonl" \
   | rollout --recipe "$recipe" --rejects "$out/rejects.jsonl" ${ROLLOUT_ARGS:-} \
-  | verify --recipe "$recipe" --filter passed --rejects "$out/rejects.jsonl" > "$out/verified.jsonl"
+  | verify --recipe "$recipe" --filter "${VERIFY_FILTER:-passed}" --rejects "$out/rejects.jsonl" > "$out/verified.jsonl"
 codes=("${PIPESTATUS[@]}")
 set -e
 for c in "${codes[@]}"; do

@@ -63,7 +63,7 @@ def test_logigen_synth_recipe_on_an_existing_domain(tmp_path):
     import sys
 
     root = Path(__file__).resolve().parent.parent
-    env = {"OUT": str(tmp_path / "run"), "ROLLOUT_ARGS": "--agent replay -n 1", "PYTHON": sys.executable,
+    env = {"OUT": str(tmp_path / "run"), "ROLLOUT_ARGS": "--agent replay -n 1", "TOOLKIT_PYTHON": sys.executable,
            "PATH": f"{root / 'bin'}:{os.path.dirname(sys.executable)}:{os.environ.get('PATH', '')}"}
     r = run_cmd(["bash", str(root / "recipes" / "logigen_synth.sh"), LIBRARY, "4"], env=env, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
