@@ -77,12 +77,13 @@ def bench_symbolic(domains: list[str], repeat: int, n: int) -> list[dict]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--domain", action="append", default=None,
-                    help="bundled name or domain path (repeatable; default: airline, clinic, tests/data/library)")
+                    help="bundled name or domain path (repeatable; default: airline, clinic, tests/data/library, tests/data/retail)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--tasks", type=int, default=50, help="symbolic tasks per domain (gen-task -n)")
     a = ap.parse_args()
     root = Path(__file__).resolve().parent.parent
-    domains = a.domain or ["airline", "clinic", str(root / "tests" / "data" / "library")]
+    domains = a.domain or ["airline", "clinic", str(root / "tests" / "data" / "library"),
+                           str(root / "tests" / "data" / "retail")]
     rows = bench_domain_check(domains, a.repeat)
     for r in rows:
         print(json.dumps(r))

@@ -15,13 +15,14 @@ from toolkit.envs import load_env
 from toolkit.flows.logigen.domain_check import check_domain, policy_rule_ids
 
 LIBRARY = Path(__file__).parent / "data" / "library"
+DATA = Path(__file__).parent / "data"
 
 
 def _src(name: str) -> Path:
-    return LIBRARY if name == "library" else domain_path(name)
+    return DATA / name if (DATA / name).is_dir() else domain_path(name)
 
 
-@pytest.mark.parametrize("name", ["airline", "clinic", "library"])
+@pytest.mark.parametrize("name", ["airline", "clinic", "library", "retail"])
 def test_sound_domains_pass_with_every_rule_provoked(name):
     rep = check_domain(_src(name))
     assert rep.ok, rep.reasons
@@ -108,9 +109,11 @@ def test_reference_table_write_and_sql_message_are_named(tmp_path):
     _edit(d / "schema.sql", "'POLICY_VIOLATION: renewal_limit: a loan can be renewed at most 2 times'",
           "'POLICY_VIOLATION: renewal_limit: NEW.renewals > 2'")
     rep = check_domain(d)
-    reasons = "\n".join(rep.reasons)
-    assert "update_tier_limit writes reference table tier_limit" in reasons
-    assert "'renewal_limit': the message 'NEW.renewals > 2' reads like SQL" in reasons
+    assert "update_tier_limit writes reference table tier_limit" in "\n".join(rep.warnings)
+    assert rep.checks["reference_writes"]["ok"] is True  # a warning unless strict
+    assert "'renewal_limit': the message 'NEW.renewals > 2' reads like SQL" in "\n".join(rep.reasons)
+    strict = check_domain(d, strict=True)
+    assert any("reference_writes" in r and "update_tier_limit" in r for r in strict.reasons)
 
 
 def test_cli_exit_codes_and_streams(tmp_path):
@@ -165,3 +168,21 @@ def test_odd_schemas_do_not_crash(schema):
     assert not any("internal error" in r for r in rep.reasons), rep.reasons
     rule = "c_short" if "TABLE t" in schema else "v_pos"
     assert rep.rules[rule]["provoked"] is True, rep.rules[rule]
+
+
+def test_rule_only_reachable_through_hidden_tools_is_provoked_with_a_warning(tmp_path):
+    d = _copy(tmp_path, "library")
+    _edit(d / "schema.sql", "CREATE TRIGGER loan_borrow_rules", """CREATE TRIGGER book_rules
+BEFORE UPDATE OF copies_on_shelf ON book
+BEGIN
+  SELECT RAISE(ABORT, 'POLICY_VIOLATION: shelf_limit: a title has at most 9 copies')
+  WHERE NEW.copies_on_shelf > 9;
+END;
+
+CREATE TRIGGER loan_borrow_rules""")
+    _edit(d / "policy.md", "## Fines", "- **[shelf_limit]** A title has at most 9 copies.\n\n## Fines")
+    rep = check_domain(d)
+    assert rep.ok, rep.reasons
+    assert rep.rules["shelf_limit"]["via_hidden_tool"] is True
+    assert rep.rules["shelf_limit"]["call"]["name"] == "update_book"
+    assert any("'shelf_limit' is only reachable through hidden tools" in w for w in rep.warnings)

@@ -522,12 +522,13 @@ PATH: a domain directory, a single JSON/YAML domain file, or a bundled domain na
 Example: toolkit domain check toolkit/domains/airline""")
 @click.argument("paths", nargs=-1, required=True, metavar="PATH...")
 @click.option("--max-calls", type=int, default=None, help="Search budget: tool calls per rule (default 4000).")
-def domain_check(paths: tuple[str, ...], max_calls: int | None) -> None:
+@click.option("--strict", is_flag=True, help="Unflagged writes on reference tables fail (default: warnings).")
+def domain_check(paths: tuple[str, ...], max_calls: int | None, strict: bool) -> None:
     from toolkit.flows.logigen.domain_check import MAX_CALLS_PER_RULE, check_domain
 
     failed = False
     for p in paths:
-        rep = check_domain(p, max_calls=max_calls or MAX_CALLS_PER_RULE)
+        rep = check_domain(p, max_calls=max_calls or MAX_CALLS_PER_RULE, strict=strict)
         click.echo(json.dumps(rep.to_dict(), ensure_ascii=False, default=str))
         log(rep.summary())
         failed = failed or not rep.ok

@@ -20,8 +20,10 @@ Checks (each failure adds a reason that names the rule/table/tool/trigger):
 5. `pk_not_null`: primary-key columns cannot be NULL (SQLite lets a non-INTEGER PRIMARY KEY hold
    NULL unless it is declared NOT NULL).
 6. `reference_writes`: a *reference table* (read by the triggers or referenced by a foreign key,
-   never written by a trigger, no rule guarding that write) has no visible insert/update tool unless
-   the tool is flagged deliberate in tools.yaml (`tools: {update_x: {reference_write: true}}`).
+   never written by a trigger, no rule guarding that write) should have no visible insert/update
+   tool unless the tool is flagged deliberate in tools.yaml (`tools: {update_x: {reference_write:
+   true}}`). Reported as a warning; a failure with `strict=True` (`--strict`), because whether a
+   table is reference data is a judgement (a customer's contact details are referenced too).
 7. `descriptions`: every rule's tool lists it under "Preconditions" as a rule (`[rule] message`,
    a message in words, not SQL), and every AFTER trigger's side effect is described on its tool.
 8. `provoked`: each rule is provoked by an actual tool call found by search: candidate arguments
@@ -30,11 +32,12 @@ Checks (each failure adds a reason that names the rule/table/tool/trigger):
    mutations of valid calls, and a second call after a successful one). The provoking call must
    return {code: POLICY_VIOLATION, violated_rule: <rule>, hint} with the policy bullet as hint and
    leave the state hash unchanged. A rule enforced only by a CHECK constraint is provoked the same
-   way with the CONSTRAINT error naming it.
+   way with the CONSTRAINT error naming it. A rule that only hidden tools can fire is provoked
+   through them (`via_hidden_tool`) with a warning: the agent can never violate it.
 
 Report (JSON)::
 
-    {"domain", "source", "ok", "reasons": [...], "seconds",
+    {"domain", "source", "ok", "reasons": [...], "warnings": [...], "seconds",
      "checks": {name: {"ok", "reasons"}},
      "rules": {rule: {"enforced_by": [...], "in_policy", "provoked", "call": {"name", "arguments"},
                       "state": "initial" | "derived: ..." | "after: <call>", "error": {...},
@@ -60,7 +63,7 @@ __all__ = ["DomainReport", "check_domain", "find_violating_call", "policy_rule_i
 MAX_CALLS_PER_RULE = 4000
 _DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _POLICY_ID_RE = re.compile(r"^\s*(?:[-*+]|\d+\.)\s+(?:\*\*|__)?\[([A-Za-z0-9_.:-]+)\]", re.MULTILINE)
-_SQLISH = re.compile(r"\b(NEW|OLD)\.|\bSELECT\b|\bWHERE\b|[<>]=?|\bIS NOT\b", re.IGNORECASE)
+_SQLISH = re.compile(r"\b(?:NEW|OLD)\.\w|\bSELECT\b|\bWHERE\b|<>|!=|\bIS NOT NULL\b")  # case-sensitive
 
 
 @dataclass
@@ -79,6 +82,15 @@ class DomainReport:
     def passed(self, check: str) -> None:
         self.checks.setdefault(check, {"ok": True, "reasons": []})
 
+    def warn(self, check: str, message: str) -> None:
+        """Reported (JSON and summary) without failing the check."""
+        c = self.checks.setdefault(check, {"ok": True, "reasons": []})
+        c.setdefault("warnings", []).append(message)
+
+    @property
+    def warnings(self) -> list[str]:
+        return [f"{name}: {w}" for name, c in self.checks.items() for w in c.get("warnings", [])]
+
     @property
     def reasons(self) -> list[str]:
         return [f"{name}: {r}" for name, c in self.checks.items() for r in c["reasons"]]
@@ -89,7 +101,7 @@ class DomainReport:
 
     def to_dict(self) -> dict:
         return {"domain": self.domain, "source": self.source, "ok": self.ok, "reasons": self.reasons,
-                "seconds": round(self.seconds, 4), "checks": self.checks, "rules": self.rules}
+                "warnings": self.warnings, "seconds": round(self.seconds, 4), "checks": self.checks, "rules": self.rules}
 
     def summary(self) -> str:
         lines = [f"domain {self.domain}: {'PASS' if self.ok else 'FAIL'} "
@@ -101,6 +113,8 @@ class DomainReport:
                 lines.append(f"       - {r}")
             if len(c["reasons"]) > 20:
                 lines.append(f"       ... {len(c['reasons']) - 20} more")
+            for w in c.get("warnings", [])[:20]:
+                lines.append(f"       ~ warning: {w}")
         return "\n".join(lines)
 
 
@@ -165,9 +179,10 @@ def _load(target: Any):
         return None, name, source, f"{type(e).__name__}: {e}"
 
 
-def check_domain(target: Any, *, max_calls: int = MAX_CALLS_PER_RULE) -> DomainReport:
+def check_domain(target: Any, *, max_calls: int = MAX_CALLS_PER_RULE, strict: bool = False) -> DomainReport:
     """Run every check on a domain (path, bundled name, DomainSpec or spec dict). Never raises on
-    a bad domain: problems are reasons in the report."""
+    a bad domain: problems are reasons in the report. `strict`: unflagged writes on reference
+    tables fail the check (default: they are warnings)."""
     from toolkit.envs.sqlite import SqliteEnvironment
 
     t0 = time.perf_counter()
@@ -186,7 +201,7 @@ def check_domain(target: Any, *, max_calls: int = MAX_CALLS_PER_RULE) -> DomainR
         steps = [("rules_in_policy", lambda: _check_rules_policy(rep, dom, an, policy_ids, named)),
                  ("no_delete", lambda: _check_no_delete(rep, dom, an)),
                  ("pk_not_null", lambda: _check_pk(rep, dom)),
-                 ("reference_writes", lambda: _check_reference_writes(rep, dom, an, env)),
+                 ("reference_writes", lambda: _check_reference_writes(rep, dom, an, env, strict)),
                  ("descriptions", lambda: _check_descriptions(rep, dom, an, env)),
                  ("provoked", lambda: _check_provoked(rep, dom, an, env, named, max_calls))]
         for check, step in steps:
@@ -249,7 +264,7 @@ def _check_pk(rep: DomainReport, dom: Any) -> None:
                                         f"(declare it {c.decl_type or ''} PRIMARY KEY NOT NULL)".replace("  ", " "))
 
 
-def _check_reference_writes(rep: DomainReport, dom: Any, an: Any, env: Any) -> None:
+def _check_reference_writes(rep: DomainReport, dom: Any, an: Any, env: Any, strict: bool = False) -> None:
     rep.passed("reference_writes")
     read: set[str] = set()
     for checks in an.rules.values():
@@ -270,7 +285,7 @@ def _check_reference_writes(rep: DomainReport, dom: Any, an: Any, env: Any) -> N
         for ev in ("INSERT", "UPDATE"):
             tool = f"{ev.lower()}_{tname}"
             if tool in dom.tools and tool in visible and (tname, ev) not in guarded and tool not in flagged:
-                rep.fail("reference_writes", f"{tool} writes reference table {tname} (read by the rules or "
+                (rep.fail if strict else rep.warn)("reference_writes", f"{tool} writes reference table {tname} (read by the rules or "
                                              f"referenced by keys) with no rule guarding it: hide it in tools.yaml "
                                              f"or flag it with tools.{tool}.reference_write: true")
 
@@ -790,18 +805,42 @@ def _short_args(a: dict) -> str:
     return s if len(s) < 120 else s[:117] + "..."
 
 
+def _hidden_tools_search(dom: Any, an: Any, max_calls: int) -> _Search:
+    """A search over a copy of the domain whose tools are all visible (the original is untouched)."""
+    import dataclasses
+
+    from toolkit.envs.sqlite import SqliteEnvironment
+
+    dom2 = copy.copy(dom)
+    dom2.tools = {n: dataclasses.replace(td, hidden=False, side="both") for n, td in dom.tools.items()}
+    return _Search(dom2, an, SqliteEnvironment(dom2), max_calls)
+
+
 def _check_provoked(rep: DomainReport, dom: Any, an: Any, env: Any, named: dict, max_calls: int) -> None:
     rep.passed("provoked")
     search = _Search(dom, an, env, max_calls)
+    hidden_search = None
     total = 0
     for rule, info in rep.rules.items():
         if rule in an.rules:
             hit = search.provoke(rule, an.rules[rule], "trigger")
+            total += search.calls
+            if hit is None and any(rc.tools[0] not in search.visible for rc in an.rules[rule]):
+                # the visible tools cannot fire it and its own write tool is hidden (e.g. an
+                # integrity rule on a reference table): provoke it through the hidden tool, say so
+                if hidden_search is None:
+                    hidden_search = _hidden_tools_search(dom, an, max_calls)
+                hit = hidden_search.provoke(rule, an.rules[rule], "trigger")
+                total += hidden_search.calls
+                if hit is not None:
+                    hit["via_hidden_tool"] = True
+                    rep.warn("provoked", f"rule {rule!r} is only reachable through hidden tools "
+                                         f"({hit['call']['name']}): the agent can never violate it")
         elif rule in named:
             hit = search.provoke(rule, [], "check", table_hint=named[rule])
+            total += search.calls
         else:
             hit = None
-        total += search.calls
         if hit is None:
             info.update({"provoked": False, "attempts": search.calls})
             reachable = [t for rc in an.rules.get(rule, []) for t in rc.tools if t in search.visible]
@@ -825,3 +864,5 @@ def _check_provoked(rep: DomainReport, dom: Any, an: Any, env: Any, named: dict,
             if not info["hint_found"]:
                 rep.fail("provoked", f"rule {rule!r}: the error hint is not the rule's policy bullet")
     rep.checks["provoked"]["calls"] = total
+    if hidden_search is not None:
+        hidden_search.env.close()
