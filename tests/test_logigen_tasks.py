@@ -290,3 +290,22 @@ def test_llm_explorer_executes_and_keeps_the_violation():
     assert r.provenance[-1].prompt_tokens >= 30  # the consultant's scripted usage is accounted
     assert all(v.passed for v in validate([r])[0].verdicts)
     assert replay_rewards([r]) == [1.0]
+
+
+def test_validate_task_runs_the_domain_check(tmp_path):
+    import shutil
+
+    broken = tmp_path / "library"
+    shutil.copytree(LIBRARY, broken)
+    pol = (broken / "policy.md").read_text()
+    (broken / "policy.md").write_text("\n".join(x for x in pol.splitlines() if "[renewal_limit]" not in x) + "\n")
+    recs = generated("library")[:2]
+    moved = [Record.model_validate(dict(r.dump(), env=dict(r.env.model_dump(), path=str(broken)))) for r in recs]
+    good = validate(recs)
+    assert all(v.passed for r in good for v in r.verdicts) and any(v.name == "domain" for v in good[0].verdicts)
+    bad = validate(moved)
+    dv = [v for r in bad for v in r.verdicts if v.name == "domain"]
+    assert len(dv) == 2 and not dv[0].passed and "renewal_limit" in " ".join(dv[0].reasons)
+    others = [v for r in bad for v in r.verdicts if v.name != "domain"]
+    assert all(v.passed for v in others)  # the tasks themselves still replay
+    assert all(v.name != "domain" for v in validate(recs, domain_check=False)[0].verdicts)

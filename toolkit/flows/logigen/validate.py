@@ -12,7 +12,9 @@ whose checks all pass:
 - boundary (rule, only when task.complexity.boundary is set): on s_origin the crossing step is a
   POLICY_VIOLATION that leaves the state unchanged and the goal at the boundary succeeds;
 - tags (rule): task.complexity tags/level and task.difficulty are filled (computed here from the
-  replay when missing).
+  replay when missing);
+- domain (rule): the deterministic domain check (domain_check.check_domain) of the task's domain,
+  once per domain per run (recipe key `domain_check: false` skips it).
 A record without env / task / ground truth is rejected (StageError) naming the field.
 """
 
@@ -33,6 +35,22 @@ def _verdict(name: str, kind: str, passed: bool, reasons: list[str], score: floa
     return Verdict(stage=STAGE, kind=kind, name=name, passed=passed, reasons=reasons,
                    score=score if score is not None else float(passed), scores=scores or {},
                    attribution=None if passed else "task")
+
+
+def domain_verdict(record: Record, reports: dict, lock: threading.Lock) -> Verdict | None:
+    """The deterministic domain check (toolkit.flows.logigen.domain_check) once per domain."""
+    ref = record.env.path or record.env.id
+    if not ref:
+        return None
+    with lock:
+        rep = reports.get(ref)
+        if rep is None:
+            try:
+                from toolkit.flows.logigen.domain_check import check_domain
+            except ImportError:  # pragma: no cover - the check ships with the flow
+                return None
+            rep = reports[ref] = check_domain(ref)
+    return _verdict("domain", "rule", rep.ok, rep.reasons[:10] or [f"domain check passed ({rep.domain})"])
 
 
 def check_record(record: Record, seen: dict, lock: threading.Lock, cache: Any) -> list[Verdict]:
@@ -153,9 +171,15 @@ def build(cfg: dict, ctx: StageContext):
     seen: dict = {}
     lock = threading.Lock()
     cache = TargetCache()
+    reports: dict = {}
+    run_domain_check = str(cfg.get("domain_check", True)).lower() not in ("false", "0", "no", "off")
 
     def fn(record: Record) -> Record:
         verdicts = check_record(record, seen, lock, cache)
+        if run_domain_check and record.env is not None and record.env.backend == "sqlite":
+            dv = domain_verdict(record, reports, lock)
+            if dv is not None:
+                verdicts.append(dv)
         record.verdicts = [v for v in record.verdicts if v.stage != STAGE] + verdicts
         add_provenance(record, STAGE, strategy="logigen", recipe_hash=cfg.get("recipe_hash"))
         return record
