@@ -492,7 +492,11 @@ class SymbolicExplorer:
         for v in pool[:12]:
             fixes = self.corrections(v)
             if fixes:
-                c = rng.choice(fixes)
+                # a correction that changes an attribute (enum, number, date) reads more naturally
+                # than one that switches to another referenced row; prefer it when there is one
+                attr = [q for q in fixes if not any(self.view.fk(q.table, k) for k in q.args
+                                                    if q.args.get(k) != v.args.get(k))]
+                c = rng.choice(attr or fixes)
                 acts = self._path([c], attempt=v)
                 return Draft(origin=self.base, actions=acts, goals=[c], attempt=v, archetype="Mismatch")
         return None
