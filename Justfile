@@ -38,6 +38,14 @@ tau2-oracle:
 tau2-eval domain="airline" k="4" model="" base_url="":
     eval-tau2 --domain {{domain}} -k {{k}} --agent-model "{{model}}" --agent-base-url "{{base_url}}" -o out/tau2-{{domain}}.jsonl --summary-json out/tau2-{{domain}}.json --chart out/tau2-{{domain}}.png --compare paper
 
+# LOGIGEN: check sqlite domains (every rule provoked by a real call); exit 1 with reasons
+domain-check +paths="toolkit/domains/airline toolkit/domains/clinic":
+    toolkit domain check {{paths}}
+
+# LOGIGEN Architect: domain briefs (extra.brief) -> compiled domains under out/domains
+logigen-architect briefs out="out/domains":
+    gen-plan --strategy logigen --out-dir {{out}} -i {{briefs}} -o out/plans.jsonl
+
 # LOGIGEN synthesis: domain briefs (JSONL → gen-plan) or an existing domain (bundled id / path) →
 # tasks → validate → rollout → verify → SFT-ready rows + per-stage yield/cost table (out/logigen-synth)
 logigen-synth brief="airline" n="10":

@@ -228,3 +228,40 @@ def test_cli_bad_brief_rejected_and_good_one_written(tmp_path):
     assert outs[0]["env"]["path"] == str((tmp_path / "doms" / "parking-1").resolve())
     r = json.loads(rej.read_text().splitlines()[0])
     assert r["field"] == "extra.brief" and "needs extra.brief" in r["error"]
+
+
+def test_trigger_stage_may_correct_the_seed(tmp_path):
+    # with the fix of a broken trigger draft, the Architect also returns a corrected seed (a new
+    # resident): the check runs on it and the written domain holds it
+    seed = TABLES[TABLES.index("<seed_json>"):TABLES.index("</seed_json>") + 12]
+    fixed_seed = seed.replace('{"resident_id": "R-3", "name": "Cal", "zone": "A"}',
+                              '{"resident_id": "R-3", "name": "Cal", "zone": "A"}, '
+                              '{"resident_id": "R-4", "name": "Dot", "zone": "B"}')
+    assert fixed_seed != seed
+    replies = [ANALYZE, PASS, POLICY, PASS, TABLES, PASS, BROKEN_TRIGGERS, GOOD_TRIGGERS + "\n" + fixed_seed, PASS]
+    with ScriptedServer(replies) as srv:
+        out = _run(srv, tmp_path)
+        prompts = _prompts(srv)
+    assert '"R-3"' in prompts[6]  # the trigger prompt shows the seed
+    assert "R-4" in prompts[8]  # the checker sees the corrected seed
+    assert out.plan.extra["rounds"]["triggers"] == 2
+    written = json.loads((Path(out.env.path) / "seed.json").read_text())
+    assert [r["resident_id"] for r in written["resident"]] == ["R-1", "R-2", "R-3", "R-4"]
+    bad = GOOD_TRIGGERS + "\n<seed_json>\n{not json\n</seed_json>"
+    with ScriptedServer([ANALYZE, PASS, POLICY, PASS, TABLES, PASS, bad, bad, bad]) as srv, \
+            pytest.raises(StageError, match="seed_json> is not valid JSON"):
+        _run(srv, tmp_path)
+
+
+def test_brief_with_a_codified_policy_skips_the_policy_stage(tmp_path):
+    policy = POLICY.replace("<policy>", "").replace("</policy>", "").strip()
+    rec = {"id": "parking-2", "extra": {"brief": {"name": "parking", "description": "desk", "policy": policy}}}
+    replies = [ANALYZE, PASS, TABLES, PASS, GOOD_TRIGGERS, PASS]
+    with ScriptedServer(replies) as srv:
+        out = _run(srv, tmp_path, record=rec)
+        prompts = _prompts(srv)
+    assert len(prompts) == 6 and "A resident holds at most 2 active permits" in prompts[0]
+    assert out.plan.extra["rounds"]["policy"] == 0
+    assert (Path(out.env.path) / "policy.md").read_text().strip() == policy
+    with pytest.raises(StageError, match="extra.brief.name"):
+        _run(srv, tmp_path, record={"id": "x", "extra": {"brief": {"name": "../evil", "description": "d"}}})

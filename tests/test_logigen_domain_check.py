@@ -186,3 +186,13 @@ CREATE TRIGGER loan_borrow_rules""")
     assert rep.rules["shelf_limit"]["via_hidden_tool"] is True
     assert rep.rules["shelf_limit"]["call"]["name"] == "update_book"
     assert any("'shelf_limit' is only reachable through hidden tools" in w for w in rep.warnings)
+
+
+def test_rule_provoked_only_from_a_derived_state_is_a_warning(tmp_path):
+    d = _copy(tmp_path, "library")
+    _edit(d / "seed.yaml", "  - {loan_id: 3, member_id: M-2, book_id: B-3, renewals: 1, status: returned}\n", "")
+    rep = check_domain(d)
+    assert rep.ok, rep.reasons
+    info = rep.rules["returned_is_final"]
+    assert info["provoked"] and info["state"].startswith("derived: loan row") and "status='returned'" in info["state"]
+    assert any("'returned_is_final' was provoked only from derived" in w for w in rep.warnings)

@@ -19,9 +19,10 @@ Four compile stages, each followed by Check-Fix-Verify:
    check: every blueprint id declared once, no other ids.
 3. Tables   -> DDL (tables only) + seed JSON + optional tools YAML; deterministic check: compiles
    with its seed, primary keys not nullable, no triggers yet, some seed rows.
-4. Triggers -> BEFORE triggers raising `POLICY_VIOLATION: <rule>: ...`, AFTER side effects;
-   deterministic check: the full domain check (toolkit/flows/logigen/domain_check.py), so every
-   rule must be enforced AND provoked by a real call with the seed data.
+4. Triggers -> BEFORE triggers raising `POLICY_VIOLATION: <rule>: ...`, AFTER side effects, and
+   optionally a corrected seed (when a rule cannot be provoked because no seed row sits near its
+   boundary); deterministic check: the full domain check (toolkit/flows/logigen/domain_check.py),
+   so every rule must be enforced AND provoked by a real call with the seed data.
 
 Check-Fix-Verify per round: the deterministic check runs first; when it passes, an LLM checker
 compares the artifact with its upstream (brief -> blueprint -> policy -> tables -> triggers) and
@@ -46,6 +47,7 @@ final report summary), usage}}.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import re
@@ -136,11 +138,21 @@ def parse_tables(text: str | None) -> dict:
     return {"tables_sql": ddl.strip() + "\n", "seed": seed, "tools": tools}
 
 
-def parse_triggers(text: str | None) -> str:
+def parse_triggers(text: str | None) -> dict:
+    """-> {"triggers_sql", "seed" (None, or a corrected seed when the reply has <seed_json>)}."""
     body = _tag(text, "triggers_sql")
     if not body or "CREATE TRIGGER" not in body.upper():
         raise _malformed("<triggers_sql> holds no CREATE TRIGGER statement")
-    return body.strip() + "\n"
+    seed = None
+    seed_text = _tag(text, "seed_json", required=False)
+    if seed_text:
+        try:
+            seed = json.loads(seed_text)
+        except json.JSONDecodeError as e:
+            raise _malformed(f"<seed_json> is not valid JSON: {e.msg} at char {e.pos}") from None
+        if not isinstance(seed, dict):
+            raise _malformed("<seed_json> must be an object {table: [rows]}")
+    return {"triggers_sql": body.strip() + "\n", "seed": seed}
 
 
 def parse_check(text: str | None) -> dict:
@@ -316,7 +328,7 @@ class Architect:
         for rnd in range(1, self.max_rounds + 1):
             self.rounds[stage] = rnd
             artifact = await self._ask(self.llm, render(_feedback(prev_text, report)), parse, "architect")
-            reasons = det(artifact)
+            reasons = await asyncio.to_thread(det, artifact)  # CPU-bound: keep other records' calls flowing
             report = {"stage": stage, "round": rnd, "deterministic": {"ok": not reasons, "reasons": reasons}}
             if not reasons and self.semantic and self.checker is not None:
                 verdict = await self._ask(self.checker, check_prompt.render(
@@ -380,18 +392,25 @@ class Architect:
 
         final: dict = {}
 
-        def det_triggers(trig: str) -> list[str]:
-            rep = check_domain(assemble(name, desc, policy, tables, trig),
+        def with_seed(trig: dict) -> dict:
+            return dict(tables, seed=trig["seed"]) if trig.get("seed") is not None else tables
+
+        def det_triggers(trig: dict) -> list[str]:
+            rep = check_domain(assemble(name, desc, policy, with_seed(trig), trig["triggers_sql"]),
                                max_calls=self.max_calls or MAX_CALLS_PER_RULE)
             final.clear()
             final.update(rep.to_dict())
             return rep.reasons
 
         p = prompts.load("logigen/architect_triggers")
+        seed_text = json.dumps(tables["seed"], ensure_ascii=False)
         triggers = await self._stage(
-            "triggers", lambda fb: p.render(policy=policy, tables_sql=tables["tables_sql"], feedback=fb),
-            parse_triggers, det_triggers, f"{policy}\n\nTables:\n{tables['tables_sql']}", lambda a: a)
-        return assemble(name, desc, policy, tables, triggers), blueprint, final
+            "triggers", lambda fb: p.render(policy=policy, tables_sql=tables["tables_sql"], seed_json=seed_text,
+                                            feedback=fb),
+            parse_triggers, det_triggers, f"{policy}\n\nTables:\n{tables['tables_sql']}",
+            lambda a: f"<triggers_sql>\n{a['triggers_sql']}</triggers_sql>"
+                      + (f"\n<seed_json>\n{json.dumps(a['seed'], ensure_ascii=False)}\n</seed_json>" if a.get("seed") else ""))
+        return assemble(name, desc, policy, with_seed(triggers), triggers["triggers_sql"]), blueprint, final
 
 
 @strategy("gen-plan", "logigen", help="Architect: domain brief -> compiled sqlite policy environment "
@@ -410,7 +429,7 @@ def build(cfg: dict, ctx: Any):
         write_domain(path, spec, blueprint, report)
         from toolkit.flows.logigen.domain_check import check_domain
 
-        written = check_domain(path, max_calls=arch.max_calls or 4000)  # the files are what users get
+        written = await asyncio.to_thread(check_domain, path, max_calls=arch.max_calls or 4000)  # the files users get
         if not written.ok:  # pragma: no cover - the spec passed the same check in memory
             raise StageError("the written domain fails its check: " + "; ".join(written.reasons[:5]),
                              field="extra.brief")

@@ -850,6 +850,9 @@ def _check_provoked(rep: DomainReport, dom: Any, an: Any, env: Any, named: dict,
                                  f"with no row near the boundary)")
             continue
         info.update(hit)
+        if hit.get("state") != "initial":
+            rep.warn("provoked", f"rule {rule!r} was provoked only from {hit.get('state')}: the seed has no row "
+                                 f"one call away from violating it")
         err = hit.get("error") or {}
         hint = err.get("hint") or ""
         bullet = _bullet_text(dom.spec.policy, rule)
