@@ -507,7 +507,11 @@ class SymbolicExplorer:
         for _ in range(4):
             g1 = rng.choice(self.ok)
             s1 = self.prober.after(g1)
-            nxt = self.follow_ups(s1, g1, rng)
+            fresh = self._new_keys(s1)
+            # the user cannot name a row the first request creates (its key is not theirs to know)
+            nxt = [p for p in self.follow_ups(s1, g1, rng)
+                   if not any(isinstance(v, (int, str)) and not isinstance(v, bool) and v in fresh
+                              for v in p.args.values())]
             if nxt:
                 g2 = rng.choice(nxt)
                 d = Draft(origin=self.base, actions=self._path([g1, g2]), goals=[g1, g2], archetype="Entangled")
@@ -643,6 +647,19 @@ class SymbolicExplorer:
             if ok and boundary_rule(self.env_base, origin, crossing) == rc.rule:
                 return d
         return None
+
+    def _new_keys(self, state: dict) -> set:
+        """Key values of rows in `state` that s_origin does not have."""
+        out: set = set()
+        for name, t in self.view.tables.items():
+            if not t.pk:
+                continue
+            old = {tuple(r.get(k) for k in t.pk) for r in self.base.get(name, [])}
+            for r in state.get(name, []):
+                kv = tuple(r.get(k) for k in t.pk)
+                if kv not in old:
+                    out |= {v for v in kv if v is not None}
+        return out
 
     def _cell(self, table: str, key: dict, col: str) -> Any:
         for r in self.base.get(table, []):
