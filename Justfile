@@ -61,3 +61,8 @@ cluster-local n="3":
     mkdir -p out/cluster && toolkit tasks airline > out/cluster/tasks.jsonl
     for i in $(seq 0 $(({{n}} - 1))); do SHARD=$i NSHARDS={{n}} INPUT=out/cluster/tasks.jsonl OUT_DIR=out/cluster bash recipes/cluster/shard_body.sh; done
     python recipes/cluster/merge.py --input out/cluster/tasks.jsonl --parts out/cluster --nshards {{n}} > out/cluster/merged.jsonl
+
+# LOGIGEN synthesis: domain briefs (JSONL → gen-plan) or an existing domain (bundled id / path) →
+# tasks → validate → rollout → verify → SFT-ready rows + per-stage yield/cost table (out/logigen-synth)
+logigen-synth brief="airline" n="10":
+    bash recipes/logigen_synth.sh {{brief}} {{n}}

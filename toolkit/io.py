@@ -22,6 +22,7 @@ import inspect
 import io
 import json
 import os
+import re
 import sqlite3
 import sys
 import tempfile
@@ -378,6 +379,8 @@ class Summary:
     failed: int = 0  # records the stage marked as failing (verify: not passed) — informs exit code
     started: float = field(default_factory=time.monotonic)
     meter: Any = None  # toolkit.llm Meter, when the command used an LLM
+    reject_reasons: dict = field(default_factory=dict)  # reason (field or message shape) -> count
+    drop_reasons: dict = field(default_factory=dict)  # why records were filtered out (note_drop)
 
     def seconds(self) -> float:
         return time.monotonic() - self.started
@@ -404,7 +407,43 @@ class Summary:
         d = {k: getattr(self, k) for k in ("command", "read", "written", "rejected", "skipped_resume",
                                              "skipped_shard", "dropped", "failed")}
         d["seconds"] = round(self.seconds(), 3)
+        d["reject_reasons"] = dict(self.reject_reasons)
+        d["drop_reasons"] = dict(self.drop_reasons)
+        if self.meter is not None:
+            m = self.meter.snapshot() if hasattr(self.meter, "snapshot") else dict(self.meter)
+            d["llm"] = {k: m.get(k, 0) for k in ("requests", "cache_hits", "prompt_tokens", "completion_tokens",
+                                                 "cost")}
         return d
+
+
+_ACTIVE: list[Summary] = []  # the running stream's summary (one stream per process)
+STAGE_LOG_ENV = "TOOLKIT_STAGE_LOG"
+
+
+def note_drop(reason: str, n: int = 1) -> None:
+    """A stage records why it filtered a record out (counted in the summary and the stage log)."""
+    if _ACTIVE:
+        d = _ACTIVE[-1].drop_reasons
+        d[reason] = d.get(reason, 0) + n
+
+
+def _reason_key(error: str, field_: str | None) -> str:
+    if field_:
+        return f"field {field_}"
+    return re.sub(r"\d+", "N", error)[:80]
+
+
+def _write_stage_log(summary: Summary, extra: dict | None = None) -> None:
+    """Append the summary as one JSON line to $TOOLKIT_STAGE_LOG (recipes build yield tables from it;
+    see toolkit.yieldtable)."""
+    path = os.environ.get(STAGE_LOG_ENV)
+    if not path:
+        return
+    try:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(dict(summary.as_dict(), **(extra or {})), ensure_ascii=False, default=str) + "\n")
+    except OSError as e:  # pragma: no cover
+        log(f"{summary.command}: cannot write the stage log {path}: {e}")
 
 
 class Progress:
@@ -487,6 +526,7 @@ class RecordStream:
         self.opts = opts
         self.command = command
         self.summary = Summary(command=command, meter=meter)
+        _ACTIVE.append(self.summary)
         self._rejects_f = None
         self._progress = Progress(opts.progress, command)
 
@@ -494,6 +534,8 @@ class RecordStream:
     def reject(self, lineno: int, raw: bytes | str, error: str, rid: str | None = None,
                field: str | None = None, **extra: Any) -> None:
         self.summary.rejected += 1
+        key = _reason_key(error, field)
+        self.summary.reject_reasons[key] = self.summary.reject_reasons.get(key, 0) + 1
         where = f"line {lineno}" + (f" (id {rid})" if rid else "")
         log(f"{self.command}: rejected {where}: {error}")
         if self.opts.rejects:
@@ -665,6 +707,9 @@ class RecordStream:
             self._progress.update(self.summary, force=True)
             self._progress.close()
         log(self.summary.line())
+        _write_stage_log(self.summary)
+        if _ACTIVE and _ACTIVE[-1] is self.summary:
+            _ACTIVE.pop()
         return self.summary
 
     def _run_sync(self, fn: StageFn, writer: "_Writer") -> Summary:
@@ -692,6 +737,9 @@ class RecordStream:
             self._progress.update(self.summary, force=True)
             self._progress.close()
         log(self.summary.line())
+        _write_stage_log(self.summary)
+        if _ACTIVE and _ACTIVE[-1] is self.summary:
+            _ACTIVE.pop()
         return self.summary
 
     def exit_code(self) -> int:

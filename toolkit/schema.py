@@ -165,6 +165,9 @@ class Action(_Strict):
     compare_args: list[str] | None = Field(None, description="argument keys compared; None = all")
     side: Literal["agent", "user"] = "agent"
     id: str | None = None
+    expect_error: str | None = Field(
+        None, description="error code this reference call is expected to return (e.g. POLICY_VIOLATION: "
+                          "a violating attempt before a correction); replay expects that error, the state is unchanged")
 
 
 class SubQuestion(_Strict):

@@ -35,7 +35,14 @@ def build(command: str, cfg: dict, meter: Any):
         if filt == "all":
             return True
         ok = passed_here(rec, command)
-        return bool(ok) if filt == "passed" else ok is False
+        kept = bool(ok) if filt == "passed" else ok is False
+        if not kept:
+            from toolkit.io import note_drop
+
+            failing = [v.name or v.kind for v in rec.verdicts if v.stage == command and not v.passed]
+            note_drop(f"{command} {failing[0]}: failed" if failing else f"{command}: no verdict" if ok is None
+                      else f"{command}: passed (--filter failed)")
+        return kept
 
     async def run(record: Record):
         out = fn(record)

@@ -129,6 +129,7 @@ class Options:
     f1_epsilon: float = R.DEFAULT_EPSILON
     recipe_hash: str | None = None
     replay_memo: bool = True
+    penalize_invalid_calls: bool = True
 
     @classmethod
     def from_config(cls, cfg: dict) -> "Options":
@@ -166,6 +167,9 @@ class Options:
                     setattr(o, name, conv(cfg[key]))
                 except (TypeError, ValueError):
                     raise UsageError(f"{key} must be a number (got {cfg[key]!r})") from None
+        pic = cfg.get("penalize_invalid_calls")
+        if pic is not None:
+            o.penalize_invalid_calls = pic if isinstance(pic, bool) else str(pic).lower() in ("1", "true", "yes", "on")
         if o.lambda_err < 0:
             raise UsageError("--lambda-err must be >= 0")
         return o
@@ -503,8 +507,15 @@ class EnvContext:
         else:
             for i, a in enumerate(gt.actions):
                 res = env.call(a.name, dict(a.arguments), side=a.side)
+                err = res.error or {}
+                if a.expect_error:  # an expected failing attempt (e.g. a violation before a correction)
+                    if res.ok or err.get("code") != a.expect_error:
+                        got = "success" if res.ok else f"{err.get('code')}: {err.get('message')}"
+                        raise StageError(f"reference action {i} ({a.name}) should fail with {a.expect_error} "
+                                         f"while building the target state, got {got}",
+                                         field=f"task.ground_truth.actions.{i}")
+                    continue
                 if not res.ok:
-                    err = res.error or {}
                     raise StageError(f"reference action {i} ({a.name}) failed while building the target state: "
                                      f"{err.get('code')}: {err.get('message')}",
                                      field=f"task.ground_truth.actions.{i}")
@@ -573,8 +584,9 @@ class EnvContext:
         if mkey is not None:
             hit = self.cache.replay_get(mkey)
             if hit is not None:
-                diffs, violations, oks, hashes, detail = hit
-                return {"diffs": list(diffs), "violations": list(violations), "oks": list(oks), "initial": None,
+                diffs, violations, oks, codes, hashes, detail = hit
+                return {"diffs": list(diffs), "violations": list(violations), "oks": list(oks),
+                        "codes": list(codes), "initial": None,
                         "final": None, "notes": self._notes(traj, calls, oks, hashes),
                         "detail": {"total": detail["total"], "tables": dict(detail["tables"])}}
         env = self.env()
@@ -594,6 +606,7 @@ class EnvContext:
         violations: list[bool] = []
         oks: list[bool] = []
         hashes: list[str | None] = []
+        codes: list[str | None] = []
         initial = env.snapshot() if need_final else None
         d_prev = info.delta0 if info is not None else 0
         for c in calls:
@@ -604,14 +617,19 @@ class EnvContext:
                                      field="trajectories.steps")
                 # never executed (unparseable arguments): state unchanged
                 diffs.append(d_prev)
-                violations.append(c.error_code == POLICY_VIOLATION)
+                violations.append(R.penalized(c.error_code or "INVALID_ARGUMENTS", self.opts.penalize_invalid_calls))
                 oks.append(False)
                 hashes.append(None)
+                codes.append(c.error_code or "INVALID_ARGUMENTS")
                 continue
             res = env.call(c.name, dict(c.args), side=c.side)
             d = measure()
             diffs.append(d)
-            violations.append(bool(res.is_policy_violation))
+            code = None if res.ok else (res.error or {}).get("code")
+            if c.error_code == "UNKNOWN_TOOL" and not res.ok:
+                code = "UNKNOWN_TOOL"  # rollout refused it (e.g. a distractor tool); the env may say otherwise
+            violations.append(R.penalized(code, self.opts.penalize_invalid_calls))
+            codes.append(code)
             oks.append(bool(res.ok))
             hashes.append(_env_hash(env) if want_hash else None)
             d_prev = d
@@ -620,11 +638,11 @@ class EnvContext:
                       else info.index.diff_detail(env.snapshot()))
         else:
             detail = {"total": 0, "tables": {}}
-        out = {"diffs": diffs, "violations": violations, "oks": oks, "initial": initial,
+        out = {"diffs": diffs, "violations": violations, "oks": oks, "codes": codes, "initial": initial,
                "final": env.snapshot() if need_final else None, "notes": self._notes(traj, calls, oks, hashes),
                "detail": detail}
         if mkey is not None:
-            self.cache.replay_put(mkey, (tuple(diffs), tuple(violations), tuple(oks), tuple(hashes),
+            self.cache.replay_put(mkey, (tuple(diffs), tuple(violations), tuple(oks), tuple(codes), tuple(hashes),
                                          {"total": detail["total"], "tables": dict(detail["tables"])}))
         if need_final:
             self._finals[traj.id] = (initial, out["final"])
@@ -655,8 +673,8 @@ def run_state_diff(ctx: EnvContext, traj: Trajectory, calls: list[Call], opts: O
     # per-step storage for TA-GRPO
     if not traj.steps and calls:
         traj.steps = [Step(tool_call_id=c.id, name=c.name, side=c.side if c.side in ("agent", "user") else "agent",
-                           ok=ok, error_code=None if ok else ("POLICY_VIOLATION" if v else None))
-                      for c, ok, v in zip(calls, rp["oks"], rp["violations"])]
+                           ok=ok, error_code=None if ok else code)
+                      for c, ok, code in zip(calls, rp["oks"], rp["codes"])]
         for i, c in enumerate(calls):
             c.step_index = i
     for c, p, r in zip(calls, dense["proximity"], dense["dense"]):
@@ -667,7 +685,8 @@ def run_state_diff(ctx: EnvContext, traj: Trajectory, calls: list[Call], opts: O
     scores = {"diff": d_final, "R": success, "delta0": info.delta0, "p0": dense["p0"],
               "proximity_final": p_final, "proximity": dense["proximity"], "dense": dense["dense"],
               "violations": sum(rp["violations"]), "diff_tables": detail["tables"],
-              "lambda_err": opts.lambda_err, "epsilon": opts.epsilon}
+              "lambda_err": opts.lambda_err, "epsilon": opts.epsilon,
+              "penalize_invalid_calls": opts.penalize_invalid_calls}
     reasons: list[str] = []
     if d_final:
         parts = [f"{t}: +{v['only_a']}/-{v['only_b']}" for t, v in detail["tables"].items()]
@@ -676,7 +695,8 @@ def run_state_diff(ctx: EnvContext, traj: Trajectory, calls: list[Call], opts: O
     if info.delta0 == 0:
         reasons.append("DIFF(initial, target) = 0: the task needs no state change, proximity is 1 throughout")
     if scores["violations"]:
-        reasons.append(f"{scores['violations']} policy-violating call(s), each r_t = -{opts.lambda_err}")
+        what = "policy-violating or invalid" if opts.penalize_invalid_calls else "policy-violating"
+        reasons.append(f"{scores['violations']} {what} call(s), each r_t = -{opts.lambda_err}")
     reasons += rp["notes"]
     return Outcome(passed=bool(success), score=float(success), scores=scores, reasons=reasons)
 
@@ -1026,6 +1046,12 @@ def build(cfg: dict, meter: Any):
                        model=judge_model[0] if "judge" in opts.strategies else None,
                        recipe_hash=opts.recipe_hash, usage=usage)
         if opts.filter == "passed" and not all_pass:
+            from toolkit.io import note_drop
+
+            for v in record.verdicts:
+                if v.stage == "verify" and not v.passed:
+                    note_drop(f"verify {v.name}: failed")
+                    break
             return None
         if opts.filter == "failed" and all_pass:
             return None

@@ -22,7 +22,9 @@ LOGIGEN (arXiv 2603.00540, §4.2 "Deterministic and Dense Reward Mechanism")
     Δ0 = DIFF(s_origin, s_target)
     P_t = 1 − min(DIFF(s_t, s_target), Δ0) / (Δ0 + ε)                      (proximity, in [0, 1])
     r_t = P_t − P_{t−1}   if the tool call executed (success, or a non-policy error)
-        = −λ_err          if the call was rejected as a policy violation (POLICY_VIOLATION)
+        = −λ_err          if the call was rejected as a policy violation (POLICY_VIOLATION), and
+                          (toolkit default, `penalize_invalid_calls`) a call to an unknown tool or
+                          with invalid arguments (UNKNOWN_TOOL / INVALID_ARGUMENTS): see penalized()
     Edge case Δ0 = 0 (the initial state already equals the target): min(·, 0) = 0, so P_t = 1 for
     every t and r_t = 0 for every executed call (only policy violations are penalized). This is the
     paper's formula taken literally; R_final still reports whether the final state equals the target.
@@ -508,6 +510,19 @@ def binary_success(diff_final: int) -> int:
 def proximity(diff_t: int | float, delta0: int | float, epsilon: float = DEFAULT_EPSILON) -> float:
     """P_t = 1 − min(DIFF(s_t, target), Δ0) / (Δ0 + ε). With Δ0 = 0 this is 1 for every state."""
     return 1.0 - min(diff_t, delta0) / (delta0 + epsilon)
+
+
+PENALIZED_CODES = ("POLICY_VIOLATION",)
+INVALID_CALL_CODES = ("UNKNOWN_TOOL", "INVALID_ARGUMENTS")
+
+
+def penalized(error_code: str | None, penalize_invalid_calls: bool = True) -> bool:
+    """Whether a call that returned `error_code` earns r_t = −λ_err: always for POLICY_VIOLATION
+    (LOGIGEN §4.2); for UNKNOWN_TOOL / INVALID_ARGUMENTS too unless `penalize_invalid_calls` is off
+    (ours: a malformed call is as wasteful as a violating one and must not score like a no-op)."""
+    if not error_code:
+        return False
+    return error_code in PENALIZED_CODES or (penalize_invalid_calls and error_code in INVALID_CALL_CODES)
 
 
 def dense_rewards(diffs: Sequence[int | float], delta0: int | float, violations: Sequence[bool],

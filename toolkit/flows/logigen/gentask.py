@@ -1,0 +1,259 @@
+"""`gen-task --strategy logigen`: Set Designer → Explorer → user-view projection.
+
+Input: a record whose `env` points at a sqlite domain ({"backend": "sqlite", "id": "airline"} or
+{"backend": "sqlite", "path": "my_domain/"}, optionally with an inline `state`). Output: `-n` task
+records per input (default 10), ids `<input id>-lg<k>`, parent_id = the input id, each with
+- env: the same domain with `state` = s_origin inline and `state_ref` = its hash;
+- task.ground_truth: `actions` = the executed reference path (a violating attempt carries
+  `expect_error: POLICY_VIOLATION`), `target_state` (unless `inline_target: false`) and
+  `target_state_ref` = the state actually reached;
+- task.user_scenario / task.instruction: the user view (projection.py);
+- task.complexity: archetype, tags, level, injections, violation, boundary; task.difficulty = level;
+- task.extra.user_view: {"source": llm | template | template-fallback, "reasons": [...]};
+- verifier.spec = state_diff.
+
+Settings (recipe `gen-task:` section or CLI): explorer (symbolic | llm; --explorer), n (-n),
+seed (--seed), user_view (auto | llm | template; auto = llm when a model or base URL is configured,
+else the deterministic template), violation_share (0.3: at least this share of tasks start with a
+policy-violating attempt when the domain has one), inject_share (0.5), inline_target (true),
+max_tries (8 drafts per wanted task), attempts (--attempts, LLM retries), max_turns (llm explorer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import zlib
+from typing import Any
+
+from toolkit.io import StageError, add_provenance, log
+from toolkit.schema import Action, GroundTruth, Record, Task, UserScenario, Verifier
+from toolkit.stages.registry import StageContext, strategy
+
+
+def _bool(v: Any, default: bool) -> bool:
+    if v is None:
+        return default
+    if isinstance(v, bool):
+        return v
+    return str(v).lower() in ("1", "true", "yes", "on")
+
+
+def load_sqlite_env(record: Record):
+    from toolkit.envs import load_env
+
+    if record.env is None:
+        raise StageError("the record has no `env`: logigen gen-task needs a sqlite domain", field="env")
+    if record.env.backend != "sqlite":
+        raise StageError(f"logigen gen-task explores sqlite domains, got backend {record.env.backend!r}",
+                         field="env.backend")
+    try:
+        return load_env(record.env)
+    except Exception as e:
+        raise StageError(f"cannot build the environment: {type(e).__name__}: {e}", field="env") from None
+
+
+def canonical_state(env_base: Any, state: dict) -> dict:
+    from toolkit.envs.sqlite import SqliteEnvironment
+
+    env = SqliteEnvironment(env_base.domain, state=state, config=env_base.config)
+    try:
+        return env.snapshot()
+    finally:
+        env.close()
+
+
+class Designer:
+    """Draws task drafts from one base state (symbolic exploration + Set Designer)."""
+
+    def __init__(self, env: Any, base: dict, seed: int, cfg: dict):
+        from toolkit.flows.logigen.explorer import SymbolicExplorer
+
+        self.env = env
+        self.base = base
+        self.seed = seed
+        self.explorer = SymbolicExplorer(env, base, seed)
+        self.view = self.explorer.view
+        self.violation_share = float(cfg.get("violation_share", 0.3) if cfg.get("violation_share") is not None else 0.3)
+        self.inject_share = float(cfg.get("inject_share", 0.5) if cfg.get("inject_share") is not None else 0.5)
+        self.no_violations = not self.explorer.violating
+
+    def close(self) -> None:
+        self.explorer.close()
+
+    def kind(self, i: int, made: int, made_viol: int) -> str:
+        if not self.no_violations and made_viol < math.ceil(self.violation_share * (made + 1)):
+            return "mismatch"
+        return ("edge", "entangled", "plain", "edge", "plain", "mismatch")[i % 6]
+
+    def draft(self, i: int, kind: str):
+        from toolkit.flows.logigen.explorer import execute
+        from toolkit.flows.logigen.set_designer import STRATEGIES, apply_injection
+
+        rng = random.Random(f"{self.seed}:{i}")
+        d = getattr(self.explorer, kind)(rng)
+        if d is None:
+            return None
+        try:
+            _, d.results = execute(self.env, d.origin, d.actions)
+        except ValueError as e:
+            d.notes.append(str(e))
+            return None
+        if rng.random() < self.inject_share:
+            strat = STRATEGIES[(i + rng.randint(0, 3)) % len(STRATEGIES)]
+            apply_injection(self.view, self.env, d, strat, rng)
+        d.origin = canonical_state(self.env, d.origin)
+        try:
+            d.target, d.results = execute(self.env, d.origin, d.actions)
+        except ValueError as e:
+            d.notes.append(str(e))
+            return None
+        return d
+
+
+async def project(d: Any, view: Any, env: Any, mode: str, client: Any, attempts: int, policy: str) -> tuple[dict, dict, dict]:
+    """(user view, provenance info {"source", "reasons"}, usage)."""
+    from toolkit.flows.logigen import projection as P
+    from toolkit.roles.structured import RoleRejected, new_usage
+
+    f = P.facts(view, d)
+    if mode == "template":
+        return P.template_view(f), {"source": "template", "reasons": []}, new_usage()
+    allowed = {str(v) for g in d.goals for v in g.args.values()}
+    terms = P.forbidden_terms(view, d.origin, d.target, allowed)
+    try:
+        st = await P.llm_view(client, f, policy, terms, attempts=attempts)
+        return st.value, {"source": "llm", "reasons": st.errors, "model": st.model}, st.usage
+    except RoleRejected as e:
+        return (P.template_view(f), {"source": "template-fallback", "reasons": e.reasons[-3:]}, e.usage)
+
+
+def to_record(parent: Record, k: int, d: Any, view_: dict, view_info: dict, explorer: str, seed: int,
+              inline_target: bool, env_view: Any) -> Record:
+    from toolkit.envs.base import state_hash
+    from toolkit.flows.logigen.set_designer import complexity
+
+    delta = env_view.env.diff(d.origin, d.target) if hasattr(env_view.env, "diff") else {"tables": {}}
+    cx, level = complexity(d, sorted(delta.get("tables", {})))
+    env_ref = parent.env.model_dump(exclude_none=True)
+    env_ref["state"] = d.origin
+    env_ref["state_ref"] = state_hash(d.origin)
+    gt = GroundTruth(actions=[Action(**a) for a in d.actions],
+                     target_state=d.target if inline_target else None,
+                     target_state_ref=state_hash(d.target))
+    us = UserScenario(persona=view_["persona"], reason_for_call=view_["reason_for_call"],
+                      known_info=view_["known_info"], unknown_info=view_["unknown_info"],
+                      instructions=view_["instructions"])
+    task = Task(instruction=view_["instruction"], user_scenario=us, ground_truth=gt, difficulty=level,
+                complexity=cx, extra={"user_view": view_info, "explorer": explorer, "seed": seed})
+    tags = ["logigen", explorer, d.archetype] + (["violation-first"] if d.attempt is not None else []) + \
+        (["boundary"] if d.boundary is not None else [])
+    return Record(id=f"{parent.id}-lg{k:03d}", parent_id=parent.id, flow="logigen", tags=tags,
+                  env=env_ref, plan=parent.plan, task=task, verifier=Verifier(spec="state_diff"))
+
+
+@strategy("gen-task", "logigen",
+          help="LOGIGEN: Set Designer (boundary seeding, injection, archetypes) + Explorer "
+               "(--explorer symbolic|llm, executed targets) + goal-first user view")
+def build(cfg: dict, ctx: StageContext):
+    explorer = cfg.get("explorer") or "symbolic"
+    if explorer not in ("symbolic", "llm"):
+        from toolkit.io import UsageError
+
+        raise UsageError(f"--explorer must be symbolic or llm (got {explorer!r})")
+    n = int(cfg.get("n") or 10)
+    seed = int(cfg.get("seed") or 0)
+    attempts = int(cfg.get("attempts") or 3)
+    inline_target = _bool(cfg.get("inline_target"), True)
+    max_tries = int(cfg.get("max_tries") or 8)
+    mode = str(cfg.get("user_view") or "auto")
+    if mode == "auto":
+        configured = any(cfg.get(k) for k in ("model", "base_url", "user_view_model", "user_view_base_url"))
+        mode = "llm" if configured else "template"
+    if mode not in ("llm", "template"):
+        from toolkit.io import UsageError
+
+        raise UsageError(f"user_view must be auto, llm or template (got {mode!r})")
+
+    async def fn(record: Record) -> list[Record]:
+        env = load_sqlite_env(record)
+        try:
+            base = env.snapshot()
+            rseed = zlib.crc32(f"{seed}:{record.id}".encode())
+            designer = Designer(env, base, rseed, cfg)
+            try:
+                if explorer == "symbolic":
+                    drafts = _symbolic_drafts(designer, n, max_tries)
+                else:
+                    from toolkit.flows.logigen.llm_explorer import llm_drafts
+
+                    drafts = await llm_drafts(designer, n, max_tries, ctx, cfg, record)
+            finally:
+                designer.close()
+            if not drafts:
+                raise StageError(f"no task could be drawn from this domain in {n * max_tries} tries "
+                                 "(no successful write found from s_origin?)", field="env")
+            client = ctx.llm("user_view") if mode == "llm" else None
+            views = await asyncio.gather(*(project(d, designer.view, env, mode, client, attempts, env.policy())
+                                           for d in drafts))
+            out = []
+            usage_total = {"prompt_tokens": 0, "completion_tokens": 0, "cost": 0.0}
+            for k, (d, (v, info, usage)) in enumerate(zip(drafts, views)):
+                for key in usage_total:
+                    usage_total[key] += usage.get(key, 0) or 0
+                rec = to_record(record, k, d, v, info, explorer, seed, inline_target, designer.view)
+                src = info["source"]
+                if d.exploration:
+                    rec.task.extra["exploration"] = d.exploration
+                total = dict(usage if src != "template" else {})
+                for key_, val in (d.usage or {}).items():
+                    total[key_] = (total.get(key_) or 0) + (val or 0)
+                for key in usage_total:
+                    usage_total[key] += (d.usage or {}).get(key, 0) or 0
+                model = info.get("model") or (ctx.model_name("user_view") if src != "template" else None)
+                if explorer == "llm":
+                    model = ctx.model_name("consultant")
+                add_provenance(rec, "gen-task", strategy=f"logigen:{explorer}:user-view={src}",
+                               model=model, recipe_hash=cfg.get("recipe_hash"), usage=total or None)
+                out.append(rec)
+            fallbacks = sum(1 for _, info, _ in views if info["source"] == "template-fallback")
+            if fallbacks:
+                log(f"gen-task: {record.id}: {fallbacks}/{len(out)} user views fell back to the template "
+                    "(malformed or leaking LLM replies; see task.extra.user_view.reasons)")
+            if len(out) < n:
+                log(f"gen-task: {record.id}: {len(out)} distinct tasks of {n} wanted after {n * max_tries} tries")
+            return out
+        finally:
+            env.close()
+
+    return fn
+
+
+def _symbolic_drafts(designer: Designer, n: int, max_tries: int) -> list:
+    from toolkit.envs.base import state_hash
+
+    drafts: list = []
+    seen: set[str] = set()
+    made_viol = 0
+    for i in range(n * max_tries):
+        if len(drafts) >= n:
+            break
+        kind = designer.kind(i, len(drafts), made_viol)
+        d = designer.draft(i, kind)
+        if d is None and kind != "plain":
+            d = designer.draft(i, "plain")
+        if d is None:
+            continue
+        if designer.env.diff(d.origin, d.target)["total"] == 0:
+            continue
+        key = state_hash(d.target)  # distinct targets (a task differing only in s_origin is a near-duplicate)
+        if key in seen:
+            continue
+        seen.add(key)
+        drafts.append(d)
+        made_viol += d.attempt is not None
+    return drafts
+
+
+__all__ = ["build", "Designer", "canonical_state", "load_sqlite_env", "project", "to_record"]

@@ -1,0 +1,187 @@
+"""`validate-task --strategy logigen`: deterministic checks of generated LOGIGEN tasks.
+
+One verdict (stage validate-task) per check, reasons attached; `--filter passed` keeps records
+whose checks all pass:
+- replay (kind state_diff): the reference actions replayed from s_origin by verify's state_diff
+  target builder (expected errors must occur; the replayed state must hash to target_state_ref)
+  reach the stored target: DIFF(replayed, target_state) = 0;
+- delta0 (state_diff): Δ0 = DIFF(s_origin, s_target) > 0 — the task changes something;
+- projection (rule): the user view has an instruction and names no tool, no snake_case schema
+  identifier and no hidden id (projection.leaks);
+- duplicate (rule): a record with the same s_origin and s_target earlier in this run fails;
+- boundary (rule, only when task.complexity.boundary is set): on s_origin the crossing step is a
+  POLICY_VIOLATION that leaves the state unchanged and the goal at the boundary succeeds;
+- tags (rule): task.complexity tags/level and task.difficulty are filled (computed here from the
+  replay when missing);
+- domain (rule): the deterministic domain check (domain_check.check_domain) of the task's domain,
+  once per domain per run (recipe key `domain_check: false` skips it).
+A record without env / task / ground truth is rejected (StageError) naming the field.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from toolkit.io import StageError, add_provenance
+from toolkit.schema import Record, Verdict
+from toolkit.stages.registry import StageContext, strategy
+
+STAGE = "validate-task"
+
+
+def _verdict(name: str, kind: str, passed: bool, reasons: list[str], score: float | None = None,
+             scores: dict | None = None) -> Verdict:
+    return Verdict(stage=STAGE, kind=kind, name=name, passed=passed, reasons=reasons,
+                   score=score if score is not None else float(passed), scores=scores or {},
+                   attribution=None if passed else "task")
+
+
+def domain_verdict(record: Record, reports: dict, lock: threading.Lock) -> Verdict | None:
+    """The deterministic domain check (toolkit.flows.logigen.domain_check) once per domain."""
+    ref = record.env.path or record.env.id
+    if not ref:
+        return None
+    with lock:
+        rep = reports.get(ref)
+        if rep is None:
+            try:
+                from toolkit.flows.logigen.domain_check import check_domain
+            except ImportError:  # pragma: no cover - the check ships with the flow
+                return None
+            rep = reports[ref] = check_domain(ref)
+    return _verdict("domain", "rule", rep.ok, rep.reasons[:10] or [f"domain check passed ({rep.domain})"])
+
+
+def check_record(record: Record, seen: dict, lock: threading.Lock, cache: Any) -> list[Verdict]:
+    from toolkit.envs.base import state_hash
+    from toolkit.flows.logigen import projection as P
+    from toolkit.flows.logigen.explorer import DomainView, boundary_check
+    from toolkit.flows.logigen.set_designer import TAGS
+    from toolkit.stages.verify import EnvContext, Options
+
+    if record.env is None:
+        raise StageError("no `env`: validate-task --strategy logigen needs the task's sqlite domain", field="env")
+    if record.task is None or record.task.ground_truth is None:
+        raise StageError("no task.ground_truth to validate", field="task.ground_truth")
+    gt = record.task.ground_truth
+    verdicts: list[Verdict] = []
+
+    # replay through verify's target builder (reference actions only, never the stored target)
+    probe = record.model_copy(deep=True)
+    stored = probe.task.ground_truth.target_state
+    probe.task.ground_truth.target_state = None
+    ctx = EnvContext(probe, Options.from_config({}), cache)
+    try:
+        try:
+            info = ctx.target()
+        except StageError as e:
+            verdicts.append(_verdict("replay", "state_diff", False, [f"{e} (field {e.field})" if e.field else str(e)]))
+            return verdicts
+        env = ctx.env()
+        replayed_target = info.index.target if hasattr(info.index, "target") else None
+        d = info.index.diff(stored) if stored is not None else 0
+        reasons = [] if d == 0 else [f"DIFF(replayed target, stored target_state) = {d}"]
+        if stored is None and not gt.target_state_ref:
+            reasons.append("neither target_state nor target_state_ref: the target cannot be checked")
+        verdicts.append(_verdict("replay", "state_diff", not reasons, reasons or
+                                 ["the reference actions reach the target (DIFF 0)"], scores={"diff": d}))
+        verdicts.append(_verdict("delta0", "state_diff", info.delta0 > 0,
+                                 [f"DIFF(s_origin, s_target) = {info.delta0}"], scores={"delta0": info.delta0}))
+
+        # projection leaks
+        view = DomainView(env)
+        env.reset()
+        origin = env.snapshot()
+        target = stored
+        if target is None:
+            for a in gt.actions:
+                env.call(a.name, dict(a.arguments), side=a.side)
+            target = env.snapshot()
+            env.reset()
+        allowed = {str(v) for a in gt.actions if not a.expect_error and view.tools.get(a.name) is not None
+                   and view.tools[a.name].kind != "query" for v in a.arguments.values()}
+        terms = P.forbidden_terms(view, origin, target, allowed)
+        texts = P.view_texts(record.task)
+        bad = P.leaks(texts, terms)
+        miss = [] if record.task.instruction else ["task.instruction is empty"]
+        verdicts.append(_verdict("projection", "rule", not bad and not miss,
+                                 (["the user view reveals " + ", ".join(bad[:8])] if bad else []) + miss
+                                 or ["no tool/table names or hidden ids in the user view"]))
+
+        # duplicates (same origin and target) within this run
+        key = (state_hash(origin), state_hash(target))
+        with lock:
+            first = seen.setdefault(key, record.id)
+        dup = first != record.id
+        verdicts.append(_verdict("duplicate", "rule", not dup,
+                                 [f"same s_origin and s_target as {first}"] if dup else ["unique in this run"]))
+
+        # boundary
+        cx = record.task.complexity or {}
+        b = cx.get("boundary")
+        if b:
+            if not isinstance(b, dict) or not isinstance(b.get("goal"), dict) or not b.get("crossing"):
+                ok, why = False, "task.complexity.boundary needs `goal` (a call) and `crossing` (calls)"
+            else:
+                try:
+                    ok, why = boundary_check(env, origin, b["goal"], b["crossing"])
+                except (KeyError, TypeError) as e:
+                    ok, why = False, f"task.complexity.boundary is malformed: {type(e).__name__}: {e}"
+            verdicts.append(_verdict("boundary", "rule", ok, [why]))
+
+        # complexity / difficulty tags
+        filled = []
+        if not cx.get("tags") and "tags" not in cx:
+            diff_tables = sorted(env.diff(origin, target)["tables"])
+            writes = [a for a in gt.actions if not a.expect_error and view.tools.get(a.name) is not None
+                      and view.tools[a.name].kind != "query"]
+            tags = []
+            if any(a.expect_error for a in gt.actions):
+                tags += ["Hidden-Constraint", "Conditional-Logic"]
+            if len(writes) > 1:
+                tags.append("Multi-Step")
+            if len(diff_tables) > 1:
+                tags.append("Waterfall")
+            cx = dict(cx, tags=[t for t in TAGS if t in tags])
+            filled.append("complexity.tags")
+        if not cx.get("level"):
+            tags = set(cx.get("tags") or [])
+            cx = dict(cx, level="L3" if tags & {"State-Based", "Adversarial", "Waterfall"} else "L2" if tags else "L1")
+            filled.append("complexity.level")
+        record.task.complexity = cx
+        if not record.task.difficulty:
+            record.task.difficulty = cx["level"]
+            filled.append("difficulty")
+        verdicts.append(_verdict("tags", "rule", True,
+                                 [f"filled {', '.join(filled)}"] if filled else ["complexity and difficulty present"],
+                                 scores={"tags": cx.get("tags"), "level": cx.get("level")}))
+        _ = replayed_target
+        return verdicts
+    finally:
+        ctx.close()
+
+
+@strategy("validate-task", "logigen",
+          help="LOGIGEN: replay reaches the target (DIFF 0), Δ0 > 0, no leaks in the user view, "
+               "no duplicates, boundary holds, tags filled")
+def build(cfg: dict, ctx: StageContext):
+    from toolkit.stages.verify import TargetCache
+
+    seen: dict = {}
+    lock = threading.Lock()
+    cache = TargetCache()
+    reports: dict = {}
+    run_domain_check = str(cfg.get("domain_check", True)).lower() not in ("false", "0", "no", "off")
+
+    def fn(record: Record) -> Record:
+        verdicts = check_record(record, seen, lock, cache)
+        if run_domain_check and record.env is not None and record.env.backend == "sqlite":
+            dv = domain_verdict(record, reports, lock)
+            if dv is not None:
+                verdicts.append(dv)
+        record.verdicts = [v for v in record.verdicts if v.stage != STAGE] + verdicts
+        add_provenance(record, STAGE, strategy="logigen", recipe_hash=cfg.get("recipe_hash"))
+        return record
+
+    return fn

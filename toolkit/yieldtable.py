@@ -1,0 +1,107 @@
+"""Per-stage yield / cost table of a pipeline run (any flow).
+
+Every streaming command appends its summary as one JSON line to the file named by
+$TOOLKIT_STAGE_LOG (toolkit.io): command, records read / written / rejected / filtered, reject
+reasons (by field or message shape), filter reasons (the failing verdict), seconds and, when the
+command used an LLM, requests, cache hits, prompt/completion tokens and cost. A recipe sets the
+variable, runs its stages, then renders the table:
+
+    export TOOLKIT_STAGE_LOG=out/run/stages.jsonl
+    gen-task ... | validate-task --filter passed | rollout ... | verify --filter passed > out.jsonl
+    python -m toolkit.yieldtable out/run/stages.jsonl [--json out/run/yield.json] [--markdown]
+
+Library: `load(path) -> list[dict]`, `rows(summaries) -> list[dict]`, `render(rows, markdown=False)`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+COLUMNS = ("stage", "in", "out", "yield", "rejected", "filtered", "llm_requests", "tokens", "cost", "seconds",
+           "reasons")
+
+
+def load(path: str | Path) -> list[dict]:
+    out = []
+    for i, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{i}: not JSON: {e.msg}") from None
+    return out
+
+
+def rows(summaries: list[dict]) -> list[dict]:
+    """One row per stage run, in order, plus a total row."""
+    out = []
+    for s in summaries:
+        llm = s.get("llm") or {}
+        reasons = {**{f"reject: {k}": v for k, v in (s.get("reject_reasons") or {}).items()},
+                   **{f"filter: {k}": v for k, v in (s.get("drop_reasons") or {}).items()}}
+        read, written = int(s.get("read", 0)), int(s.get("written", 0))
+        out.append({"stage": s.get("command", "?"), "in": read, "out": written,
+                    "yield": round(written / read, 3) if read else None,
+                    "rejected": int(s.get("rejected", 0)), "filtered": int(s.get("dropped", 0)),
+                    "llm_requests": int(llm.get("requests", 0) or 0),
+                    "tokens": int(llm.get("prompt_tokens", 0) or 0) + int(llm.get("completion_tokens", 0) or 0),
+                    "cost": round(float(llm.get("cost", 0.0) or 0.0), 6),
+                    "seconds": round(float(s.get("seconds", 0.0) or 0.0), 2), "reasons": reasons})
+    if out:
+        total = {"stage": "total", "in": out[0]["in"], "out": out[-1]["out"],
+                 "yield": round(out[-1]["out"] / out[0]["in"], 3) if out[0]["in"] else None,
+                 "rejected": sum(r["rejected"] for r in out), "filtered": sum(r["filtered"] for r in out),
+                 "llm_requests": sum(r["llm_requests"] for r in out), "tokens": sum(r["tokens"] for r in out),
+                 "cost": round(sum(r["cost"] for r in out), 6), "seconds": round(sum(r["seconds"] for r in out), 2),
+                 "reasons": {}}
+        out.append(total)
+    return out
+
+
+def _cell(r: dict, c: str) -> str:
+    v = r.get(c)
+    if c == "reasons":
+        return "; ".join(f"{k} x{n}" for k, n in sorted(v.items(), key=lambda kv: -kv[1])) or "-"
+    if v is None:
+        return "-"
+    return f"{v:.4f}" if c == "cost" else str(v)
+
+
+def render(table: list[dict], markdown: bool = False) -> str:
+    cells = [[_cell(r, c) for c in COLUMNS] for r in table]
+    if markdown:
+        lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+        lines += ["| " + " | ".join(row) + " |" for row in cells]
+        return "\n".join(lines) + "\n"
+    widths = [max(len(c), *(len(row[i]) for row in cells)) if cells else len(c) for i, c in enumerate(COLUMNS)]
+    widths[-1] = len(COLUMNS[-1])  # the reasons column is left ragged
+    fmt = lambda row: "  ".join(x.ljust(w) for x, w in zip(row, widths)).rstrip()  # noqa: E731
+    return "\n".join([fmt(list(COLUMNS)), fmt(["-" * w for w in widths])] + [fmt(r) for r in cells]) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m toolkit.yieldtable", description=__doc__.splitlines()[0])
+    ap.add_argument("log", help="stage log written through $TOOLKIT_STAGE_LOG")
+    ap.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
+    ap.add_argument("--markdown", action="store_true", help="markdown table")
+    a = ap.parse_args(argv)
+    try:
+        table = rows(load(a.log))
+    except (OSError, ValueError) as e:
+        sys.stderr.write(f"yieldtable: {e}\n")
+        return 2
+    if not table:
+        sys.stderr.write(f"yieldtable: {a.log} holds no stage summaries\n")
+        return 1
+    sys.stdout.write(render(table, markdown=a.markdown))
+    if a.json:
+        Path(a.json).write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
