@@ -131,17 +131,16 @@ async def project(d: Any, view: Any, env: Any, mode: str, client: Any, attempts:
 
 def to_record(parent: Record, k: int, d: Any, view_: dict, view_info: dict, explorer: str, seed: int,
               inline_target: bool, env_view: Any) -> Record:
-    from toolkit.envs.base import state_hash
     from toolkit.flows.logigen.set_designer import complexity
 
     delta = env_view.env.diff(d.origin, d.target) if hasattr(env_view.env, "diff") else {"tables": {}}
     cx, level = complexity(d, sorted(delta.get("tables", {})))
     env_ref = parent.env.model_dump(exclude_none=True)
     env_ref["state"] = d.origin
-    env_ref["state_ref"] = state_hash(d.origin)
+    env_ref["state_ref"] = env_view.env.hash_state(d.origin)
     gt = GroundTruth(actions=[Action(**a) for a in d.actions],
                      target_state=d.target if inline_target else None,
-                     target_state_ref=state_hash(d.target))
+                     target_state_ref=env_view.env.hash_state(d.target))
     us = UserScenario(persona=view_["persona"], reason_for_call=view_["reason_for_call"],
                       known_info=view_["known_info"], unknown_info=view_["unknown_info"],
                       instructions=view_["instructions"])
@@ -231,7 +230,6 @@ def build(cfg: dict, ctx: StageContext):
 
 
 def _symbolic_drafts(designer: Designer, n: int, max_tries: int) -> list:
-    from toolkit.envs.base import state_hash
 
     drafts: list = []
     seen: set[str] = set()
@@ -247,7 +245,7 @@ def _symbolic_drafts(designer: Designer, n: int, max_tries: int) -> list:
             continue
         if designer.env.diff(d.origin, d.target)["total"] == 0:
             continue
-        key = state_hash(d.target)  # distinct targets (a task differing only in s_origin is a near-duplicate)
+        key = designer.env.hash_state(d.target)  # distinct targets (a task differing only in s_origin is a near-duplicate)
         if key in seen:
             continue
         seen.add(key)

@@ -117,7 +117,6 @@ async def explore_once(designer: Any, i: int, kind: str, record: Any, ctx: Any, 
 
 
 async def llm_drafts(designer: Any, n: int, max_tries: int, ctx: Any, cfg: dict, record: Any) -> list[Draft]:
-    from toolkit.envs.base import state_hash
     from toolkit.io import log
 
     drafts: list[Draft] = []
@@ -139,7 +138,7 @@ async def llm_drafts(designer: Any, n: int, max_tries: int, ctx: Any, cfg: dict,
         if designer.env.diff(d.origin, d.target)["total"] == 0:
             dropped["delta0 = 0"] = dropped.get("delta0 = 0", 0) + 1
             continue
-        key = state_hash(d.target)
+        key = designer.env.hash_state(d.target)
         if key in seen:
             dropped["duplicate target"] = dropped.get("duplicate target", 0) + 1
             continue

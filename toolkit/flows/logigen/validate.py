@@ -54,7 +54,6 @@ def domain_verdict(record: Record, reports: dict, lock: threading.Lock) -> Verdi
 
 
 def check_record(record: Record, seen: dict, lock: threading.Lock, cache: Any) -> list[Verdict]:
-    from toolkit.envs.base import state_hash
     from toolkit.flows.logigen import projection as P
     from toolkit.flows.logigen.explorer import DomainView, boundary_check
     from toolkit.flows.logigen.set_designer import TAGS
@@ -110,7 +109,7 @@ def check_record(record: Record, seen: dict, lock: threading.Lock, cache: Any) -
                                  or ["no tool/table names or hidden ids in the user view"]))
 
         # duplicates (same origin and target) within this run
-        key = (state_hash(origin), state_hash(target))
+        key = (env.hash_state(origin), env.hash_state(target))
         with lock:
             first = seen.setdefault(key, record.id)
         dup = first != record.id
