@@ -43,25 +43,10 @@ FORMAT = ("roles_alternate", "tool_call_parses", "tool_is_listed")
 
 
 def messages_to_turns(messages: list[dict]) -> list[T.Turn]:
-    """Our messages as transcript turns (assistant tool_calls → FUNCTION_CALL turns)."""
-    turns: list[T.Turn] = []
-    for m in messages:
-        role = m.get("role")
-        content = m.get("content") or ""
-        if role == "system":
-            turns.append(T.Turn(T.SYSTEM, content))
-        elif role == "user":
-            turns.append(T.Turn(T.HUMAN, content))
-        elif role == "tool":
-            turns.append(T.Turn(T.OBS, content))
-        elif role == "assistant":
-            if m.get("tool_calls"):
-                if content.strip():
-                    turns.append(T.Turn(T.ASSISTANT, content))
-                turns.append(T.Turn(T.CALL, "", calls=list(m["tool_calls"])))
-            else:
-                turns.append(T.Turn(T.ASSISTANT, content))
-    return turns
+    """Our messages as transcript turns (Hermes text recognised; see `format.messages_to_turns`)."""
+    from toolkit.flows.simia.format import messages_to_turns as to_turns
+
+    return to_turns(messages)[0]
 
 
 def seed_of(record: Record, index: int = 0) -> tuple[list[T.Turn], list[dict], list[dict]]:

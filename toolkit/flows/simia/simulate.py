@@ -14,8 +14,8 @@ Output: one record per pass, id `<seed id>-sim<k>`, `parent_id` = seed id, `flow
 seed's env and tools, one trajectory `<id>-t0` with `termination: simulated`. Its `messages` are
 the seed's system prompt (Simia keeps it separately) followed by the strict parse of the reply
 (`transcript.parse`, no repair); a reply that does not parse strictly gets `messages=[]` and
-`error` naming the problem. `extra.simia` keeps the raw text, prompt id, family, temperature,
-pass and parse problems: `repair --strategy rules` re-reads the raw text with repair on.
+`error` naming the problem. `extra.simia` keeps the raw text, the seed's system prompt, prompt id,
+family, temperature, pass and parse problems: `repair --strategy rules` re-reads the raw text with repair on.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def build(cfg: dict, meter: Any):
         traj = Trajectory(id=f"{rid}-t0", messages=messages, tools=tools, termination="simulated", error=error,
                           agent_model=res.model or model, usage=usage,
                           extra={"simia": {"raw": raw, "prompt": prompt.id, "family": family,
-                                           "temperature": temps[k], "pass": k, "seed_id": record.id,
+                                           "temperature": temps[k], "pass": k, "seed_id": record.id, "system": system,
                                            "finish_reason": res.finish_reason, "parse_problems": problems}})
         first_user = next((m["content"] for m in conv.messages if m["role"] == "user"), None)
         out = Record(id=rid, parent_id=record.id, flow="simia",

@@ -113,7 +113,7 @@ class Conversion:
 
 
 def _label(s: str) -> str | None:
-    return _LABELS.get(re.sub(r"\s+", " ", s.strip().lower()))
+    return _LABELS.get(" ".join(s.lower().split()))
 
 
 def _value_text(v: Any) -> str:
@@ -166,7 +166,8 @@ def split_turns(text: str | None) -> list[Turn]:
             turns = None
         if turns is not None:
             return turns
-    s = _FENCE_LINE_RE.sub("", s)
+    if "```" in s:
+        s = _FENCE_LINE_RE.sub("", s)
     turns = []
     marks = list(_LABEL_RE.finditer(s))
     for i, m in enumerate(marks):
@@ -222,8 +223,10 @@ def _load(s: str, repair: bool, fixes: list[str]) -> Any:
 
 def _parse_call_body(body: str, repair: bool, fixes: list[str]) -> list[tuple[str, dict]]:
     """(name, arguments) pairs of one FUNCTION_CALL body (think block already removed)."""
-    body = _FENCE_LINE_RE.sub("", body).strip()
-    if _FUNCTION_TAG_RE.search(body):
+    if "```" in body:
+        body = _FENCE_LINE_RE.sub("", body)
+    body = body.strip()
+    if "<function" in body and _FUNCTION_TAG_RE.search(body):
         if not repair:
             raise _CallError("function_tag", "tool call wrapped in <function> tags instead of <tool_call>")
         from toolkit.llm.toolcalls import parse_tool_calls
