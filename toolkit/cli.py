@@ -209,7 +209,7 @@ Example:
 @click.option("--judge-rubric", type=click.Choice(["sea", "simia", "astra"]), default="sea", show_default=True,
               help="judge strategy rubric: SEA trajectory verdict with attribution, Simia reward, ASTRA 7-dim.")
 @click.option("--strategy", "strategy", multiple=True, default=["state_diff"], show_default=True,
-              help="Repeatable: state_diff, actions, f1, code, judge, tau2.")
+              help="Repeatable: state_diff, actions, f1, code, judge, tau2, grounding.")
 @click.option("--require", multiple=True, help="Strategies that decide pass/fail (default: all run).")
 @click.option("--filter", "filter_", type=click.Choice(["all", "passed", "failed"]), default="all",
               show_default=True, help="Keep only records whose trajectories all pass / any fail.")
