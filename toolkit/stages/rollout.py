@@ -38,6 +38,7 @@ from toolkit.schema import Message, Record, Step, Trajectory, Usage
 from toolkit.stages import make_meter  # noqa: F401  (CLI imports it from here)
 
 STOP, TRANSFER, OUT_OF_SCOPE = "###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###"
+TERMINATE = "[TERMINATE]"  # Simia-RL's simulated human (env.backend=simulated, config.human)
 GREETING = "Hi! How can I help you today?"
 
 
@@ -419,7 +420,7 @@ async def run_episode(record: Record, env: Environment, agent: Any, user: LLMUse
 
 
 def _stop_reason(text: str) -> str | None:
-    if STOP in text:
+    if STOP in text or TERMINATE in text:
         return "user_stop"
     if TRANSFER in text:
         return "transfer"

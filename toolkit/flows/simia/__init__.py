@@ -9,3 +9,4 @@ Modules (one per step): `transcript` (the deterministic transcript ⇄ messages 
 
 from toolkit.flows.simia import prefilter  # noqa: F401  (registers validate-task simia)
 from toolkit.flows.simia import rules  # noqa: F401,E402  (registers repair rules)
+from toolkit.flows.simia import rl  # noqa: F401,E402  (registers gen-task simia: Simia-RL tasks)
