@@ -146,13 +146,16 @@ def build(cfg: dict, ctx: StageContext):
         env_tools: list[dict] | None = None
         record.verdicts = [v for v in record.verdicts if not (v.stage == "repair" and v.name == "simia_rules")]
         for i, traj in enumerate(record.trajectories):
-            tools = [t.model_dump(mode="json") for t in traj.tools]
+            tools = [{"type": "function", "function": t.function} for t in traj.tools]
             if not tools:
                 env_tools = _env_tools(record) if env_tools is None else env_tools
                 tools = env_tools
             try:
-                msgs, fixes = clean_messages(traj.model_dump(mode="json", include={"messages", "extra"}),
-                                             tool_index(tools), system_prompt)
+                sim = traj.extra.get("simia") if isinstance(traj.extra.get("simia"), dict) else {}
+                view = {"extra": traj.extra, "messages": (
+                    [{"role": m.role, "content": m.content} for m in traj.messages[:1]] if isinstance(sim.get("raw"), str)
+                    else [m.model_dump(mode="json", exclude_none=True) for m in traj.messages])}
+                msgs, fixes = clean_messages(view, tool_index(tools), system_prompt)
                 try:  # the parser pairs every tool message with an earlier call, so the messages suffice
                     traj.messages = _MESSAGES.validate_python(msgs)
                 except ValueError as e:
