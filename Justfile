@@ -37,3 +37,8 @@ tau2-oracle:
 
 tau2-eval domain="airline" k="4" model="" base_url="":
     eval-tau2 --domain {{domain}} -k {{k}} --agent-model "{{model}}" --agent-base-url "{{base_url}}" -o out/tau2-{{domain}}.jsonl --summary-json out/tau2-{{domain}}.json --chart out/tau2-{{domain}}.png --compare paper
+
+# Simia flow: seed pre-filter → one-call trajectory simulation (N per seed) → rule post-process →
+# grounding against the real env; prints the yield table (SEEDS empty: bundled airline tasks replayed)
+simia seeds="" n="2" *ARGS:
+    python -m toolkit.flows.simia.recipe --seeds "{{seeds}}" -n {{n}} --out-dir out/simia {{ARGS}}
