@@ -23,7 +23,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 sys.path.insert(0, ROOT)
-import simia_fixtures as FX  # noqa: E402
+import simia_fixtures as FX
 
 MIX = ["GOOD"] * 8 * 8 + [n for n in FX.EXPECTED if n != "GOOD"] * 2  # 64 good : 18 others ≈ 78% good
 

@@ -5,8 +5,8 @@ import asyncio
 import json
 
 from click.testing import CliRunner
-
 from simia_fixtures import POLICY, SEED
+
 from toolkit import cli
 from toolkit.llm import Meter
 from toolkit.llm.testserver import ScriptedServer

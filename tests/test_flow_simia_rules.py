@@ -8,8 +8,8 @@ import jinja2
 import pytest
 from click.testing import CliRunner
 from jinja2.sandbox import ImmutableSandboxedEnvironment
-
 from simia_fixtures import EXPECTED, GOOD, POLICY, REPLIES, SEED, TOOLS
+
 from toolkit import cli
 from toolkit.envs.python import validate_arguments
 from toolkit.flows.simia import format as F

@@ -4,8 +4,8 @@ import json
 
 import pytest
 from click.testing import CliRunner
-
 from simia_fixtures import GOOD, POLICY, SEED, SHAREGPT, SYSTEM_TURN, UNESCAPED_QUOTES
+
 from toolkit import cli
 from toolkit.flows.simia.simulate import temperatures
 from toolkit.llm.testserver import ScriptedServer

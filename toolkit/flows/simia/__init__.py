@@ -7,6 +7,8 @@ Modules (one per step): `transcript` (the deterministic transcript ⇄ messages 
 `yieldtable` (the recipe's yield table).
 """
 
-from toolkit.flows.simia import prefilter  # noqa: F401  (registers validate-task simia)
-from toolkit.flows.simia import rules  # noqa: F401,E402  (registers repair rules)
-from toolkit.flows.simia import rl  # noqa: F401,E402  (registers gen-task simia: Simia-RL tasks)
+from toolkit.flows.simia import (
+    prefilter,  # noqa: F401  (registers validate-task simia)
+    rl,  # noqa: F401  (registers gen-task simia: Simia-RL tasks)
+    rules,  # noqa: F401  (registers repair rules)
+)

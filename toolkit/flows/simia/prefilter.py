@@ -103,6 +103,20 @@ def env_policy(record: Record, messages: list[dict]) -> str:
     return ""
 
 
+def tools_text(tools: list[dict], cfg: dict) -> str:
+    """The tool list for a prompt: full OpenAI function schemas, or compact ones
+    (`toolkit.llm.toolcalls.compact_tool`: first sentence, parameter types, enums, required) when
+    `compact_tools` is true, or "auto" (default) and the full list is over 12,000 characters — the
+    bundled airline domain's 11 tools are 35 KB in full, more than a small model's context."""
+    full = json.dumps([t.get("function", t) for t in tools], ensure_ascii=False)
+    mode = cfg.get("compact_tools", "auto")
+    if mode is True or str(mode).lower() == "true" or (str(mode).lower() == "auto" and len(full) > 12000):
+        from toolkit.llm.toolcalls import compact_tool
+
+        return json.dumps([compact_tool(t) for t in tools], ensure_ascii=False)
+    return full
+
+
 def _kind(t: T.Turn) -> str:
     if t.role == T.ASSISTANT and ("<tool_call>" in t.text or T._FUNCTION_TAG_RE.search(t.text)):
         return T.CALL
@@ -207,7 +221,7 @@ def build(cfg: dict, ctx: StageContext):
             policy = env_policy(record, msgs or [{"role": "system", "content": t.text}
                                                  for t in turns if t.role == T.SYSTEM])
             text = p.render(policy=policy or "(none)",
-                            tools=json.dumps([t.get("function", t) for t in tools], ensure_ascii=False),
+                            tools=tools_text(tools, cfg),
                             trajectory=T.render(T.to_messages(turns).messages))
             try:
                 res = await ask_structured(ctx.llm("judge"), [

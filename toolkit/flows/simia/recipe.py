@@ -64,8 +64,8 @@ def main(seeds: str, n: int, out_dir: str, recipe: str, limit: int | None, model
     f = {k: str(out / v) for k, v in {
         "seeds": "seeds.jsonl", "validated": "seeds.validated.jsonl", "kept": "seeds.kept.jsonl",
         "simulated": "simulated.jsonl", "sim_rej": "simulate.rejects.jsonl", "clean": "clean.jsonl",
-        "rule_rej": "rules.rejects.jsonl", "grounded": "grounded.jsonl", "ground_rej": "grounding.rejects.jsonl"}.items()}
-    for k in ("sim_rej", "rule_rej", "ground_rej"):  # rejects files are appended to
+        "rule_rej": "rules.rejects.jsonl", "val_rej": "validate.rejects.jsonl", "grounded": "grounded.jsonl", "ground_rej": "grounding.rejects.jsonl"}.items()}
+    for k in ("val_rej", "sim_rej", "rule_rej", "ground_rej"):  # rejects files are appended to
         Path(f[k]).unlink(missing_ok=True)
     llm = (["--model", model] if model else []) + (["--base-url", base_url] if base_url else [])
     rec = ["--recipe", recipe] if recipe and Path(recipe).exists() else []
@@ -78,7 +78,8 @@ def main(seeds: str, n: int, out_dir: str, recipe: str, limit: int | None, model
             subprocess.run(_cmd("toolkit") + ["tasks", "airline"], stdout=fo, check=True,
                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
         _run("rollout", ["--agent", "replay", "-i", tasks, "-o", f["seeds"], "--no-progress"] + lim)
-    _run("validate-task", ["--strategy", "simia", "-i", f["seeds"], "-o", f["validated"], "--no-progress"]
+    _run("validate-task", ["--strategy", "simia", "-i", f["seeds"], "-o", f["validated"], "--rejects", f["val_rej"],
+                           "--no-progress"]
          + rec + llm + lim)
     with open(f["validated"], encoding="utf-8") as fi, open(f["kept"], "w", encoding="utf-8") as fo:
         for line in fi:
@@ -93,7 +94,8 @@ def main(seeds: str, n: int, out_dir: str, recipe: str, limit: int | None, model
     _run("verify", ["--strategy", "grounding", "-i", f["clean"], "-o", f["grounded"], "--rejects", f["ground_rej"],
                     "--no-progress"] + rec)
     rows = yieldtable.collect(f["validated"], f["simulated"], f["sim_rej"], f["clean"], f["rule_rej"],
-                              f["grounded"], f["ground_rej"])
+                              f["grounded"], f["ground_rej"], seeds_in=None if limit else f["seeds"],
+                              validate_rejects=f["val_rej"])
     (out / "yield.json").write_text(json.dumps([{"step": a, "item": b, "count": c} for a, b, c in rows], indent=1))
     click.echo(yieldtable.render(rows))
 

@@ -31,12 +31,11 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Any
+
+from pydantic import TypeAdapter
 
 from toolkit.flows.simia import transcript as T
 from toolkit.io import StageError, UsageError, add_provenance
-from pydantic import TypeAdapter
-
 from toolkit.schema import Message, Record, Trajectory, Verdict
 from toolkit.stages.registry import StageContext, strategy
 

@@ -21,7 +21,6 @@ family, temperature, pass and parse problems: `repair --strategy rules` re-reads
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 from toolkit.flows.simia import transcript as T
@@ -47,7 +46,7 @@ def temperatures(cfg: dict, n: int) -> list[float]:
 def build(cfg: dict, meter: Any):
     from toolkit import prompts
     from toolkit.config import llm_config
-    from toolkit.flows.simia.prefilter import env_policy, seed_of
+    from toolkit.flows.simia.prefilter import env_policy, seed_of, tools_text
     from toolkit.llm import get_client
 
     family = str(cfg.get("prompt_family") or "apigen").lower()
@@ -110,7 +109,7 @@ def build(cfg: dict, meter: Any):
         policy = env_policy(record, msgs or ([{"role": "system", "content": system}] if system else []))
         text_prompt = prompt.render(
             sample_text=T.render(conv.messages, assistant_label=FAMILIES[family]),
-            available_tools=json.dumps([t.get("function", t) for t in tools], ensure_ascii=False, indent=1),
+            available_tools=tools_text(tools, cfg),
             policy=policy or "(none)")
         return list(await asyncio.gather(*(one(record, k, text_prompt, system, tools) for k in range(n))))
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from toolkit.flows.simia.prefilter import CHECKS
 
@@ -32,9 +32,11 @@ def _rule(error: str) -> str:
 
 
 def collect(validated: str, simulated: str, sim_rejects: str, cleaned: str, rule_rejects: str,
-            grounded: str | None = None, grounding_rejects: str | None = None) -> list[tuple[str, str, object]]:
+            grounded: str | None = None, grounding_rejects: str | None = None, seeds_in: str | None = None,
+            validate_rejects: str | None = None) -> list[tuple[str, str, object]]:
     rows: list[tuple[str, str, object]] = []
     seeds = list(_lines(validated))
+    vrej = list(_lines(validate_rejects))
     kept = 0
     failed = Counter()
     for r in seeds:
@@ -52,8 +54,10 @@ def collect(validated: str, simulated: str, sim_rejects: str, cleaned: str, rule
             for k in ("completeness", "logic", "format"):
                 if s and (s.get("scores") or {}).get(k) == 0.0:
                     failed[f"llm_{k}"] += 1
-    rows.append(("seeds", "read", len(seeds)))
+    rows.append(("seeds", "read", len(list(_lines(seeds_in))) if seeds_in else len(seeds) + len(vrej)))
     rows.append(("seeds", "kept (pre-filter passed)", kept))
+    for k, n in sorted(Counter(("error: " + x.get("error", "")[:60]) for x in vrej).items()):
+        rows.append(("seeds", f"rejected ({k})", n))
     for k, n in sorted(failed.items()):
         rows.append(("seeds", f"failed: {k}", n))
     sims = list(_lines(simulated))
