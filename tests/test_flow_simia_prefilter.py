@@ -120,3 +120,13 @@ def test_malformed_grades_are_retried_then_a_failed_verdict():
     assert not s["passed"] and s["scores"].get("malformed") is True
     r, calls = run([COMPLETE], ["```json\nnope", GRADE_OK])  # a truncated reply, then a good one
     assert verdicts(r.stdout.splitlines()[0])["seed_prefilter"]["passed"] and calls == 2
+
+
+def test_rule_only_prefilter_makes_no_llm_call(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("validate-task:\n  prefilter_llm: false\n")
+    r, calls = run([COMPLETE, MISSING_RESULT], [GRADE_LOGIC_FAIL], "--recipe", str(recipe))
+    assert r.exit_code == 0 and calls == 0
+    got = {json.loads(x)["id"]: verdicts(x)["seed_prefilter"] for x in r.stdout.splitlines()}
+    assert got["complete"]["passed"] and got["complete"]["scores"]["logic"] is None
+    assert not got["missing-result"]["passed"]

@@ -55,10 +55,15 @@ def _run(name: str, args: list[str], stdin_path: str | None = None) -> int:
 @click.option("--limit", type=int, default=None, help="Use at most this many seeds.")
 @click.option("--model", default=None)
 @click.option("--base-url", default=None)
+@click.option("--prefilter-llm/--no-prefilter-llm", default=None,
+              help="Ask the LLM for the pre-filter grade (default: the recipe's prefilter_llm). A model too "
+                   "small to write the JSON grade (the embedded SmolLM2-135M) fails every seed with it.")
 def main(seeds: str, n: int, out_dir: str, recipe: str, limit: int | None, model: str | None,
-         base_url: str | None) -> None:
+         base_url: str | None, prefilter_llm: bool | None) -> None:
     from toolkit.flows.simia import yieldtable
 
+    if prefilter_llm is not None:  # a recipe key: reaches validate-task through its TOOLKIT_ variable
+        os.environ["TOOLKIT_PREFILTER_LLM"] = "true" if prefilter_llm else "false"
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     f = {k: str(out / v) for k, v in {
