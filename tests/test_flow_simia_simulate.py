@@ -95,3 +95,19 @@ def test_call_mode_is_still_the_default():
                                         ({"temperatures": "0.1,0.3"}, 3, [0.1, 0.3, 0.1])])
 def test_temperature_spread(cfg, n, want):
     assert temperatures(cfg, n) == want
+
+
+def test_a_failed_pass_keeps_the_others(tmp_path):
+    def reply(req):
+        return {"status": 500} if req["temperature"] < 0.8 else GOOD
+    rej = tmp_path / "rej.jsonl"
+    r, _ = run(reply, "-n", "2", "--max-retries", "0", "--rejects", str(rej))
+    recs = {json.loads(x)["id"]: json.loads(x) for x in r.stdout.splitlines()}
+    t0 = recs["seed-1-sim0"]["trajectories"][0]
+    assert t0["termination"] == "error" and t0["extra"]["simia"]["llm_error"] and "LLM error" in t0["error"]
+    assert recs["seed-1-sim1"]["trajectories"][0]["error"] is None
+    r2 = CliRunner().invoke(cli.repair, ["--strategy", "rules", "--rejects", str(rej)], input=r.stdout)
+    assert [json.loads(x)["id"] for x in r2.stdout.splitlines()] == ["seed-1-sim1"]
+    assert json.loads(rej.read_text().splitlines()[-1])["error"].startswith("llm_error:")
+    r, _ = run(lambda req: {"status": 500}, "-n", "2", "--max-retries", "0", "--rejects", str(tmp_path / "r2.jsonl"))
+    assert r.exit_code == 1 and "every simulation pass failed" in (tmp_path / "r2.jsonl").read_text()

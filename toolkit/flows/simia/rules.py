@@ -10,7 +10,7 @@ Per trajectory, in order:
    synthesizer was told not to write);
 2. system prompt: the target deployment's (`system_prompt` or `system_prompt_file` recipe keys)
    replaces the trajectory's (fix `system_replaced`); else the seed's system prompt is kept;
-3. drops (first failing rule wins): `empty`, `unparseable_call`, `orphan_observation`,
+3. drops (first failing rule wins): `llm_error` (the simulation pass's LLM call failed), `empty`, `unparseable_call`, `orphan_observation`,
    `unanswered_call`, `unknown_tool` (a call to a tool not offered: trajectory.tools, else the
    env's), `schema_violation` (arguments against the tool's parameter schema:
    `toolkit.envs.python.validate_arguments` — required, unknown keys, types, enums),
@@ -41,7 +41,7 @@ from toolkit.stages.registry import StageContext, strategy
 
 _MESSAGES = TypeAdapter(list[Message])
 
-DROP_RULES = ("empty", "unparseable_call", "orphan_observation", "unanswered_call", "unknown_tool",
+DROP_RULES = ("llm_error", "empty", "unparseable_call", "orphan_observation", "unanswered_call", "unknown_tool",
               "schema_violation", "no_user_turn", "unfinished", "invalid_messages")
 FIX_RULES = ("json_repaired", "function_tag", "system_dropped", "hermes_to_native", "system_replaced")
 
@@ -70,6 +70,8 @@ def clean_messages(traj: dict, tools: dict[str, dict], system_prompt: str | None
     sim = (traj.get("extra") or {}).get("simia") or {}
     fixes: list[str] = []
     system: str | None
+    if sim.get("llm_error"):
+        raise Dropped("llm_error", "the simulation call failed (see the trajectory's error)")
     if isinstance(sim.get("raw"), str):
         conv = T.parse(sim["raw"], repair=True)
         system = sim.get("system")

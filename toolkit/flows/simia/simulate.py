@@ -14,7 +14,9 @@ Output: one record per pass, id `<seed id>-sim<k>`, `parent_id` = seed id, `flow
 seed's env and tools, one trajectory `<id>-t0` with `termination: simulated`. Its `messages` are
 the seed's system prompt (Simia keeps it separately) followed by the strict parse of the reply
 (`transcript.parse`, no repair); a reply that does not parse strictly gets `messages=[]` and
-`error` naming the problem. `extra.simia` keeps the raw text, the seed's system prompt, prompt id,
+`error` naming the problem. A pass whose LLM call fails (endpoint error after retries) is written with `termination: error`,
+no messages and `extra.simia.llm_error` (the rules drop it as `empty`); the seed is rejected only
+when every pass fails. `extra.simia` keeps the raw text, the seed's system prompt, prompt id,
 family, temperature, pass and parse problems: `repair --strategy rules` re-reads the raw text with repair on.
 """
 
@@ -47,7 +49,7 @@ def build(cfg: dict, meter: Any):
     from toolkit import prompts
     from toolkit.config import llm_config
     from toolkit.flows.simia.prefilter import env_policy, seed_of, tools_text
-    from toolkit.llm import get_client
+    from toolkit.llm import LLMError, get_client
 
     family = str(cfg.get("prompt_family") or "apigen").lower()
     if family not in FAMILIES:
@@ -111,6 +113,28 @@ def build(cfg: dict, meter: Any):
             sample_text=T.render(conv.messages, assistant_label=FAMILIES[family]),
             available_tools=tools_text(tools, cfg),
             policy=policy or "(none)")
-        return list(await asyncio.gather(*(one(record, k, text_prompt, system, tools) for k in range(n))))
+        results = await asyncio.gather(*(one(record, k, text_prompt, system, tools) for k in range(n)),
+                                       return_exceptions=True)
+        out: list[Record] = []
+        errors: list[str] = []
+        for k, r in enumerate(results):
+            if isinstance(r, LLMError):  # one pass lost to the endpoint: keep the others, mark this one
+                errors.append(f"pass {k}: {r}")
+                out.append(failed_pass(record, k, str(r)))
+            elif isinstance(r, BaseException):
+                raise r
+            else:
+                out.append(r)
+        if errors and len(errors) == n:
+            raise StageError("every simulation pass failed: " + "; ".join(errors)[:500])
+        return out
+
+    def failed_pass(record: Record, k: int, err: str) -> Record:
+        rid = f"{record.id}-sim{k}"
+        traj = Trajectory(id=f"{rid}-t0", messages=[], termination="error", error=f"LLM error: {err}"[:1000],
+                          extra={"simia": {"pass": k, "temperature": temps[k], "seed_id": record.id,
+                                           "prompt": prompt.id, "family": family, "llm_error": True}})
+        return Record(id=rid, parent_id=record.id, flow="simia", tags=list(dict.fromkeys(list(record.tags) + ["simulated"])),
+                      env=record.env.model_copy(deep=True) if record.env else None, trajectories=[traj])
 
     return fn

@@ -66,6 +66,7 @@ RULES = {
     "json_repaired": "fix: malformed argument JSON repaired (unescaped quotes, missing brackets ...)",
     "function_tag": "fix: <function> tags read as a tool call (normalized to native tool_calls)",
     "system_dropped": "fix: a SYSTEM turn the synthesizer was told not to write was dropped",
+    "llm_error": "drop: the simulation pass's LLM call failed (infrastructure)",
     "empty": "drop: no turns could be read from the text",
     "unparseable_call": "drop: a tool call that cannot be parsed even after repair",
     "orphan_observation": "drop: an OBSERVATION that answers no tool call",

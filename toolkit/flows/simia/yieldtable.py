@@ -64,6 +64,9 @@ def collect(validated: str, simulated: str, sim_rejects: str, cleaned: str, rule
     rows.append(("simulate", "trajectories generated", sum(len(r.get("trajectories") or []) for r in sims)))
     rows.append(("simulate", "strict parse ok", sum(1 for r in sims for t in r.get("trajectories") or []
                                                     if not t.get("error"))))
+    lost = sum(1 for r in sims for t in r.get("trajectories") or [] if ((t.get("extra") or {}).get("simia") or {}).get("llm_error"))
+    if lost:
+        rows.append(("simulate", "passes lost (LLM error)", lost))
     srej = list(_lines(sim_rejects))
     if srej:
         rows.append(("simulate", "seeds rejected", len(srej)))
