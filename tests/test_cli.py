@@ -40,9 +40,9 @@ def test_all_twelve_commands_have_help():
     assert p.returncode == 0 and "doctor" in p.stdout
 
 
-def test_registered_only_commands_say_so_and_exit_2():
-    p = run_cmd([str(BIN / "gen-task")], stdin="")
-    assert p.returncode == 2 and "not built yet" in p.stderr
+def test_unknown_strategy_is_a_usage_error_naming_the_registered_ones():
+    p = run_cmd([str(BIN / "gen-task"), "--strategy", "no-such-flow"], stdin="")
+    assert p.returncode == 2 and "no-such-flow" in p.stderr
 
 
 def test_usage_error_exit_2():
