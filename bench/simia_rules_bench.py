@@ -11,9 +11,13 @@ tool, schema violation, unparseable call, unfinished). Cases, each over the same
 - copy      json.loads + json.dumps per line (the baseline: what any JSONL stage costs at least)
 - stream    toolkit RecordStream pass-through (schema validation in and out, no stage work)
 - rules     `repair --strategy rules` through RecordStream, as the CLI runs it (kept + rejects)
+  (the per-reject log lines go to a file, as with `2> log`)
 - core      the rule function alone (`rules.clean_messages` on parsed dicts, no schema, no IO)
+
+Throughput varies ~2x with the load of a shared machine; compare the ratios of one run.
 """
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -59,15 +63,18 @@ def bench_stream(path: str, rules: bool) -> tuple[int, float, int, int]:
     rej = tempfile.mktemp(suffix=".jsonl")
     opts = IOOptions(input=path, output=os.devnull, rejects=rej, concurrency=64, progress=False)
     s = RecordStream(opts, "repair")
-    t = time.perf_counter()
-    if rules:
-        from toolkit.stages import strategies
+    # the stage's stderr (one line per rejected record, as `2> log` in a pipeline) goes to a file
+    with open(rej + ".log", "w") as logf, contextlib.redirect_stderr(logf):
+        t = time.perf_counter()
+        if rules:
+            from toolkit.stages import strategies
 
-        fn = strategies.build("repair", {"strategy": "rules"}, None)
-        s.run(fn)
-    else:
-        s.run(lambda r: r)
-    dt = time.perf_counter() - t
+            fn = strategies.build("repair", {"strategy": "rules"}, None)
+            s.run(fn)
+        else:
+            s.run(lambda r: r)
+        dt = time.perf_counter() - t
+    os.unlink(rej + ".log")
     n_rej = sum(1 for _ in open(rej)) if os.path.exists(rej) else 0
     if os.path.exists(rej):
         os.unlink(rej)
