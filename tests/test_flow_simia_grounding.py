@@ -112,3 +112,23 @@ def test_tau2_domain_share_drops_by_k_over_total():
         shares[len(altered)] = grounding(out[0])["score"]
     assert shares == {0: 1.0, 1: pytest.approx(0.8), 2: pytest.approx(0.6)}
     Record.model_validate(faithful_record("t2", ref, calls))
+
+
+def test_python_env_share_drops_by_k_over_total():
+    tools = [{"type": "function", "function": {"name": "increment", "parameters": {
+        "type": "object", "properties": {"name": {"type": "string"}, "by": {"type": "integer"}}, "required": ["name"]}}},
+        {"type": "function", "function": {"name": "withdraw", "parameters": {
+            "type": "object", "properties": {"amount": {"type": "number"}}, "required": ["amount"]}}}]
+    source = ("def increment(state, name, by=1):\n"
+              "    c = dict(state.get('counters', {})); c[name] = c.get(name, 0) + by\n"
+              "    return {'name': name, 'value': c[name]}, {**state, 'counters': c}\n"
+              "def withdraw(state, amount):\n"
+              "    if amount > state.get('balance', 0):\n"
+              "        raise ValueError('insufficient funds')\n"
+              "    return state['balance'] - amount, {**state, 'balance': state['balance'] - amount}\n")
+    ref = {"backend": "python", "config": {"tools": tools, "source": source}, "state": {"counters": {}, "balance": 10}}
+    calls = [("increment", {"name": "a"}), ("increment", {"name": "a", "by": 2}), ("withdraw", {"amount": 4}),
+             ("withdraw", {"amount": 100})]
+    for altered in [(), (1,), (0, 3)]:
+        v = grounding(verify([faithful_record("py", ref, calls, altered)])[1][0])
+        assert v["score"] == pytest.approx(1 - len(altered) / 4) and v["scores"]["total"] == 4
