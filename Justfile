@@ -66,3 +66,8 @@ cluster-local n="3":
 # tasks → validate → rollout → verify → SFT-ready rows + per-stage yield/cost table (out/logigen-synth)
 logigen-synth brief="airline" n="10":
     bash recipes/logigen_synth.sh {{brief}} {{n}}
+
+# Simia flow: seed pre-filter → one-call trajectory simulation (N per seed) → rule post-process →
+# grounding against the real env; prints the yield table (SEEDS empty: bundled airline tasks replayed)
+simia seeds="" n="2" *ARGS:
+    python -m toolkit.flows.simia.recipe --seeds "{{seeds}}" -n {{n}} --out-dir out/simia {{ARGS}}

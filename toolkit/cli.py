@@ -173,6 +173,9 @@ Reads : records whose last trajectory message is an assistant message with tool 
         trajectory of the record, or a seed trajectory in extra.reference, is the reference)
 Writes: the same records with one `tool` message appended per pending tool call
 Strategies: simia (Simia appendix D environment-feedback prompt), astra (emulator + --fault-rate)
+--mode trajectory (Simia appendix C): reads seed records, writes -n new records per seed
+        (parent_id = seed, termination simulated); recipe keys prompt_family (apigen |
+        officebench), temperatures / temperature_spread, seed_trajectory
 
 \b
 Example:
@@ -185,6 +188,10 @@ Example:
 @click.option("--strategy", type=click.Choice(["simia", "astra"]), default="simia", show_default=True)
 @click.option("--fault-rate", type=float, default=0.0, show_default=True,
               help="Probability of an injected timeout/unreachable error per call (ASTRA uses 0.2).")
+@click.option("--mode", type=click.Choice(["call", "trajectory"]), default="call", show_default=True,
+              help="call: answer pending tool calls; trajectory: Simia one-call simulation of whole new "
+                   "trajectories from each seed record (-n per seed).")
+@click.option("-n", "n", type=int, default=None, help="--mode trajectory: trajectories (passes) per seed.")
 @stage_command
 def simulate_env(cfg: dict) -> int:
     from toolkit.stages import simulate_env as stage
@@ -214,7 +221,7 @@ Example:
               help="judge strategy rubric: SEA trajectory verdict with attribution, Simia reward, ASTRA 7-dim, "
                    "EigenData five dimensions + decision rule.")
 @click.option("--strategy", "strategy", multiple=True, default=["state_diff"], show_default=True,
-              help="Repeatable: state_diff, actions, f1, code, judge, tau2.")
+              help="Repeatable: state_diff, actions, f1, code, judge, tau2, grounding.")
 @click.option("--require", multiple=True, help="Strategies that decide pass/fail (default: all run).")
 @click.option("--filter", "filter_", type=click.Choice(["all", "passed", "failed"]), default="all",
               show_default=True, help="Keep only records whose trajectories all pass / any fail.")

@@ -6,7 +6,10 @@ deterministically per (episode seed, call index).
 
 Env ref: {"backend": "simulated", "config": {"policy": "...", "tools": [<OpenAI tools>],
           "reference": "<reference conversation text>", "fault_rate": 0.2,
-          "model": null, "base_url": null}}
+          "human": false, "model": null, "base_url": null}}
+
+`human: true` (Simia-RL, APIGen-MT): the simulator also plays the human side from the reference
+conversation (`user_simulator_system_prompt`), ending with `[TERMINATE]`.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ class SimulatedEnvironment(Environment):
         self._tools = list(cfg.get("tools") or [])
         self.reference = cfg.get("reference") or ""
         self.fault_rate = float(cfg.get("fault_rate") or 0.0)
+        self.human = bool(cfg.get("human"))
         self.episode = str(cfg.get("episode") or ref.get("id") or "episode")
         self._llm_cfg = {k: cfg[k] for k in ("model", "base_url", "temperature", "seed", "cache") if cfg.get(k) is not None}
         self.client: Any = None
@@ -49,6 +53,17 @@ class SimulatedEnvironment(Environment):
 
     def policy(self) -> str:
         return self._policy
+
+    def user_simulator_system_prompt(self) -> str | None:
+        """Simia-RL (APIGen-MT, Fig 13): with `config.human: true` the simulator also plays the human,
+        following the reference conversation, and ends the episode with `[TERMINATE]` (rollout reads
+        it like ###STOP###). None otherwise: rollout's own user-simulator prompt is used."""
+        if not self.human:
+            return None
+        from toolkit import prompts
+
+        return prompts.load("simia/env_human").render(policy=self._policy or "(none)",
+                                                      reference=self.reference or "(none)")
 
     def reset(self, state: dict | None = None) -> None:
         self.history = []

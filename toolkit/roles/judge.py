@@ -120,6 +120,11 @@ def _text(obj: dict, key: str, required: bool = False) -> str:
 
 
 def parse_simia(obj: dict) -> Judgment:
+    if "task_success" not in obj and "reward" in obj:  # Fig 14 (APIGen-MT): {"reasoning", "reward": 0 or 1}
+        r = obj["reward"]
+        if isinstance(r, bool) or r not in (0, 1):
+            raise MalformedJudgeOutput(f"'reward' must be 0 or 1, got {r!r}")
+        obj = dict(obj, task_success=bool(r))
     ok = _need(obj, "task_success")
     if not isinstance(ok, bool):
         raise MalformedJudgeOutput(f"'task_success' must be true or false, got {ok!r}")

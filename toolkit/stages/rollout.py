@@ -40,6 +40,7 @@ from toolkit.stages import make_meter  # noqa: F401  (CLI imports it from here)
 _ENV_FAIL = "environment could not be built: "
 
 STOP, TRANSFER, OUT_OF_SCOPE = "###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###"
+TERMINATE = "[TERMINATE]"  # Simia-RL's simulated human (env.backend=simulated, config.human)
 GREETING = "Hi! How can I help you today?"
 
 
@@ -421,7 +422,7 @@ async def run_episode(record: Record, env: Environment, agent: Any, user: LLMUse
 
 
 def _stop_reason(text: str) -> str | None:
-    if STOP in text:
+    if STOP in text or TERMINATE in text:
         return "user_stop"
     if TRANSFER in text:
         return "transfer"

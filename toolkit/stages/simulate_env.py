@@ -1,5 +1,8 @@
 """simulate-env: answer pending tool calls with an LLM environment simulator.
 
+`--mode trajectory` is Simia's one-call trajectory simulation instead: see
+toolkit/flows/simia/simulate.py.
+
 For each record, the last trajectory must end with an assistant message carrying tool calls that
 have no `tool` answer yet. Each pending call is simulated (Simia environment-feedback prompt;
 `astra` adds fault injection) and answered with a `tool` message; a `Step` is recorded.
@@ -57,6 +60,10 @@ def reference_text(record: Record, current_index: int) -> str:
 
 
 def build(cfg: dict, meter: Any):
+    if (cfg.get("mode") or "call") == "trajectory":  # Simia one-call trajectory simulation
+        from toolkit.flows.simia.simulate import build as build_trajectory
+
+        return build_trajectory(cfg, meter)
     from toolkit.llm import get_client
 
     lcfg = llm_config(cfg, role="env")

