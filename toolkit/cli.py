@@ -507,6 +507,45 @@ def tasks(domain: str | None, list_: bool) -> None:
         click.echo(Record.model_validate(rec).model_dump_json(by_alias=True))
 
 
+@toolkit_group.group("tools", help="Tool documents: import and normalize (ASTRA tool-doc ingestion).")
+def tools_group() -> None:
+    pass
+
+
+@tools_group.command("import", help="""Normalize tool docs into OpenAI tool schemas grouped by server.
+
+\b
+FILE: OpenAI function schemas, an MCP tools/list result, an OpenAPI 3 document (JSON, YAML or
+      JSONL), or tau2:<domain> / sqlite:<domain> for the real environments' tools.
+Writes one server record per kept server (JSONL on stdout; `gen-plan --strategy astra` reads it);
+every dropped tool or server is reported on stderr with its reason (and in --report).""")
+@click.argument("files", nargs=-1, required=True)
+@click.option("--min-tools", type=int, default=3, show_default=True, help="Drop servers with fewer tools.")
+@click.option("--min-description-words", type=int, default=3, show_default=True,
+              help="Descriptions shorter than this are too vague.")
+@click.option("--fault-rate", type=float, default=0.2, show_default=True,
+              help="Injected-failure rate of the emulator env for doc-only servers.")
+@click.option("--report", metavar="FILE", help="Write {servers, drops} as JSON here.")
+def tools_import(files: tuple[str, ...], min_tools: int, min_description_words: int, fault_rate: float,
+                 report: str | None) -> None:
+    from toolkit.flows.astra import tooldocs as T
+
+    try:
+        res = T.import_paths(list(files), min_tools=min_tools, min_description_words=min_description_words)
+    except (T.ToolDocError, KeyError, ImportError) as e:
+        log(f"tools import: {e}")
+        sys.exit(1)
+    for d in res.drops:
+        log(d.line())
+    for s in res.servers:
+        click.echo(json.dumps(s.record(fault_rate), ensure_ascii=False))
+    if report:
+        with open(report, "w", encoding="utf-8") as f:
+            json.dump(res.report(), f, indent=2, ensure_ascii=False)
+    log(f"tools import: {len(res.servers)} server(s), "
+        f"{sum(len(s.tools) for s in res.servers)} tool(s) kept; {len(res.drops)} drop(s)")
+
+
 # ----------------------------------------------------------------------------------------------
 # console-script entry points
 
