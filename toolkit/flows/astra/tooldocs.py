@@ -139,6 +139,16 @@ def _resolve(node: Any, root: dict, seen: tuple = ()) -> Any:
     return {k: _resolve(v, root, seen) for k, v in node.items()}
 
 
+def _inline(schema: Any) -> Any:
+    """Resolve a schema's own local $refs (pydantic's #/$defs/...) and drop the definitions."""
+    if not isinstance(schema, dict):
+        return schema
+    out = _resolve(schema, schema)
+    for k in ("$defs", "definitions"):
+        out.pop(k, None)
+    return out
+
+
 def _check_prop(name: str, spec: Any, path: str, top: bool = True) -> None:
     """A property schema. A top-level argument needs a type (or enum/const/composition) so an agent
     knows what to send; nested schemas may be open ({} = any JSON value)."""
@@ -461,7 +471,7 @@ def _finish(pend: _Pending, res: ImportResult, min_tools: int, min_words: int,
             continue
         if reason is None:
             try:
-                fn["parameters"] = check_parameters(_resolve(fn.get("parameters"), {}))
+                fn["parameters"] = check_parameters(_inline(fn.get("parameters")))
             except Unmappable as e:
                 reason = str(e)
         if reason is not None:
