@@ -385,6 +385,11 @@ validate_task = strategy_command("validate-task", """Validate generated tasks (f
 \b
 Reads : task records;  Writes: task records + validate-task verdicts
 Example: gen-task < plans.jsonl | validate-task --filter passed""",
+    click.option("--min-qs", type=float, default=None,
+                 help="astra: QS cut-off for QA tasks (default 1.0)."),
+    click.option("--theta-qq", type=float, default=None, help="astra: threshold on S_qq (1-5, default 3)."),
+    click.option("--theta-sr", type=float, default=None, help="astra: threshold on S_sr (1-5, default 3)."),
+    click.option("--theta-tn", type=float, default=None, help="astra: threshold on S_tn (1-5, default 3)."),
     filter_help="Keep records whose validate-task verdicts all pass / any fail.")
 repair = strategy_command("repair", """Repair failed records (task / trajectory / combined; rules).
 
