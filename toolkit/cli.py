@@ -245,7 +245,13 @@ Example:
               show_default=True, help="Open with task.instruction verbatim (auto, when present) or let the "
                                       "user simulator write the opening (tau2 style).")
 @click.option("--distractor-tools", type=int, default=0, show_default=True,
-              help="Mix in this many irrelevant tools from other bundled domains.")
+              help="Mix in this many irrelevant tools from other bundled domains (bands: up to this many per band).")
+@click.option("--distractor-mode", type=click.Choice(["random", "astra-random", "bands"]), default="random",
+              show_default=True, help="random: N tools; astra-random: 5-9 tools (ASTRA baseline); bands: ASTRA "
+                                      "similarity bands >0.85 / 0.4-0.85 / <0.4 (recipe key distractor_pool adds tools).")
+@click.option("--embed-base-url", help="OpenAI-compatible /v1/embeddings endpoint for --distractor-mode bands "
+                                       "(default: offline all-MiniLM-L6-v2).")
+@click.option("--embed-model", help="Embedding model name at --embed-base-url.")
 @stage_command
 def rollout(cfg: dict) -> int:
     from toolkit.stages import rollout as stage

@@ -5,4 +5,4 @@ plan (gen-plan), tasks (gen-task astra, A3), qa (gen-task astra-qa, B1), validat
 A3 scores + B2 QS), envsynth (make-verifier, B3/B4), mixing (irrelevant-tool bands, §3.2.2).
 """
 
-from toolkit.flows.astra import envsynth, plan, qa, tasks, validate  # noqa: F401
+from toolkit.flows.astra import envsynth, plan, qa, tasks, validate  # noqa: F401  (mixing: used by rollout)
