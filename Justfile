@@ -37,3 +37,8 @@ tau2-oracle:
 
 tau2-eval domain="airline" k="4" model="" base_url="":
     eval-tau2 --domain {{domain}} -k {{k}} --agent-model "{{model}}" --agent-base-url "{{base_url}}" -o out/tau2-{{domain}}.jsonl --summary-json out/tau2-{{domain}}.json --chart out/tau2-{{domain}}.png --compare paper
+
+# ASTRA: tool docs → chain graph → tasks → emulated/real rollouts → 7-dim judge (tools), and
+# QA → sandbox-checked python environments → F1 (qa); `both` runs both; prints yield/cost tables
+astra which="both" n="2":
+    bash recipes/astra.sh {{which}} {{n}}
