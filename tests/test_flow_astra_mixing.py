@@ -109,3 +109,40 @@ def test_rollout_bands_distractors():
         own = {x["function"]["name"] for x in e.tools("agent")}
     extra = [x["function"]["name"] for x in t["tools"] if x["function"]["name"] not in own]
     assert 1 <= len(extra) <= 6   # up to 2 per band, other (clinic) domain only
+
+
+def test_http_embeddings_endpoint():
+    """--embed-base-url: any OpenAI-compatible /v1/embeddings endpoint (a real loopback HTTP server)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    vecs = {"me": [1, 0], "near": [0.99, 0.14], "mid": [0.5, 0.87], "far": [-1, 0]}
+    seen = []
+
+    class H(BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen.append((self.path, body["model"], len(body["input"])))
+            data = [{"object": "embedding", "index": i, "embedding": vecs[json.loads(t)["name"]]}
+                    for i, t in enumerate(body["input"])]
+            out = json.dumps({"object": "list", "data": data, "model": body["model"],
+                              "usage": {"prompt_tokens": 1, "total_tokens": 1}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+
+        def log_message(self, *a):
+            pass
+
+    srv = HTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        emb = M.HTTPEmbedder(f"http://127.0.0.1:{srv.server_port}/v1", "qwen3-embedding-8b")
+        pool = [(tool(n, n), "other") for n in ("near", "mid", "far")]
+        b = M.bands([tool("me", "mine")], "mine", pool, emb)
+    finally:
+        srv.shutdown()
+    assert seen[0][:2] == ("/v1/embeddings", "qwen3-embedding-8b")
+    assert set(b["high"]) == {"near"} and set(b["low"]) == {"far"} and set(b["medium"]) == {"mid"}
