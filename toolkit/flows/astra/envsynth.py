@@ -405,6 +405,13 @@ def _finish(record: Record, tools: list[Tool], sqs: list, need: list[bool], limi
         used.add(name)
     owner = {i: t for t in tools for i in t.members}
     keep = [i for i, n in enumerate(need) if n]
+    # final self-test: the assembled environment answers every invocation
+    probs = run_calls(tools, [(owner[i].name, owner[i].calls[i], sqs[i].a) for i in keep], limits)
+    if probs:
+        log += [f"final self-test: {p}" for p in probs]
+        record.verdicts.append(Verdict(stage="make-verifier", kind="verifier", name="astra_env", passed=False,
+                                       reasons=probs, scores={"attempt_log": log}))
+        return
     new_index = {old: new for new, old in enumerate(keep)}
     gt = record.task.ground_truth
     gt.extra["non_tool_sub_questions"] = [sqs[i].model_dump() for i, n in enumerate(need) if not n]
