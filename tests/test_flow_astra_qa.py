@@ -350,3 +350,38 @@ def test_check_source_rules():
     assert ES.check_source("import math, json\ndef get_temperature(city, unit=1): pass", "get_temperature", params) == []
     assert "calls open()" in ES.check_source("def get_temperature(city, unit=1):\n    return open('x')",
                                              "get_temperature", params)[0]
+
+
+def test_make_verifier_malformed_replies_are_retried():
+    bad_doc = json.dumps(dict(DOC_PARIS, name="get temperature"))                    # not an identifier
+    bad_call = json.dumps({"name": "get_temperature", "arguments": {"town": "Paris"}})  # unknown argument
+    bad_impl = json.dumps({"analysis": "forgot the code"})                              # no "function"
+    bad_groups = json.dumps({"groups": [[0, 0]]})                                       # repeated index
+    rec, calls = make_env({"doc": [bad_doc], "call": [bad_call], "impl": [bad_impl], "groups": [bad_groups]})
+    v = [x for x in rec["verdicts"] if x["name"] == "astra_env"][0]
+    assert v["passed"] and v["scores"]["merged"] == 1
+    assert calls.count("doc") == 3 and calls.count("call") == 3 and calls.count("impl") == 3
+    assert calls.count("groups") == 2
+
+
+def test_role_parsers_reject_contract_breaks():
+    from toolkit.flows.astra.plan import parse_query
+    from toolkit.flows.astra.validate import parse_necessity
+    from toolkit.roles.structured import Malformed
+
+    pq = parse_query(["a", "b"])
+    assert pq('{"valid": false, "query": ""}') == {"valid": False, "query": "", "arguments": []}
+    for bad, why in [('{"valid": "yes", "query": "q"}', "'valid' must be true or false"),
+                     ('{"valid": true, "query": ""}', "query' is empty"),
+                     ('{"valid": true, "query": "q", "arguments": [{"tool": "a", "args": {}}]}', "one item per call"),
+                     ('{"valid": true, "query": "q", "arguments": [{"tool": "a"}, {"tool": "c", "args": {}}]}',
+                      "arguments[1] must be"),
+                     ('{"valid": true}', "missing key 'query'")]:
+        with pytest.raises(Malformed, match=why.replace("[", r"\[").replace("]", r"\]")):
+            pq(bad)
+    pn = parse_necessity(2)
+    assert pn(necessity(True, False)) == ([True, False], ["retrieval", "comparison"])
+    with pytest.raises(Malformed, match="must list all 2"):
+        pn(necessity(True))
+    with pytest.raises(Malformed, match="needs_tool must be true or false"):
+        pn('{"sub_questions": [{"index": 0, "needs_tool": "yes"}, {"index": 1, "needs_tool": true}]}')

@@ -213,7 +213,7 @@ def parse_groups(tool_nodes: list[int]):
                 raise Malformed(f"group {g!r} is not a list of indices")
             if len(g) < 2:
                 continue
-            bad = [i for i in g if i not in tool_nodes or i in seen]
+            bad = [i for k, i in enumerate(g) if i not in tool_nodes or i in seen or i in g[:k]]
             if bad:
                 raise Malformed(f"group {g}: indices {bad} are unknown, non-tool or repeated")
             seen |= set(g)
