@@ -247,7 +247,7 @@ def verify_chain(chain: list[str], tools: list[dict] | dict, outputs: dict[str, 
                 bind[a] = "task"
                 continue
             # lists / objects: every scalar inside must be stated in the task
-            scalars = [x for x in json.loads(json.dumps(v)).__iter__()] if isinstance(v, list) else list(v.values())
+            scalars = list(v) if isinstance(v, list) else list(v.values()) if isinstance(v, dict) else [v]
             missing = [x for x in scalars if isinstance(x, (str, int, float)) and not isinstance(x, bool)
                        and str(x).lower() not in raw_text]
             if missing:

@@ -31,7 +31,6 @@ Recipe keys (make-verifier section): impl_attempts, merge_attempts, merge (true)
 from __future__ import annotations
 
 import ast
-import copy
 import json
 import random
 import sys
