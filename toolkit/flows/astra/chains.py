@@ -15,7 +15,6 @@ Deterministic core (tested exactly; the LLM only proposes (task, chain) pairs an
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from collections import Counter
