@@ -38,9 +38,19 @@ def minimal_rows(stages: list[tuple[str, str, str, str]]) -> list[dict]:
                 p = prov[-1]
                 tok += (p.get("prompt_tokens") or 0) + (p.get("completion_tokens") or 0)
                 cost += p.get("cost") or 0.0
+        why: dict[str, int] = {}
+        for line in _lines(rej):
+            try:
+                err = str(json.loads(line).get("error") or "?")
+            except json.JSONDecodeError:
+                err = "?"
+            key = err.split(": attempt 1")[0].split(" (")[0][:60]
+            why[key] = why.get(key, 0) + 1
         rows.append({"stage": name, "in": n_in, "out": len(outs),
                      "yield": round(len(outs) / n_in, 3) if n_in else None, "rejected": n_rej,
-                     "tokens(kept)": int(tok), "cost(kept)": round(cost, 6)})
+                     "tokens(kept)": int(tok), "cost(kept)": round(cost, 6),
+                     "reject reasons": "; ".join(f"{k} x{v}" for k, v in sorted(why.items(), key=lambda kv: -kv[1]))
+                     or None})
     return rows
 
 
