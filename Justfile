@@ -71,3 +71,8 @@ logigen-synth brief="airline" n="10":
 # grounding against the real env; prints the yield table (SEEDS empty: bundled airline tasks replayed)
 simia seeds="" n="2" *ARGS:
     python -m toolkit.flows.simia.recipe --seeds "{{seeds}}" -n {{n}} --out-dir out/simia {{ARGS}}
+
+# ASTRA: tool docs → chain graph → tasks → emulated/real rollouts → 7-dim judge (tools), and
+# QA → sandbox-checked python environments → F1 (qa); `both` runs both; prints yield/cost tables
+astra which="both" n="2":
+    bash recipes/astra.sh {{which}} {{n}}

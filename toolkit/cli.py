@@ -282,7 +282,13 @@ Example:
               show_default=True, help="Open with task.instruction verbatim (auto, when present) or let the "
                                       "user simulator write the opening (tau2 style).")
 @click.option("--distractor-tools", type=int, default=0, show_default=True,
-              help="Mix in this many irrelevant tools from other bundled domains.")
+              help="Mix in this many irrelevant tools from other bundled domains (bands: up to this many per band).")
+@click.option("--distractor-mode", type=click.Choice(["random", "astra-random", "bands"]), default="random",
+              show_default=True, help="random: N tools; astra-random: 5-9 tools (ASTRA baseline); bands: ASTRA "
+                                      "similarity bands >0.85 / 0.4-0.85 / <0.4 (recipe key distractor_pool adds tools).")
+@click.option("--embed-base-url", help="OpenAI-compatible /v1/embeddings endpoint for --distractor-mode bands "
+                                       "(default: offline all-MiniLM-L6-v2).")
+@click.option("--embed-model", help="Embedding model name at --embed-base-url.")
 @stage_command
 def rollout(cfg: dict) -> int:
     from toolkit.stages import rollout as stage
@@ -422,6 +428,11 @@ validate_task = strategy_command("validate-task", """Validate generated tasks (f
 \b
 Reads : task records;  Writes: task records + validate-task verdicts
 Example: gen-task < plans.jsonl | validate-task --filter passed""",
+    click.option("--min-qs", type=float, default=None,
+                 help="astra: QS cut-off for QA tasks (default 1.0)."),
+    click.option("--theta-qq", type=float, default=None, help="astra: threshold on S_qq (1-5, default 3)."),
+    click.option("--theta-sr", type=float, default=None, help="astra: threshold on S_sr (1-5, default 3)."),
+    click.option("--theta-tn", type=float, default=None, help="astra: threshold on S_tn (1-5, default 3)."),
     filter_help="Keep records whose validate-task verdicts all pass / any fail.")
 repair = strategy_command("repair", """Repair failed records (task / trajectory / combined; rules).
 
@@ -625,6 +636,44 @@ def domain_check(paths: tuple[str, ...], max_calls: int | None, strict: bool) ->
         log(rep.summary())
         failed = failed or not rep.ok
     sys.exit(1 if failed else 0)
+
+@toolkit_group.group("tools", help="Tool documents: import and normalize (ASTRA tool-doc ingestion).")
+def tools_group() -> None:
+    pass
+
+
+@tools_group.command("import", help="""Normalize tool docs into OpenAI tool schemas grouped by server.
+
+\b
+FILE: OpenAI function schemas, an MCP tools/list result, an OpenAPI 3 document (JSON, YAML or
+      JSONL), or tau2:<domain> / sqlite:<domain> for the real environments' tools.
+Writes one server record per kept server (JSONL on stdout; `gen-plan --strategy astra` reads it);
+every dropped tool or server is reported on stderr with its reason (and in --report).""")
+@click.argument("files", nargs=-1, required=True)
+@click.option("--min-tools", type=int, default=3, show_default=True, help="Drop servers with fewer tools.")
+@click.option("--min-description-words", type=int, default=3, show_default=True,
+              help="Descriptions shorter than this are too vague.")
+@click.option("--fault-rate", type=float, default=0.2, show_default=True,
+              help="Injected-failure rate of the emulator env for doc-only servers.")
+@click.option("--report", metavar="FILE", help="Write {servers, drops} as JSON here.")
+def tools_import(files: tuple[str, ...], min_tools: int, min_description_words: int, fault_rate: float,
+                 report: str | None) -> None:
+    from toolkit.flows.astra import tooldocs as T
+
+    try:
+        res = T.import_paths(list(files), min_tools=min_tools, min_description_words=min_description_words)
+    except (T.ToolDocError, KeyError, ImportError) as e:
+        log(f"tools import: {e}")
+        sys.exit(1)
+    for d in res.drops:
+        log(d.line())
+    for s in res.servers:
+        click.echo(json.dumps(s.record(fault_rate), ensure_ascii=False))
+    if report:
+        with open(report, "w", encoding="utf-8") as f:
+            json.dump(res.report(), f, indent=2, ensure_ascii=False)
+    log(f"tools import: {len(res.servers)} server(s), "
+        f"{sum(len(s.tools) for s in res.servers)} tool(s) kept; {len(res.drops)} drop(s)")
 
 
 # ----------------------------------------------------------------------------------------------

@@ -477,7 +477,22 @@ def _valid_messages(messages: list[dict]) -> list[Message]:
 # distractor tools (irrelevant-tool mixing)
 
 
-def distractor_tools(record: Record, own: list[dict], n: int, seed: int) -> list[dict]:
+def distractor_tools(record: Record, own: list[dict], n: int, seed: int, mode: str = "random",
+                     cfg: dict | None = None) -> list[dict]:
+    """random: n tools from other bundled domains; astra-random: ASTRA's baseline (5-9 tools from
+    other domains); bands: ASTRA similarity bands, up to n per band (toolkit.flows.astra.mixing)."""
+    if mode in ("bands", "astra-random"):
+        from toolkit.flows.astra import mixing
+
+        cfg = cfg or {}
+        pool = _distractor_pool(tuple(cfg.get("distractor_pool") or ()))
+        astra = (record.extra or {}).get("astra") or {}
+        domain = astra.get("domain") or (record.env.id if record.env else None) or ""
+        key = f"{record.id}:{seed}"
+        if mode == "astra-random":
+            return mixing.random_mix(own, domain, pool, seed=key)
+        emb = mixing.get_embedder(cfg.get("embed_base_url"), cfg.get("embed_model"))
+        return mixing.mix_by_band(own, domain, pool, emb, k=max(1, n), seed=key)["tools"]
     if n <= 0:
         return []
     from toolkit import domains
@@ -493,6 +508,17 @@ def distractor_tools(record: Record, own: list[dict], n: int, seed: int) -> list
     rng = random.Random(int.from_bytes(hashlib.blake2b(f"{record.id}:{seed}".encode(), digest_size=8).digest(), "big"))
     rng.shuffle(pool)
     return pool[:n]
+
+
+_POOLS: dict[tuple, list] = {}
+
+
+def _distractor_pool(specs: tuple) -> list:
+    if specs not in _POOLS:
+        from toolkit.flows.astra import mixing
+
+        _POOLS[specs] = mixing.default_pool(specs)
+    return _POOLS[specs]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -528,6 +554,7 @@ def build(cfg: dict, meter: Any):
                            max_tool_errors=int(cfg.get("max_tool_errors") or 5),
                            max_context_tokens=int(cfg.get("max_context_tokens") or 16000))
     n_distract = int(cfg.get("distractor_tools") or 0)
+    d_mode = cfg.get("distractor_mode") or "random"
     first_message = cfg.get("first_message") or "auto"
     if first_message == "auto":
         first_message = "instruction"
@@ -572,7 +599,8 @@ def build(cfg: dict, meter: Any):
                 usp = env.user_simulator_system_prompt() if hasattr(env, "user_simulator_system_prompt") else None
                 user = LLMUser(_user_client(), scenario_text(record), sample_index=idx,
                                overrides=overrides, system_prompt=usp) if has_scenario else None
-            extra = distractor_tools(record, env.tools("agent"), n_distract, idx) if n_distract > 0 else []
+            extra = (distractor_tools(record, env.tools("agent"), n_distract, idx, mode=d_mode, cfg=cfg)
+                     if n_distract > 0 or d_mode != "random" else [])
             return await run_episode(
                 record, env, agent, user, tid, limits, extra_tools=extra,
                 first_message=first_message,

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# ASTRA (seeds/002) end to end:  recipes/astra.sh tools|qa|both [N]      (just astra tools 2)
+#   tools (pipeline A, SFT): tool docs → toolkit tools import → gen-plan (chain graph, walks,
+#         dependency check; graphs in $OUT/graphs) → gen-task (chain + server tasks, 3 augmentations)
+#         → validate-task (S_qq/S_sr/S_tn) → rollout (real tools where the server has a backend,
+#         the emulator with 20% injected failures otherwise) → verify judge (7 dimensions) → sft.jsonl
+#   qa    (pipeline B, RL): knowledge records → gen-task astra-qa → validate-task (tool necessity +
+#         QS, before any code) → make-verifier astra (sandboxed python envs) → rollout --agent replay
+#         | verify f1 (self-check: F1 = 1) → rollout (LLM agent) | verify f1 → rl.jsonl
+#   N: plans / tasks / samples per input (default 2). Prints a yield/cost table per pipeline.
+# Env: OUT (out/astra), RECIPE (recipes/astra.yaml), DOCS (tool docs / tau2:<d> / sqlite:<d>;
+#      default recipes/astra/*.json), KB (recipes/astra/kb.jsonl), LLM_ARGS (e.g. "--base-url URL
+#      --model M"; default: the embedded CPU model), ROLLOUT_ARGS, TOOLKIT_PYTHON.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+which=${1:-both}
+n=${2:-2}
+out=${OUT:-out/astra}
+recipe=${RECIPE:-recipes/astra.yaml}
+PY=${TOOLKIT_PYTHON:-python}
+LLM=${LLM_ARGS:-}
+mkdir -p "$out"
+
+# stage NAME IN OUT CMD...: run one stage from file to file; a stage that rejects lines exits 1 and the
+# recipe goes on (the table shows it); exit codes > 1 (usage / crash) stop the recipe.
+STAGES=()
+stage() {
+  local name=$1 in=$2 outf=$3; shift 3
+  local rej="$out/rejects.$(echo "$name" | tr ' /' '__').jsonl"
+  : > "$rej"
+  set +e
+  "$@" --rejects "$rej" < "$in" > "$outf"
+  local rc=$?
+  set -e
+  if [ "$rc" -gt 1 ]; then echo "[astra] $name failed (exit $rc)" >&2; exit "$rc"; fi
+  echo "[astra] $name: $(wc -l < "$in") in → $(wc -l < "$outf") out, $(wc -l < "$rej") rejected" >&2
+  STAGES+=("$name:$in:$outf:$rej")
+}
+
+table() {
+  echo "== ASTRA $1: yield / cost per stage" >&2
+  "$PY" -m toolkit.flows.astra.report "$TOOLKIT_STAGE_LOG" "${STAGES[@]}" | tee "$out/$1.yield.txt" >&2
+  STAGES=()
+}
+
+if [ "$which" = tools ] || [ "$which" = both ]; then
+  export TOOLKIT_STAGE_LOG="$out/tools.stages.jsonl"; : > "$TOOLKIT_STAGE_LOG"
+  # shellcheck disable=SC2086
+  toolkit tools import ${DOCS:-recipes/astra/notes.mcp.json recipes/astra/petstore.openapi.json} \
+    --report "$out/import.json" > "$out/servers.jsonl"
+  stage "gen-plan" "$out/servers.jsonl" "$out/plans.jsonl" \
+    gen-plan --strategy astra --recipe "$recipe" -n "$n" --out-dir "$out/graphs" $LLM
+  stage "gen-task" "$out/plans.jsonl" "$out/tasks.jsonl" gen-task --strategy astra --recipe "$recipe" $LLM
+  stage "validate-task" "$out/tasks.jsonl" "$out/tasks.valid.jsonl" \
+    validate-task --strategy astra --recipe "$recipe" --filter passed $LLM
+  stage "rollout" "$out/tasks.valid.jsonl" "$out/trajectories.jsonl" \
+    rollout --recipe "$recipe" -n 1 --max-turns 6 ${ROLLOUT_ARGS:-} $LLM
+  stage "verify judge" "$out/trajectories.jsonl" "$out/sft.jsonl" \
+    verify --recipe "$recipe" --strategy judge --judge-rubric astra --require judge --filter passed $LLM
+  table tools
+fi
+
+if [ "$which" = qa ] || [ "$which" = both ]; then
+  export TOOLKIT_STAGE_LOG="$out/qa.stages.jsonl"; : > "$TOOLKIT_STAGE_LOG"
+  stage "gen-task" "${KB:-recipes/astra/kb.jsonl}" "$out/qa.jsonl" \
+    gen-task --strategy astra-qa --recipe "$recipe" -n "$n" $LLM
+  stage "validate-task" "$out/qa.jsonl" "$out/qa.valid.jsonl" \
+    validate-task --strategy astra --recipe "$recipe" --filter passed $LLM
+  stage "make-verifier" "$out/qa.valid.jsonl" "$out/qa.envs.jsonl" \
+    make-verifier --strategy astra --recipe "$recipe" --filter passed $LLM
+  stage "rollout replay" "$out/qa.envs.jsonl" "$out/qa.replay.jsonl" rollout --agent replay
+  stage "verify f1 (replay)" "$out/qa.replay.jsonl" "$out/qa.replay.f1.jsonl" \
+    verify --strategy f1 --require f1
+  stage "rollout" "$out/qa.envs.jsonl" "$out/qa.rollouts.jsonl" \
+    rollout --recipe "$recipe" -n 2 --max-turns 8 ${ROLLOUT_ARGS:-} $LLM
+  stage "verify f1" "$out/qa.rollouts.jsonl" "$out/rl.jsonl" verify --strategy f1 --require f1
+  table qa
+fi
