@@ -164,12 +164,40 @@ def user_messages(record: Record, traj: Trajectory, ti: int = 0) -> list[dict]:
     return flipped
 
 
-def training_row(record: Record, traj: Trajectory, role: str = "assistant", ti: int = 0) -> dict:
+TOOL_SCHEMAS = ("full", "compact")
+SYSTEM_MODES = ("keep", "drop")
+
+
+def prepare_tools(tools: list, mode: str = "full") -> list[dict]:
+    """The tool list as the chat template gets it, in SFT rows and in GRPO prompts alike:
+    full = the OpenAI schemas as offered; compact = toolkit.llm.toolcalls.compact_tool (first
+    sentence of each description, parameter names/types/enums; ~5x shorter for the sqlite domains)."""
+    if mode not in TOOL_SCHEMAS:
+        raise ValueError(f"tool_schema must be one of {TOOL_SCHEMAS}")
+    out = [t.model_dump(exclude_none=True) if hasattr(t, "model_dump") else dict(t) for t in tools]
+    if mode == "compact":
+        from toolkit.llm.toolcalls import compact_tool
+
+        out = [{"type": "function", "function": compact_tool(t)} for t in out]
+    return out
+
+
+def prepare_system(messages: list[dict], mode: str = "keep") -> list[dict]:
+    """keep the system prompt (the domain policy) or drop it (a policy-internalizing model; short CPU tests)."""
+    if mode not in SYSTEM_MODES:
+        raise ValueError(f"system_prompt must be one of {SYSTEM_MODES}")
+    if mode == "drop":
+        return [m for m in messages if m["role"] != "system"]
+    return messages
+
+
+def training_row(record: Record, traj: Trajectory, role: str = "assistant", ti: int = 0,
+                 tool_schema: str = "full", system_prompt: str = "keep") -> dict:
     if role not in ROLES:
         raise ValueError(f"role must be one of {ROLES}")
     if role == "assistant":
-        messages = agent_messages(traj, ti)
-        tools = [t.model_dump(exclude_none=True) for t in traj.tools]
+        messages = prepare_system(agent_messages(traj, ti), system_prompt)
+        tools = prepare_tools(traj.tools, tool_schema)
     else:
         messages = user_messages(record, traj, ti)
         tools = []
@@ -181,11 +209,12 @@ def training_row(record: Record, traj: Trajectory, role: str = "assistant", ti: 
 
 
 def record_rows(record: Record, role: str = "assistant", filter: str = "all",
-                min_reward: float | None = None) -> list[dict]:
+                min_reward: float | None = None, tool_schema: str = "full", system_prompt: str = "keep") -> list[dict]:
     if not record.trajectories:
         raise StageError("record has no trajectories to train on", field="trajectories")
     index = {id(t): i for i, t in enumerate(record.trajectories)}
-    return [training_row(record, t, role, index[id(t)]) for t in select(record, filter, min_reward)]
+    return [training_row(record, t, role, index[id(t)], tool_schema, system_prompt)
+            for t in select(record, filter, min_reward)]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -257,6 +286,6 @@ def export_row(row: dict, fmt: str) -> dict:
 
 
 def iter_rows(records: Iterable[Record], role: str = "assistant", filter: str = "all",
-              min_reward: float | None = None) -> Iterable[dict]:
+              min_reward: float | None = None, **kw: Any) -> Iterable[dict]:
     for r in records:
-        yield from record_rows(r, role, filter, min_reward)
+        yield from record_rows(r, role, filter, min_reward, **kw)

@@ -38,7 +38,7 @@ from toolkit.train import export as X
 # our CLI / stream keys that are never trainer settings
 _OURS = {"input", "output", "rejects", "resume", "shard", "limit", "unordered", "progress", "concurrency",
          "recipe", "print_config", "recipe_hash", "model", "role", "filter", "min_reward", "export", "lora",
-         "chat_template", "resume_from_checkpoint", "max_rows"}
+         "chat_template", "resume_from_checkpoint", "max_rows", "tool_schema", "system_prompt"}
 
 
 def collect_rows(cfg: dict, role: str) -> tuple[list[dict], Any]:
@@ -51,7 +51,9 @@ def collect_rows(cfg: dict, role: str) -> tuple[list[dict], Any]:
 
     def fn(record):
         rows.extend(X.record_rows(record, role=role, filter=filt,
-                                  min_reward=None if min_reward is None else float(min_reward)))
+                                  min_reward=None if min_reward is None else float(min_reward),
+                                  tool_schema=cfg.get("tool_schema") or "full",
+                                  system_prompt=cfg.get("system_prompt") or "keep"))
         return None
 
     stream = RecordStream(opts, "sft")
