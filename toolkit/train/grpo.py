@@ -637,8 +637,8 @@ class GRPORun:
         if self.ref is not None:
             self.ref = self.ref.to(self.acc.device)
         self.unwrapped = self.acc.unwrap_model(self.model)
-        if generator is not None:
-            self.generator = generator
+        if generator is not None:  # a factory (model, tokenizer) -> generator (tests, custom backends)
+            self.generator = generator(self.unwrapped, self.tok)
         elif o.generation == "vllm":
             self.generator = VLLMGenerator(self.unwrapped, self.tok, o)
         else:
@@ -802,7 +802,7 @@ class GRPORun:
                 log(f"grpo step {rec['step']}/{o.max_steps}: reward {rec['reward_mean']:.3f}±{rec['reward_std']:.3f} "
                     f"groups {rec['groups_trained']}/{rec['groups']} buffer {rec['buffer']} "
                     f"turns {rec['turns_mean']:.1f} tool errors {rec['tool_errors']} loss {rec['loss']:.4f}")
-                if o.save_steps and self.step % o.save_steps == 0 and self.step < o.max_steps:
+                if o.save_steps and (self.step % o.save_steps == 0 or self.step == o.max_steps):
                     self.save()
 
         asyncio.run(loop())
