@@ -72,6 +72,8 @@ class GRPOOptions:
     tasks_per_step: int = 2            # groups per step (ASTRA: the batch size n, in groups)
     max_steps: int = 10
     learning_rate: float = 1e-6
+    lr_scheduler_type: str = "constant"  # any transformers scheduler name (constant, cosine, linear ...)
+    warmup_ratio: float = 0.0
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
     temperature: float = 1.0
@@ -221,12 +223,13 @@ class VLLMGenerator:
     sent as token ids, completions come back as token ids; weights are pushed after every update
     through TRL's NCCL communicator. Not exercised by the CPU tests (no GPU here)."""
 
-    def __init__(self, model, tok, opts: GRPOOptions):
+    def __init__(self, model, tok, opts: GRPOOptions, is_main: bool = True):
         from trl.generation.vllm_client import VLLMClient
 
-        self.model, self.tok, self.opts = model, tok, opts
+        self.model, self.tok, self.opts, self.is_main = model, tok, opts, is_main
         self.client = VLLMClient(host=opts.vllm_server_host, server_port=opts.vllm_server_port)
-        self.client.init_communicator(device=getattr(model, "device", 0))
+        if is_main:  # one weight-sync communicator: DDP keeps every rank's weights equal
+            self.client.init_communicator(device=getattr(model, "device", 0))
         self.pending: list[tuple[list[int], int, asyncio.Future]] = []
         self.flushing = False
         self.generated_tokens = 0
@@ -247,6 +250,8 @@ class VLLMGenerator:
         return res
 
     def sync_weights(self) -> None:
+        if not self.is_main:
+            return
         model = self.model
         if hasattr(model, "merge_adapter"):  # peft: push merged weights
             model.merge_adapter()
@@ -633,14 +638,18 @@ class GRPORun:
                     p.requires_grad_(False)
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.optim = torch.optim.AdamW(params, lr=o.learning_rate, weight_decay=o.weight_decay)
-        self.model, self.optim = self.acc.prepare(self.model, self.optim)
+        from transformers import get_scheduler
+
+        self.sched = get_scheduler(o.lr_scheduler_type, self.optim,
+                                   num_warmup_steps=int(o.warmup_ratio * o.max_steps), num_training_steps=o.max_steps)
+        self.model, self.optim, self.sched = self.acc.prepare(self.model, self.optim, self.sched)
         if self.ref is not None:
             self.ref = self.ref.to(self.acc.device)
         self.unwrapped = self.acc.unwrap_model(self.model)
         if generator is not None:  # a factory (model, tokenizer) -> generator (tests, custom backends)
             self.generator = generator(self.unwrapped, self.tok)
         elif o.generation == "vllm":
-            self.generator = VLLMGenerator(self.unwrapped, self.tok, o)
+            self.generator = VLLMGenerator(self.unwrapped, self.tok, o, is_main=self.acc.is_main_process)
         else:
             self.generator = HFGenerator(self.unwrapped, self.tok, o.temperature, o.top_p, seed=o.seed)
         self.meter = make_meter()
@@ -749,6 +758,8 @@ class GRPORun:
                     self.optim.step()
                     for k in train_stats:
                         train_stats[k] += st[k]
+                self.sched.step()
+                self.acc.wait_for_everyone()
                 self.generator.sync_weights()
             else:
                 trained = False
@@ -780,7 +791,7 @@ class GRPORun:
             "loss": train_stats["loss"], "kl": train_stats["kl"] / max(1, train_stats["tokens"]),
             "clip_fraction": train_stats["clipped"] / max(1, train_stats["tokens"]),
             "trained_tokens_per_s": train_stats["tokens"] / max(1e-9, time.time() - t1) if trained else None,
-            "terminations": terms, "lr": o.learning_rate,
+            "terminations": terms, "lr": self.sched.get_last_lr()[0],
         }
         if o.log_completions and eps:
             rec["sample"] = self.tok.decode([t for t, m in zip(eps[0].ids, eps[0].mask) if m])[:500]
