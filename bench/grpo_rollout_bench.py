@@ -104,7 +104,7 @@ def ours(model: str, recs, tmp: Path, group: int, max_new: int, rounds: int, bat
         return out
 
     asyncio.run(one_round(-1))  # warm-up (first generate call, env compile)
-    tok0, n_ep, calls, rewards = gen.generated_tokens, 0, 0, []
+    tok0, s0, n_ep, calls, rewards = gen.generated_tokens, gen.seconds, 0, 0, []
     t0 = time.perf_counter()
     for k in range(rounds):
         res = asyncio.run(one_round(k))
@@ -116,7 +116,8 @@ def ours(model: str, recs, tmp: Path, group: int, max_new: int, rounds: int, bat
     toks = gen.generated_tokens - tok0
     return {"episodes": n_ep, "seconds": round(dt, 3), "episodes_per_s": round(n_ep / dt, 2),
             "gen_tokens": toks, "gen_tokens_per_s": round(toks / dt, 1), "tool_calls": calls,
-            "reward_mean": round(sum(rewards) / len(rewards), 3), "generate_calls": gen.calls}
+            "reward_mean": round(sum(rewards) / len(rewards), 3), "generate_calls": gen.calls,
+            "generate_seconds": round(gen.seconds - s0, 3)}
 
 
 def trl_loop(model_path: str, recs, tmp: Path, group: int, max_new: int, rounds: int) -> dict:
@@ -155,10 +156,28 @@ def trl_loop(model_path: str, recs, tmp: Path, group: int, max_new: int, rounds:
                       gradient_checkpointing=False)
     trainer = GRPOTrainer(model=model, reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
                           args=args, train_dataset=ds, processing_class=tok, tools=[insert_ticket])
+    # render the prompt with exactly the tool schemas our episodes send (compact, from the sqlite env);
+    # the callable stays the executor (_sync_tool_dicts)
+    from toolkit.train.export import prepare_tools
+
+    trainer.tools = prepare_tools(env.tools("agent"), "compact")
     batch = [p for p in prompts for _ in range(group)]
+    # what _generate_and_score_completions sets up before calling _generate (standalone tools only)
+    trainer._sync_tool_dicts = [{"insert_ticket": insert_ticket} for _ in batch]
+    trainer._async_tool_dicts = [{} for _ in batch]
     trainer._generate(batch[:group])  # warm-up
     counter["calls"] = 0
-    n_ep, toks = 0, 0
+    n_ep, toks, gen_s = 0, 0, [0.0]
+    orig = trainer._generate_single_turn
+
+    def timed(*a, **k):
+        t = time.perf_counter()
+        try:
+            return orig(*a, **k)
+        finally:
+            gen_s[0] += time.perf_counter() - t
+
+    trainer._generate_single_turn = timed
     t0 = time.perf_counter()
     for _ in range(rounds):
         out = trainer._generate(batch)
@@ -171,7 +190,8 @@ def trl_loop(model_path: str, recs, tmp: Path, group: int, max_new: int, rounds:
             toks += sum(len(c) for c in completion_ids)
     dt = time.perf_counter() - t0
     return {"episodes": n_ep, "seconds": round(dt, 3), "episodes_per_s": round(n_ep / dt, 2),
-            "gen_tokens": toks, "gen_tokens_per_s": round(toks / dt, 1), "tool_calls": counter["calls"]}
+            "gen_tokens": toks, "gen_tokens_per_s": round(toks / dt, 1), "tool_calls": counter["calls"],
+            "generate_seconds": round(gen_s[0], 3)}
 
 
 def demo(tmp: Path, n_tasks: int, sft_steps: int, grpo_steps: int) -> None:
@@ -210,7 +230,10 @@ def main() -> None:
             demo(tmp, min(a.tasks, 4), a.sft_steps, a.grpo_steps)
             return
         recs = tasks(tmp, a.tasks)
-        model = warm_model(tmp, recs, a.sft_steps)
+        import contextlib
+
+        with contextlib.redirect_stdout(sys.stderr):  # the trainer prints its logs on stdout
+            model = warm_model(tmp, recs, a.sft_steps)
         res = {"config": {"tasks": a.tasks, "group": a.group, "max_new_tokens_per_turn": a.max_new_tokens,
                           "rounds": a.rounds, "threads": torch.get_num_threads()}}
         res["toolkit_batched"] = ours(model, recs, tmp, a.group, a.max_new_tokens, a.rounds, batched=True)
