@@ -132,3 +132,28 @@ def test_usage_errors(tmp_path):
 
     p = run_cmd(["sft", "--output-dir", str(tmp_path)], stdin=jsonl([dual_control_record().model_dump(mode="json", by_alias=True)]))
     assert p.returncode == 2 and "--model PATH" in p.stderr
+
+
+def test_flow_recipes_sections_are_real_settings():
+    """Every key of each flow recipe's sft: / grpo: section reaches a real setting (no silent typos)."""
+    import dataclasses
+
+    import yaml
+    from trl import SFTConfig
+
+    from conftest import ROOT
+    from toolkit.train import sft
+    from toolkit.train.grpo import GRPOOptions
+
+    sft_fields = {f.name for f in dataclasses.fields(SFTConfig)} | sft._OURS | {"assistant_only_loss"}
+    grpo_fields = set(GRPOOptions.__dataclass_fields__) | {"judge_rubric", "use_cpu", "accelerator", "lora",
+                                                           "chat_template", "require", "diff_exclude"}
+    for flow in ("logigen", "eigendata", "astra", "simia"):
+        recipe = yaml.safe_load((ROOT / "recipes" / f"{flow}.yaml").read_text())
+        assert set(recipe["sft"]) <= sft_fields, (flow, set(recipe["sft"]) - sft_fields)
+        assert set(recipe["grpo"]) <= grpo_fields, (flow, set(recipe["grpo"]) - grpo_fields)
+        o = GRPOOptions.from_config(recipe["grpo"])
+        assert o.variant == recipe["grpo"]["variant"]
+        kw = sft.trainer_kwargs(recipe["sft"], SFTConfig, {"output_dir": "x", "report_to": "none", **sft.cpu_defaults()})
+        kw.update(sft.cpu_defaults())
+        SFTConfig(**kw)  # constructs: every value has the right type
