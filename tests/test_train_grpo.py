@@ -226,3 +226,43 @@ def test_usage_errors(tmp_path):
     assert p.returncode == 2 and "--model PATH" in p.stderr
     p = run_cmd(["grpo", "--model", "x", "--output-dir", str(tmp_path), "--group-size", "1"], stdin="")
     assert p.returncode == 2 and "num_generations" in p.stderr
+
+
+def test_simia_rl_simulated_env_and_llm_reward(tiny_model, tmp_path):
+    """Simia-RL: the environment is an LLM (simulate-env's role) and the reward an LLM judge (Simia
+    rubric), both over loopback HTTP; KL to the reference model (beta 0.001) and clip-high 0.28."""
+    import asyncio
+
+    rec = Record.model_validate({
+        "id": "sim-1", "env": {"backend": "simulated", "config": {
+            "policy": "Answer questions about the documents.",
+            "tools": [{"type": "function", "function": {
+                "name": "search_docs", "description": "Search the documents.",
+                "parameters": {"type": "object", "properties": {"query": {"type": "string"}},
+                               "required": ["query"]}}}]}},
+        "task": {"instruction": "What is the refund window?"}})
+    good = [call_text("search_docs", {"query": "refund"}), "ANSWER: 30 days.<|im_end|>"]
+    bad = ["I do not know.<|im_end|>"]
+    scripts = {f"sim-1-s{s}-g{k}": (good if k == 0 else bad) for s in (0, 1) for k in (0, 1)}
+
+    def llm(req):
+        if "You simulate tool execution" in (req["messages"][0].get("content") or ""):
+            return json.dumps({"success": True, "observation": {"hits": ["Refunds are accepted for 30 days."]}})
+        ok = "ANSWER: 30 days" in json.dumps(req["messages"])
+        return json.dumps({"reasoning": "checked", "evidence": "final answer", "task_success": ok,
+                           "confidence": 0.9})
+
+    with ScriptedServer(llm) as srv:
+        run = make_run(tiny_model, tmp_path, [rec], scripts, num_generations=2, tasks_per_step=1, variant="simia",
+                       env_base_url=srv.base_url, judge_base_url=srv.base_url, judge_model="scripted-model",
+                       rollouts=str(tmp_path / "roll.jsonl"))
+        assert run.opts.beta == 0.001 and run.opts.eps_high == 0.28 and run.ref is not None
+        m1 = asyncio.run(run.train_step())
+        m2 = asyncio.run(run.train_step())
+    assert m1["reward_mean"] == 0.5 and m2["reward_mean"] == 0.5
+    assert m1["kl"] == pytest.approx(0.0, abs=1e-6) and m2["kl"] > 0  # the policy moved away from the reference
+    rolled = [json.loads(x) for x in (tmp_path / "roll.jsonl").read_text().splitlines()]
+    traj = rolled[0]["trajectories"][0]
+    assert "Refunds are accepted for 30 days." in traj["messages"][3]["content"]  # the simulated env answered
+    verdicts = rolled[0]["verdicts"]
+    assert [(v["kind"], v["name"], v["passed"]) for v in verdicts] == [("llm", "judge", True), ("llm", "judge", False)]

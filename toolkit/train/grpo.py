@@ -436,7 +436,8 @@ class Rollouts:
         self.side_cfg = side_cfg
         self.meter = meter
         vcfg = {**side_cfg, "strategy": list(opts.verify_strategy), "lambda_err": opts.lambda_err,
-                "filter": "all", "require": cfg.get("require")}
+                "filter": "all", "require": cfg.get("require"),
+                "judge_rubric": cfg.get("judge_rubric") or VARIANTS[opts.variant].get("judge_rubric")}
         self.verify_fn = verify.build(vcfg, meter)
         self._user_client = None
 
@@ -564,7 +565,7 @@ def policy_loss(model, ref_model, items, opts: GRPOOptions, backward, old_logps:
                 ref = selective_log_softmax(rl, ids[:, 1:], temperature=opts.temperature)
             kl = torch.exp(ref - logps) - (ref - logps) - 1
             per_tok = per_tok + opts.beta * kl
-            stats["kl"] += float((kl * pmask).sum())
+            stats["kl"] += float((kl.detach() * pmask).sum())
         loss = (per_tok * w * pmask).sum()
         backward(loss)
         stats["loss"] += float(loss.detach())
