@@ -191,6 +191,20 @@ def prepare_system(messages: list[dict], mode: str = "keep") -> list[dict]:
     return messages
 
 
+def user_tools(record: Record) -> list[dict]:
+    """The user side's own tools (dual-control domains), from the record's environment; [] when it
+    cannot be built here."""
+    if record.env is None:
+        return []
+    try:
+        from toolkit.envs import load_env
+
+        with load_env(record.env) as env:
+            return prepare_tools(env.tools("user"))
+    except Exception:
+        return []
+
+
 def training_row(record: Record, traj: Trajectory, role: str = "assistant", ti: int = 0,
                  tool_schema: str = "full", system_prompt: str = "keep") -> dict:
     if role not in ROLES:
@@ -200,7 +214,7 @@ def training_row(record: Record, traj: Trajectory, role: str = "assistant", ti: 
         tools = prepare_tools(traj.tools, tool_schema)
     else:
         messages = user_messages(record, traj, ti)
-        tools = []
+        tools = user_tools(record) if any(m.get("tool_calls") for m in messages) else []
     if not any(m["role"] == "assistant" for m in messages):
         raise StageError(f"trajectory {traj.id} has no {role} turn to train on", field=f"trajectories[{ti}].messages")
     return {"id": f"{record.id}/{traj.id}", "role": role, "messages": messages, "tools": tools,
