@@ -169,6 +169,13 @@ def test_dynamic_filtering_drops_the_all_equal_group(tiny_model, tmp_path):
     assert m["reward_mean"] == 0.75 and m["tool_calls"] == 4 and m["trained"]
     with open(tmp_path / "out" / "metrics.jsonl") as f:
         assert json.loads(f.readline())["groups_trained"] == 1
+    # several policy updates per batch (importance ratios vs the sampling-time log-probs), micro-batches of 2
+    for k in range(2):
+        run.generator.scripts[f"tk-red-s1-g{k}"] = scripts[f"tk-red-s0-g{k}"]
+        run.generator.scripts[f"tk-blue-s1-g{k}"] = scripts[f"tk-blue-s0-g{k}"]
+    run.opts.num_iterations, run.opts.micro_batch = 3, 2
+    m = asyncio.run(run.train_step())
+    assert m["trained"] and m["groups_trained"] == 1 and 0.0 <= m["clip_fraction"] <= 1.0
 
 
 def test_adaptive_batch_filling_keeps_the_batch_full_from_the_buffer(tiny_model, tmp_path):

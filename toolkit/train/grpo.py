@@ -551,8 +551,10 @@ def policy_loss(model, ref_model, items, opts: GRPOOptions, backward, old_logps:
                 w[r, idx] = torch.tensor(weights[i][-len(pos):], device=device, dtype=w.dtype)
         logits = model(input_ids=ids, attention_mask=att).logits[:, :-1, :]
         logps = selective_log_softmax(logits, ids[:, 1:], temperature=opts.temperature)
-        if old_logps is not None:
-            old = torch.stack([old_logps[i] for i in chunk]).to(device)
+        if old_logps is not None:  # sampling-time log-probs (num_iterations > 1), padded to this chunk
+            old = torch.zeros_like(logps)
+            for r, i in enumerate(chunk):
+                old[r, : old_logps[i].shape[0]] = old_logps[i].to(device)
         else:
             old = logps.detach()
         ratio = torch.exp(logps - old)
@@ -581,9 +583,8 @@ def compute_old_logps(model, items, opts: GRPOOptions) -> dict:
     out = {}
     device = next(model.parameters()).device
     with torch.no_grad():
-        L = max(len(ep.ids) for ep, _, _ in items)
         for i, (ep, _, _) in enumerate(items):
-            ids = torch.tensor([ep.ids + [0] * (L - len(ep.ids))], device=device)
+            ids = torch.tensor([ep.ids], device=device)
             logits = model(input_ids=ids).logits[:, :-1, :]
             out[i] = selective_log_softmax(logits, ids[:, 1:], temperature=opts.temperature)[0]
     return out
