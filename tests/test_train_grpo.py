@@ -273,3 +273,22 @@ def test_simia_rl_simulated_env_and_llm_reward(tiny_model, tmp_path):
     assert "Refunds are accepted for 30 days." in traj["messages"][3]["content"]  # the simulated env answered
     verdicts = rolled[0]["verdicts"]
     assert [(v["kind"], v["name"], v["passed"]) for v in verdicts] == [("llm", "judge", True), ("llm", "judge", False)]
+
+
+def test_strict_tool_calls_never_repair_malformed_json(tiny_model, tmp_path):
+    import asyncio
+
+    from toolkit.train import grpo as G
+
+    assert G._strictly_valid(call_text("insert_ticket", {"code": "red"}))
+    assert not G._strictly_valid("<tool_call>\n{'name': 'insert_ticket', 'arguments': {'code': 'red'}}\n</tool_call>")
+    assert not G._strictly_valid('<tool_call>\n{"name": "insert_ticket", "arguments": "{}"}\n</tool_call>')
+    recs = ticket_tasks(tmp_path, ["red"])
+    sloppy = "<tool_call>\n{'name': 'insert_ticket', 'arguments': {'code': 'red'}}\n</tool_call><|im_end|>"
+    scripts = {f"tk-red-s0-g{k}": [sloppy, DONE] for k in (0, 1)}
+    lenient = make_run(tiny_model, tmp_path, recs, dict(scripts), num_generations=2)
+    g, _ = asyncio.run(lenient.rollouts.group(recs[0], 0))
+    assert g.rewards == [1.0, 1.0]  # the toolkit's parser repairs the quotes and the call runs
+    strict = make_run(tiny_model, tmp_path, recs, dict(scripts), num_generations=2, strict_tool_calls=True)
+    g, _ = asyncio.run(strict.rollouts.group(recs[0], 0))
+    assert g.rewards == [0.0, 0.0] and all(e.format_errors == 1 and not e.traj.steps for e in g.items)

@@ -104,6 +104,7 @@ class GRPOOptions:
     vllm_server_host: str = "127.0.0.1"
     vllm_server_port: int = 8000
     log_completions: bool = False
+    strict_tool_calls: bool = False    # a <tool_call> block must be valid JSON as generated (no repair)
 
     @classmethod
     def from_config(cls, cfg: dict) -> "GRPOOptions":
@@ -325,6 +326,29 @@ def _render_copy(messages: list[dict]) -> list[dict]:
     return out
 
 
+_TOOL_BLOCK = None
+
+
+def _strictly_valid(text: str) -> bool:
+    """Every <tool_call> block is a JSON object {"name": str, "arguments": object} exactly as written."""
+    import re
+
+    global _TOOL_BLOCK
+    if _TOOL_BLOCK is None:
+        _TOOL_BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>", re.S)
+    blocks = _TOOL_BLOCK.findall(text)
+    if not blocks:
+        return False
+    for b in blocks:
+        try:
+            obj = json.loads(b)
+        except json.JSONDecodeError:
+            return False
+        if not (isinstance(obj, dict) and isinstance(obj.get("name"), str) and isinstance(obj.get("arguments", {}), dict)):
+            return False
+    return True
+
+
 class PolicyAgent:
     """rollout's Agent protocol (`act(messages, tools, usage) -> assistant message`) backed by the
     policy being trained; records the token stream of its episode (see module doc)."""
@@ -392,6 +416,8 @@ class PolicyAgent:
             if sp:
                 text = text.replace(sp, "")
         content, calls, err = parse_tool_calls(text)
+        if calls and self.opts.strict_tool_calls and not _strictly_valid(text):
+            content, calls, err = text, [], "tool call is not valid JSON as generated"
         if err:
             self.format_errors += 1
         msg: dict = {"role": "assistant", "content": content if content is not None else ("" if not calls else None)}
