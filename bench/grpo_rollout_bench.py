@@ -85,7 +85,7 @@ def ours(model: str, recs, tmp: Path, group: int, max_new: int, rounds: int, bat
 
     cfg = {"use_cpu": True, "max_new_tokens": max_new, "max_turns": 2, "tool_schema": "compact",
            "system_prompt": "drop", "num_generations": group, "tasks_per_step": len(recs), "max_steps": 1,
-           "temperature": 1.0}
+           "temperature": 1.0, "strict_tool_calls": True}  # parse like TRL: no JSON repair
     run = G.GRPORun(cfg, recs, model, str(tmp / "grpo-bench"))
     gen = run.generator
 
@@ -218,6 +218,7 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--sft-steps", type=int, default=80)
+    ap.add_argument("--repeats", type=int, default=3, help="interleaved repeats; the median is reported")
     ap.add_argument("--demo", action="store_true", help="sft then grpo on the tiny model; print reward per step")
     ap.add_argument("--grpo-steps", type=int, default=30)
     a = ap.parse_args()
@@ -236,9 +237,14 @@ def main() -> None:
             model = warm_model(tmp, recs, a.sft_steps)
         res = {"config": {"tasks": a.tasks, "group": a.group, "max_new_tokens_per_turn": a.max_new_tokens,
                           "rounds": a.rounds, "threads": torch.get_num_threads()}}
-        res["toolkit_batched"] = ours(model, recs, tmp, a.group, a.max_new_tokens, a.rounds, batched=True)
+        runs: dict[str, list] = {"toolkit_batched": [], "trl_tool_loop": []}
+        for _ in range(a.repeats):  # interleaved, median: the machine may be shared
+            runs["toolkit_batched"].append(ours(model, recs, tmp, a.group, a.max_new_tokens, a.rounds, batched=True))
+            runs["trl_tool_loop"].append(trl_loop(model, recs, tmp, a.group, a.max_new_tokens, a.rounds))
+        for k, v in runs.items():
+            v.sort(key=lambda r: r["episodes_per_s"])
+            res[k] = {**v[len(v) // 2], "episodes_per_s_all": [r["episodes_per_s"] for r in v]}
         res["toolkit_unbatched"] = ours(model, recs, tmp, a.group, a.max_new_tokens, 1, batched=False)
-        res["trl_tool_loop"] = trl_loop(model, recs, tmp, a.group, a.max_new_tokens, a.rounds)
         b, t = res["toolkit_batched"], res["trl_tool_loop"]
         res["ratio_episodes_per_s_toolkit_vs_trl"] = round(b["episodes_per_s"] / t["episodes_per_s"], 2)
         res["ratio_tokens_per_s_toolkit_vs_trl"] = round(b["gen_tokens_per_s"] / max(1e-9, t["gen_tokens_per_s"]), 2)
