@@ -3,7 +3,6 @@
 import json
 import os
 
-import pytest
 
 from conftest import jsonl, requires_train, run_cmd
 from toolkit.train import export as X

@@ -31,7 +31,6 @@ reuse TRL's `selective_log_softmax` and its vLLM server client (`trl vllm-serve`
 from __future__ import annotations
 
 import asyncio
-import copy
 import json
 import math
 import os
