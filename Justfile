@@ -76,3 +76,33 @@ simia seeds="" n="2" *ARGS:
 # QA → sandbox-checked python environments → F1 (qa); `both` runs both; prints yield/cost tables
 astra which="both" n="2":
     bash recipes/astra.sh {{which}} {{n}}
+
+# ---- training (sft / grpo; docs/training.md). Settings come from the flow recipe's sft: / grpo: sections.
+
+# SFT on verified records: just sft logigen out/airline.passed.jsonl /models/Qwen2.5-7B-Instruct ckpt/sft
+sft flow="logigen" data="out/airline.passed.jsonl" model="" out="ckpt/sft" *ARGS:
+    sft --recipe recipes/{{flow}}.yaml -i {{data}} --model {{model}} --output-dir {{out}} {{ARGS}}
+
+# user-simulator SFT on the user turns (EigenData): just sft-user eigendata out/dialogues.jsonl /models/M ckpt/user
+sft-user flow="eigendata" data="out/airline.passed.jsonl" model="" out="ckpt/sft-user" *ARGS:
+    sft --role user --recipe recipes/{{flow}}.yaml -i {{data}} --model {{model}} --output-dir {{out}} {{ARGS}}
+
+# training rows for another stack: just sft-export sharegpt out/airline.passed.jsonl > train.jsonl
+sft-export format="sharegpt" data="out/airline.passed.jsonl" *ARGS:
+    sft --export {{format}} --filter passed -i {{data}} {{ARGS}}
+
+# GRPO on a bundled domain's tasks: just grpo logigen airline ckpt/sft ckpt/grpo
+grpo flow="logigen" domain="airline" model="" out="ckpt/grpo" *ARGS:
+    toolkit tasks {{domain}} | grpo --recipe recipes/{{flow}}.yaml --model {{model}} --output-dir {{out}} --rollouts {{out}}/rollouts.jsonl {{ARGS}}
+
+# GRPO on a cluster node (vLLM server on GPU 0, 7 training GPUs): just grpo-slurm /models/ckpt-sft tasks.jsonl logigen
+grpo-slurm model tasks flow="logigen" variant="ta-grpo":
+    sbatch recipes/cluster/grpo-vllm.sbatch {{model}} {{tasks}} recipes/{{flow}}.yaml {{variant}}
+
+# CPU demo of the whole training path on a tiny model built offline (no GPU, no download)
+train-demo:
+    python bench/grpo_rollout_bench.py --demo
+
+# rollout throughput inside grpo vs TRL's built-in tool loop (tiny model, CPU)
+bench-grpo:
+    python bench/grpo_rollout_bench.py

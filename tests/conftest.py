@@ -92,3 +92,57 @@ _SANDBOX_ISOLATION = _sandbox_isolation_for_tests()
 
 def pytest_report_header(config):
     return f"sandbox isolation: {_SANDBOX_ISOLATION}"
+
+
+# ----------------------------------------------------------------------------------------------
+# training (tests/test_train_*.py): a tiny chat model built offline, once per session
+
+
+def train_deps_ready() -> bool:
+    try:
+        import peft  # noqa: F401
+        import tokenizers  # noqa: F401
+        import transformers  # noqa: F401
+        import trl  # noqa: F401
+        return True
+    except Exception:
+        return False
+
+
+requires_train = pytest.mark.skipif(not train_deps_ready(),
+                                    reason="training extra not installed (pip install -e '.[train]')")
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory):
+    """Directory of a tiny Qwen2 (hidden 64) + byte-level BPE tokenizer with the toolkit chat template."""
+    if not train_deps_ready():
+        pytest.skip("training extra not installed")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+
+    torch.set_num_threads(1)
+    from toolkit.train.tiny import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.getbasetemp() / "tiny-model")
+
+
+@pytest.fixture(scope="session")
+def verified_airline():
+    """The bundled airline tasks replayed (rollout --agent replay) and verified (state_diff)."""
+    import asyncio
+
+    from toolkit import domains
+    from toolkit.schema import Record
+    from toolkit.stages import rollout, verify
+
+    roll = rollout.build({"agent_kind": "replay"}, None)
+    ver = verify.build({"strategy": ["state_diff"]}, None)
+
+    async def go():
+        out = []
+        for r in domains.load_tasks("airline"):
+            out.append(await ver(await roll(Record.model_validate(r))))
+        return out
+
+    return asyncio.run(go())

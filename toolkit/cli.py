@@ -451,16 +451,97 @@ make_verifier = strategy_command("make-verifier", """Generate and self-test exec
 Reads : accepted records;  Writes: records with verifier.spec=code, source, self_test
 Example: verify --filter passed < r.jsonl | make-verifier | verify --strategy code""",
     filter_help="Keep records whose verifier self-test passed / failed.")
-sft = _placeholder("sft", """Supervised fine-tuning (TRL SFTTrainer) on verified trajectories.
+def train_io_options(f: Callable) -> Callable:
+    return _compose(
+        click.option("-i", "--input", "input", metavar="FILE", help="Input records JSONL (.gz ok). Default: stdin."),
+        click.option("--rejects", metavar="FILE", help="Append rejected input lines here."),
+        click.option("--shard", metavar="I/N", help="Read only the stable hash partition I of N."),
+        click.option("--limit", type=int, metavar="N", help="Read at most N records."),
+        click.option("--progress/--no-progress", default=None, help="Progress on stderr (default: when a TTY)."),
+        click.option("--model", metavar="PATH", help="Local HF checkpoint directory (model + tokenizer) to train."),
+        click.option("--output-dir", metavar="DIR", help="Checkpoints, final model, metrics.jsonl, run.json."),
+        click.option("--chat-template", metavar="model|toolkit|FILE", default=None,
+                     help="Chat template: the model's (default), the toolkit's Hermes template, or a Jinja file."),
+        click.option("--resume-from-checkpoint", metavar="DIR|auto", default=None,
+                     help="Resume training from a checkpoint directory (auto = the newest in --output-dir)."),
+        click.option("--max-steps", type=int, default=None, help="Stop after N optimizer steps (TRL max_steps)."),
+        click.option("--learning-rate", type=float, default=None, help="Learning rate (recipe: learning_rate)."),
+        click.option("--seed", type=int, default=None, help="Training seed."),
+        click.option("--tool-schema", type=click.Choice(["full", "compact"]), default=None,
+                     help="Tool schemas in the prompt: as offered (default) or compact (short descriptions)."),
+        click.option("--system-prompt", type=click.Choice(["keep", "drop"]), default=None,
+                     help="Keep the system prompt (domain policy; default) or drop it."),
+    )(f)
+
+
+@_cmd("sft", """Supervised fine-tuning (TRL SFTTrainer) on verified trajectories.
 
 \b
-Reads : verified records;  Writes: a checkpoint directory (+ a JSONL run record)
-Example: verify --filter passed < r.jsonl | sft --base-model M --output-dir ckpt""", "a later issue")
-grpo = _placeholder("grpo", """GRPO (TRL GRPOTrainer) with multi-turn environment rollouts.
+Reads : records with trajectories (verify them first: --filter uses their verdicts)
+Writes: --output-dir (checkpoints, final model, metrics.jsonl, run.json); with --export FORMAT
+        the training rows as JSONL on stdout/--output instead (no training)
+Loss  : assistant turns only (the chat template's {% generation %} markers); --role user trains
+        a user-simulator model on the user turns (EigenData user-model SFT)
+Config: every key of the recipe's `sft:` section that is a trl.SFTConfig / TrainingArguments field
+        (optimizer, schedule, precision, deepspeed, fsdp, save_*, ...); `lora:` = peft.LoraConfig fields
 
 \b
-Reads : task records;  Writes: a checkpoint directory (+ JSONL training log)
-Example: grpo --recipe recipes/logigen.yaml < tasks.jsonl""", "a later issue")
+Example:
+  toolkit tasks airline | rollout --agent replay | verify | sft --filter passed --model ./Qwen2.5-0.5B-Instruct --output-dir ckpt/sft
+  verify --filter passed < r.jsonl | sft --export sharegpt > train.sharegpt.jsonl""")
+@train_io_options
+@config_options
+@click.option("-o", "--output", "output", metavar="FILE", help="With --export: write rows here (default stdout).")
+@click.option("--role", type=click.Choice(["assistant", "user"]), default="assistant", show_default=True,
+              help="Which side is trained: the agent (assistant turns) or the user simulator (user turns).")
+@click.option("--filter", "filter", type=click.Choice(["all", "passed", "failed"]), default="all", show_default=True,
+              help="Keep trajectories verify passed / failed (scores.verify.passed, else their verify verdicts).")
+@click.option("--min-reward", type=float, default=None, help="Keep trajectories with reward >= this.")
+@click.option("--export", "export", type=click.Choice(["chat", "openai", "sharegpt", "hermes"]), default=None,
+              help="Write training rows in this format instead of training.")
+@click.option("--lora/--no-lora", "lora", default=None, help="Train LoRA adapters (peft; recipe `lora:` sets r, alpha ...).")
+@click.option("--epochs", "num_train_epochs", type=float, default=None, help="Epochs (TRL num_train_epochs).")
+@stage_command
+def sft(cfg: dict) -> int:
+    from toolkit.train import sft as stage
+
+    return stage.main(cfg)
+
+
+@_cmd("grpo", """GRPO on live multi-turn episodes against our environments, rewards from verify.
+
+\b
+Reads : task records (env + task; the same records `rollout` reads)
+Writes: --output-dir (checkpoints, final model, metrics.jsonl with reward mean/std, filtered
+        fraction, buffer size, turns, tool errors, tokens/s per step); --rollouts FILE keeps every
+        verified episode as records
+Loop  : per step, G episodes per task (rollout's run_episode: policy x user simulator x env),
+        scored by verify's strategies (state_diff R and dense r_t, actions, f1, code, judge), then
+        the variant's advantages (--variant grpo | eigendata | astra | ta-grpo | simia) and a
+        clipped policy-gradient update on the policy's own sampled token ids
+Config: recipe `grpo:` section (see docs/training.md for every key)
+
+\b
+Example:
+  toolkit tasks airline | grpo --model ckpt/sft --output-dir ckpt/grpo --variant ta-grpo --recipe recipes/logigen.yaml""")
+@train_io_options
+@config_options
+@llm_options("user", "User simulator")
+@llm_options("judge", "Judge")
+@click.option("--variant", type=click.Choice(["grpo", "eigendata", "astra", "ta-grpo", "simia"]), default=None,
+              help="Preset of advantage / filtering / loss settings from one paper (recipe keys override).")
+@click.option("--group-size", "num_generations", type=int, default=None, help="Episodes per task (G).")
+@click.option("--tasks-per-step", type=int, default=None, help="Tasks (groups) per optimizer step.")
+@click.option("--max-turns", type=int, default=None, help="Max agent turns per episode.")
+@click.option("--max-new-tokens", type=int, default=None, help="Max generated tokens per agent turn.")
+@click.option("--verify-strategy", "verify_strategy", multiple=True, help="verify strategies for the reward (repeatable).")
+@click.option("--rollouts", metavar="FILE", default=None, help="Append every verified episode group as a record here.")
+@click.option("--lora/--no-lora", "lora", default=None, help="Train LoRA adapters (peft).")
+@stage_command
+def grpo(cfg: dict) -> int:
+    from toolkit.train import grpo as stage
+
+    return stage.main(cfg)
 
 
 COMMANDS: dict[str, click.Command] = {

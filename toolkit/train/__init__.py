@@ -1,4 +1,5 @@
-"""Training-side code: reward functions (pure), and later SFT / GRPO trainers.
+"""Training-side code: reward functions (pure), training-row export, GRPO advantage math, and the
+`sft` / `grpo` trainers (toolkit.train.sft, toolkit.train.grpo; need the `train` extra).
 
 `toolkit.train.rewards` has no heavy dependencies (no torch/trl) so that `verify` can use it.
 """

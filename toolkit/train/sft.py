@@ -1,0 +1,306 @@
+"""`sft`: supervised fine-tuning on verified trajectories with TRL's SFTTrainer.
+
+Flow: records (stdin / --input) → `toolkit.train.export` rows (agent view, or the user simulator's
+view with `--role user`; `--filter`/`--min-reward` on verify's decisions) → tokenized here with the
+model's chat template (`apply_chat_template(messages, tools=..., return_assistant_tokens_mask=True)`)
+→ a `datasets.Dataset` of `input_ids` + `assistant_masks` → `trl.SFTTrainer`, which turns the mask
+into labels (-100 outside the trained turns).
+
+Why tokenize here instead of letting TRL do it: rows hold heterogeneous nested data (tool-call
+argument dicts with different keys, JSON schemas). An Arrow table unifies struct fields across rows
+and fills missing keys with null, so a conversational dataset would render
+`{"reservation_id": 1003, "user_id": null}`; pre-tokenized rows never go through Arrow as structs.
+The loss mask is then exactly what the template's `{% generation %}` markers cover (the assistant
+turns, or the user turns for `--role user`); a template without markers is patched with TRL's
+`get_training_chat_template` (known families) or replaced with `--chat-template toolkit`.
+
+Settings: every key of the recipe's `sft:` section (and `defaults:`) that is a field of
+`trl.SFTConfig` (hence of `transformers.TrainingArguments`: optimizer, schedule, precision,
+`deepspeed`, `fsdp`, `accelerator_config`, `save_*`, `report_to` …) is passed through; `lora:` (a
+mapping of `peft.LoraConfig` fields, or `--lora`) wraps the model with PEFT. Multi-GPU / multi-node
+is `accelerate launch --config_file recipes/cluster/accelerate-*.yaml -m toolkit.cli sft ...`.
+Outputs in --output-dir: checkpoints (`checkpoint-N/`), the final model + tokenizer, `metrics.jsonl`
+(one JSON object per log step), `run.json` (config, rows, timings).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from toolkit.io import IOOptions, RecordStream, UsageError, log
+from toolkit.train import export as X
+
+# our CLI / stream keys that are never trainer settings
+_OURS = {"input", "output", "rejects", "resume", "shard", "limit", "unordered", "progress", "concurrency",
+         "recipe", "print_config", "recipe_hash", "model", "role", "filter", "min_reward", "export", "lora",
+         "chat_template", "resume_from_checkpoint", "max_rows", "tool_schema", "system_prompt"}
+
+
+def collect_rows(cfg: dict, role: str) -> tuple[list[dict], Any]:
+    """Read records (rejects with line numbers as every stage does) and return training rows."""
+    opts = IOOptions.from_config(cfg)
+    opts = dataclasses.replace(opts, output=None, resume=False)
+    rows: list[dict] = []
+    filt = cfg.get("filter") or "all"
+    min_reward = cfg.get("min_reward")
+
+    def fn(record):
+        rows.extend(X.record_rows(record, role=role, filter=filt,
+                                  min_reward=None if min_reward is None else float(min_reward),
+                                  tool_schema=cfg.get("tool_schema") or "full",
+                                  system_prompt=cfg.get("system_prompt") or "keep"))
+        return None
+
+    stream = RecordStream(opts, "sft")
+    stream.run(fn)
+    return rows, stream
+
+
+def write_export(rows: list[dict], fmt: str, output: str | None) -> None:
+    out = sys.stdout if output in (None, "", "-") else open(output, "w", encoding="utf-8")
+    try:
+        for r in rows:
+            out.write(json.dumps(X.export_row(r, fmt), ensure_ascii=False) + "\n")
+    finally:
+        if out is not sys.stdout:
+            out.close()
+
+
+# ----------------------------------------------------------------------------------------------
+# tokenizer / template
+
+
+def load_tokenizer(model_path: str, chat_template: str | None = None):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_path)
+    apply_template(tok, chat_template)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def apply_template(tok, chat_template: str | None) -> None:
+    """chat_template: None/"model" = the model's (patched by TRL for assistant masks when it has no
+    generation markers), "toolkit" = toolkit.train.template, or a path to a Jinja file."""
+    from toolkit.train.template import CHAT_TEMPLATE
+
+    if chat_template in (None, "", "model"):
+        if not getattr(tok, "chat_template", None):
+            tok.chat_template = CHAT_TEMPLATE
+        return
+    if chat_template == "toolkit":
+        tok.chat_template = CHAT_TEMPLATE
+        return
+    with open(chat_template, encoding="utf-8") as f:
+        tok.chat_template = f.read()
+
+
+def ensure_generation_markers(tok) -> None:
+    from trl.chat_template_utils import get_training_chat_template, has_generation_markers
+
+    if has_generation_markers(tok.chat_template):
+        return
+    try:
+        patched = get_training_chat_template(tok)
+    except Exception as e:
+        raise UsageError(f"the model's chat template has no {{% generation %}} markers and TRL cannot patch it "
+                         f"({e}); use --chat-template toolkit or a template file with the markers") from None
+    if patched:
+        tok.chat_template = patched
+
+
+def tokenize_row(tok, row: dict, assistant_only: bool = True, max_length: int | None = None) -> dict:
+    out = tok.apply_chat_template(row["messages"], tools=row.get("tools") or None, tokenize=True,
+                                  return_dict=True, return_assistant_tokens_mask=assistant_only)
+    ids = list(out["input_ids"])
+    res = {"input_ids": ids}
+    if assistant_only:
+        res["assistant_masks"] = list(out["assistant_masks"])
+    if max_length:
+        res = {k: v[:max_length] for k, v in res.items()}
+    return res
+
+
+def trained_text(tok, example: dict) -> str:
+    """Decode the tokens that carry loss (for tests and `sft --show-mask`)."""
+    mask = example.get("assistant_masks") or [1] * len(example["input_ids"])
+    return tok.decode([t for t, m in zip(example["input_ids"], mask) if m])
+
+
+# ----------------------------------------------------------------------------------------------
+# config
+
+
+def _field_names(cls) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls)}
+
+
+def trainer_kwargs(cfg: dict, cls, defaults: dict) -> dict:
+    """Keys of cfg that are fields of `cls` (SFTConfig / TrainingArguments), over our defaults."""
+    names = _field_names(cls)
+    kw = dict(defaults)
+    for k, v in cfg.items():
+        if k in names and k not in _OURS and v is not None:
+            kw[k] = v
+    return kw
+
+
+def cpu_defaults() -> dict:
+    try:
+        import torch
+
+        has_gpu = torch.cuda.is_available()
+    except Exception:  # pragma: no cover
+        has_gpu = False
+    if has_gpu:
+        return {}
+    return {"use_cpu": True, "bf16": False, "gradient_checkpointing": False, "dataloader_pin_memory": False}
+
+
+def lora_config(cfg: dict):
+    spec = cfg.get("lora")
+    if not spec:
+        return None
+    from peft import LoraConfig
+
+    kw = {"r": 8, "lora_alpha": 16, "lora_dropout": 0.0, "target_modules": "all-linear", "task_type": "CAUSAL_LM"}
+    if isinstance(spec, dict):
+        kw.update(spec)
+    return LoraConfig(**kw)
+
+
+class MetricsJSONL:
+    """TrainerCallback: every log → one JSON line in <output_dir>/metrics.jsonl."""
+
+    def __init__(self, path: str, extra: dict | None = None):
+        self.path = path
+        self.extra = extra or {}
+        self.t0 = time.time()
+
+    def __call__(self):  # pragma: no cover - not used
+        return self
+
+    def make(self):
+        from transformers import TrainerCallback
+
+        outer = self
+
+        class _CB(TrainerCallback):
+            def on_log(self, args, state, control, logs=None, **kw):
+                if not state.is_world_process_zero or not logs:
+                    return
+                rec = {"step": state.global_step, "epoch": state.epoch, "time": round(time.time() - outer.t0, 3),
+                       **outer.extra, **logs}
+                with open(outer.path, "a", encoding="utf-8") as f:
+                    f.write(json.dumps(rec, default=float) + "\n")
+
+        return _CB()
+
+
+def resolve_resume(value: Any, output_dir: str) -> str | bool | None:
+    if value in (None, False, "", "no", "none"):
+        return None
+    if value in (True, "auto", "last", "latest"):
+        from transformers.trainer_utils import get_last_checkpoint
+
+        last = get_last_checkpoint(output_dir) if os.path.isdir(output_dir) else None
+        if last is None:
+            log(f"sft: no checkpoint in {output_dir} to resume from; starting fresh")
+        return last
+    if not os.path.isdir(str(value)):
+        raise UsageError(f"--resume-from-checkpoint {value}: not a directory")
+    return str(value)
+
+
+# ----------------------------------------------------------------------------------------------
+# the command
+
+
+def main(cfg: dict) -> int:
+    role = cfg.get("role") or "assistant"
+    if role not in X.ROLES:
+        raise UsageError(f"--role must be one of {', '.join(X.ROLES)}")
+    fmt = cfg.get("export")
+    rows, stream = collect_rows(cfg, role)
+    if fmt:
+        write_export(rows, fmt, cfg.get("output"))
+        log(f"sft --export {fmt}: {len(rows)} rows")
+        return stream.exit_code()
+    if not rows:
+        log("sft: no training rows (check --filter / --min-reward and the input)")
+        return 1
+    model_path = cfg.get("model")
+    out_dir = cfg.get("output_dir")
+    if not model_path:
+        raise UsageError("sft needs --model PATH (a local HF checkpoint directory) unless --export is given")
+    if not out_dir:
+        raise UsageError("sft needs --output-dir DIR")
+    result = train(rows, cfg, model_path, out_dir)
+    log(f"sft: {json.dumps(result)}")
+    return stream.exit_code()
+
+
+def build_dataset(tok, rows: list[dict], assistant_only: bool, max_length: int | None):
+    from datasets import Dataset
+
+    data = [tokenize_row(tok, r, assistant_only, max_length) for r in rows]
+    if assistant_only:
+        empty = [r["id"] for r, d in zip(rows, data) if 1 not in d["assistant_masks"]]
+        if len(empty) == len(rows):
+            raise UsageError("no token is trained: the chat template's {% generation %} markers cover nothing "
+                             "(or --max-length cuts every trained turn)")
+        data = [d for d in data if 1 in d["assistant_masks"]]
+    return Dataset.from_list(data)
+
+
+def train(rows: list[dict], cfg: dict, model_path: str, out_dir: str) -> dict:
+    import torch
+    from transformers import AutoModelForCausalLM
+    from trl import SFTConfig, SFTTrainer
+
+    t0 = time.time()
+    tok = load_tokenizer(model_path, cfg.get("chat_template"))
+    assistant_only = cfg.get("assistant_only_loss", True) is not False
+    if assistant_only:
+        ensure_generation_markers(tok)
+    max_length = cfg.get("max_length")
+    ds = build_dataset(tok, rows, assistant_only, int(max_length) if max_length else None)
+    defaults = {"output_dir": out_dir, "report_to": "none", "logging_steps": 1, "save_strategy": "steps",
+                "save_steps": 50, "save_total_limit": 2, "num_train_epochs": 2, "learning_rate": 5e-6,
+                "per_device_train_batch_size": 1, "max_length": None, **cpu_defaults()}
+    kw = trainer_kwargs(cfg, SFTConfig, defaults)
+    kw["output_dir"] = out_dir
+    kw["assistant_only_loss"] = False  # the mask is already in the dataset (assistant_masks → labels)
+    kw["completion_only_loss"] = False
+    kw.setdefault("dataset_num_proc", None)
+    args = SFTConfig(**kw)
+    dtype = torch.bfloat16 if args.bf16 else (torch.float16 if args.fp16 else torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
+    os.makedirs(out_dir, exist_ok=True)
+    metrics = MetricsJSONL(os.path.join(out_dir, "metrics.jsonl"), {"role": cfg.get("role") or "assistant"})
+    trainer = SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tok,
+                         peft_config=lora_config(cfg), callbacks=[metrics.make()])
+    resume = resolve_resume(cfg.get("resume_from_checkpoint"), out_dir)
+    out = trainer.train(resume_from_checkpoint=resume)
+    trainer.save_model(out_dir)
+    tok.save_pretrained(out_dir)
+    result = {"rows": len(rows), "examples": len(ds), "steps": trainer.state.global_step,
+              "train_loss": out.training_loss, "seconds": round(time.time() - t0, 2),
+              "resumed_from": resume, "output_dir": out_dir}
+    with open(os.path.join(out_dir, "run.json"), "w", encoding="utf-8") as f:
+        json.dump({"result": result, "config": {k: v for k, v in kw.items() if _jsonable(v)}}, f, indent=2, default=str)
+    return result
+
+
+def _jsonable(v: Any) -> bool:
+    try:
+        json.dumps(v)
+        return True
+    except TypeError:
+        return False
