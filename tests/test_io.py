@@ -190,7 +190,10 @@ def test_a_300mb_line_is_rejected_in_bounded_memory(tmp_path):
         f"o = IOOptions(input={str(inp)!r}, output={str(tmp_path / 'out.jsonl')!r}, "
         f"rejects={str(tmp_path / 'rej.jsonl')!r})\n"
         "s = RecordStream(o, 'test'); s.run(lambda r: r)\n"
-        "print(json.dumps({'rss_mb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "
+        # VmHWM is this process's own peak (ru_maxrss can carry the forking parent's peak over exec)
+        "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')]\n"
+        "peak = int(hwm[0].split()[1]) / 1024 if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024\n"
+        "print(json.dumps({'rss_mb': peak, "
         "'written': s.summary.written, 'rejected': s.summary.rejected}))\n")
     p = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, timeout=120,
                        cwd=str(tmp_path), env={"PYTHONPATH": str(__import__("conftest").ROOT), "PATH": "/usr/bin:/bin"})
