@@ -69,15 +69,26 @@ def parse_json_object(text: str | None, required: tuple[str, ...] = ()) -> dict:
     return obj
 
 
-def parse_tagged_json(text: str | None, tag: str) -> Any:
-    """The JSON inside <tag>...</tag> (EigenData's <intent>, <plan> ...)."""
+def tagged_text(text: str | None, tag: str, *, required: bool = True, allow_empty: bool = True) -> str | None:
+    """The stripped text inside <tag>...</tag> (the first block); None when the block is absent and
+    not `required`. Malformed: no block (required), an unclosed block, an empty one (not allow_empty)."""
     s = text or ""
     a, b = s.find(f"<{tag}>"), s.find(f"</{tag}>")
     if a < 0:
-        raise Malformed(f"no <{tag}> block")
+        if required:
+            raise Malformed(f"no <{tag}> block")
+        return None
     if b < 0:
         raise Malformed(f"<{tag}> block is not closed (truncated?)")
     body = s[a + len(tag) + 2:b].strip()
+    if not body and not allow_empty:
+        raise Malformed(f"<{tag}> is empty")
+    return body
+
+
+def parse_tagged_json(text: str | None, tag: str) -> Any:
+    """The JSON inside <tag>...</tag> (EigenData's <intent>, <plan> ...)."""
+    body = tagged_text(text, tag)
     if body.startswith("```"):
         body = body.strip("`")
         body = body[4:] if body.lower().startswith("json") else body
