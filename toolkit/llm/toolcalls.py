@@ -560,24 +560,32 @@ def _mk_call(name: Any, args: Any) -> dict:
             "function": {"name": name.strip(), "arguments": json.dumps(args, ensure_ascii=False)}}
 
 
-def _calls_from_obj(obj: Any) -> list[dict]:
+def call_pairs(obj: Any) -> list[tuple[Any, Any]]:
+    """The (name, arguments) pairs of a decoded tool-call JSON value, as written, unchecked: a call
+    object in any common shape (OpenAI `{"function": {"name", "arguments"}}`, `{"name"|"function"|
+    "tool", "arguments"|"parameters"|"args"|"input"}`, `{"tool_calls": [...]}`) or a list of them.
+    ValueError when a call is not a JSON object."""
     if isinstance(obj, list):
         out = []
         for o in obj:
-            out.extend(_calls_from_obj(o))
+            out.extend(call_pairs(o))
         return out
     if not isinstance(obj, dict):
         raise ValueError(f"tool call must be a JSON object, got {type(obj).__name__}")
     if isinstance(obj.get("tool_calls"), list):
-        return _calls_from_obj(obj["tool_calls"])
+        return call_pairs(obj["tool_calls"])
     if isinstance(obj.get("function"), dict):
         fn = obj["function"]
-        return [_mk_call(fn.get("name"), fn.get("arguments", fn.get("parameters")))]
+        return [(fn.get("name"), fn.get("arguments", fn.get("parameters")))]
     name = obj.get("name", obj.get("function", obj.get("tool")))
     for k in ("arguments", "parameters", "args", "input"):
         if k in obj:
-            return [_mk_call(name, obj[k])]
-    return [_mk_call(name, {})]
+            return [(name, obj[k])]
+    return [(name, {})]
+
+
+def _calls_from_obj(obj: Any) -> list[dict]:
+    return [_mk_call(name, args) for name, args in call_pairs(obj)]
 
 
 def _parse_xml_params(body: str) -> dict:

@@ -189,21 +189,12 @@ class _CallError(ValueError):
 
 
 def _call_objs(obj: Any) -> list[tuple[Any, Any]]:
-    if isinstance(obj, list):
-        out = []
-        for o in obj:
-            out.extend(_call_objs(o))
-        return out
-    if not isinstance(obj, dict):
-        raise _CallError("unparseable_call", f"a tool call must be a JSON object, got {type(obj).__name__}")
-    if isinstance(obj.get("function"), dict):  # OpenAI shape
-        fn = obj["function"]
-        return [(fn.get("name"), fn.get("arguments", {}))]
-    name = obj.get("name", obj.get("function", obj.get("tool")))
-    for k in ("arguments", "parameters", "args"):
-        if k in obj:
-            return [(name, obj[k])]
-    return [(name, {})]
+    from toolkit.llm.toolcalls import call_pairs
+
+    try:
+        return call_pairs(obj)
+    except ValueError as e:
+        raise _CallError("unparseable_call", str(e)) from None
 
 
 def _load(s: str, repair: bool, fixes: list[str]) -> Any:
