@@ -130,3 +130,19 @@ async def ask_structured(client: Any, messages: list[dict], parse: Callable[[str
         return Structured(value=value, text=text or "", attempts=attempt + 1, usage=usage, model=model,
                           errors=errors)
     raise RoleRejected(role, errors, usage)
+
+
+async def ask_prompt(client: Any, prompt: str, parse: Callable[[str | None], Any], *, usage: dict | None = None,
+                     role: str = "llm", attempts: int = 3, **overrides: Any) -> Structured:
+    """`ask_structured` with one user message; its requests are added into `usage` (when given)
+    whether a valid reply came or RoleRejected is raised."""
+    try:
+        got = await ask_structured(client, [{"role": "user", "content": prompt}], parse, role=role,
+                                   attempts=attempts, **overrides)
+    except RoleRejected as e:
+        if usage is not None:
+            add_usage(usage, e.usage)
+        raise
+    if usage is not None:
+        add_usage(usage, got.usage)
+    return got
