@@ -223,6 +223,20 @@ def write_records(path: str, records: Iterable[Record | dict]) -> int:
     return n
 
 
+def parse_jsonl(text: str, source: str = "<text>") -> list[Any]:
+    """The JSON values of a JSONL text (a small file read whole: stage logs, bundled tasks, tool docs),
+    blank lines skipped. ValueError `<source>:<line>: not valid JSON: <msg> at char <pos>`."""
+    out = []
+    for i, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{source}:{i}: not valid JSON: {e.msg} at char {e.pos}") from None
+    return out
+
+
 def dump_line(record: Record) -> str:
     return record.model_dump_json(by_alias=True) + "\n"
 

@@ -33,15 +33,9 @@ COLUMNS = ("stage", "in", "out", "yield", "rejected", "filtered", "pass", "llm_r
 
 
 def load(path: str | Path) -> list[dict]:
-    out = []
-    for i, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{i}: not JSON: {e.msg}") from None
-    return out
+    from toolkit.io import parse_jsonl
+
+    return parse_jsonl(Path(path).read_text(encoding="utf-8"), str(path))
 
 
 def rows(summaries: list[dict]) -> list[dict]:

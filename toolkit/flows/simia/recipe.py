@@ -113,10 +113,9 @@ def main(seeds: str, n: int, out_dir: str, recipe: str, limit: int | None, model
 
 
 def _lines(path: str) -> list[dict]:
-    if not Path(path).exists():
-        return []
-    with open(path, encoding="utf-8") as fi:
-        return [json.loads(line) for line in fi if line.strip()]
+    from toolkit.io import parse_jsonl
+
+    return parse_jsonl(Path(path).read_text(encoding="utf-8"), path) if Path(path).exists() else []
 
 
 def _rule(error: str) -> str:
