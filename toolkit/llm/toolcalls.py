@@ -119,21 +119,30 @@ def new_call_id() -> str:
     return "call_" + uuid.uuid4().hex[:24]
 
 
-def tool_calls_to_text(tool_calls: list[dict]) -> str:
-    """Render OpenAI-shaped tool calls as Hermes `<tool_call>` blocks."""
-    blocks = []
-    for tc in tool_calls or []:
-        fn = tc.get("function", tc)
-        args = fn.get("arguments", {})
-        if isinstance(args, str):
-            try:
-                args = json.loads(args) if args.strip() else {}
-            except ValueError:
+def decoded_call(tc: dict, repair: bool = True) -> tuple[Any, Any]:
+    """(name, arguments) of an OpenAI-shaped (or flat {name, arguments}) tool call, the arguments
+    decoded from their JSON string (an empty one is {}; repaired when `repair`); a string that does
+    not decode is kept as it is."""
+    fn = tc.get("function", tc)
+    args = fn.get("arguments", {})
+    if isinstance(args, str):
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except ValueError:
+            if repair:
                 try:
                     args = repair_json(args)
                 except ValueError:
                     pass  # keep the raw string
-        blocks.append("<tool_call>\n" + json.dumps({"name": fn.get("name"), "arguments": args},
+    return fn.get("name"), args
+
+
+def tool_calls_to_text(tool_calls: list[dict]) -> str:
+    """Render OpenAI-shaped tool calls as Hermes `<tool_call>` blocks."""
+    blocks = []
+    for tc in tool_calls or []:
+        name, args = decoded_call(tc)
+        blocks.append("<tool_call>\n" + json.dumps({"name": name, "arguments": args},
                                                    ensure_ascii=False) + "\n</tool_call>")
     return "\n".join(blocks)
 

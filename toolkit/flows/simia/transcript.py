@@ -339,6 +339,8 @@ def parse(text: str | None, *, repair: bool = False, id_prefix: str = "call") ->
 
 def render(messages: list[dict], *, assistant_label: str = "ASSISTANT") -> str:
     """Our messages as a transcript (system messages left out: Simia keeps them separately)."""
+    from toolkit.llm.toolcalls import decoded_call
+
     lines: list[str] = []
     for m in messages:
         role = m.get("role")
@@ -357,14 +359,8 @@ def render(messages: list[dict], *, assistant_label: str = "ASSISTANT") -> str:
                 lines.append(f"{assistant_label}: {content or ''}")
                 continue
             for j, tc in enumerate(calls):
-                fn = tc.get("function", tc)
-                args = fn.get("arguments", {})
-                if isinstance(args, str):
-                    try:
-                        args = json.loads(args) if args.strip() else {}
-                    except ValueError:
-                        pass
+                name, args = decoded_call(tc, repair=False)
                 head = f"{content}\n" if (content and j == 0) else ""
-                lines.append("FUNCTION_CALL:\n" + head + json.dumps({"name": fn.get("name"), "arguments": args},
+                lines.append("FUNCTION_CALL:\n" + head + json.dumps({"name": name, "arguments": args},
                                                                       ensure_ascii=False))
     return "\n".join(lines)
