@@ -23,8 +23,8 @@ class Malformed(MalformedJudgeOutput):
 
 
 class RoleRejected(Exception):
-    def __init__(self, role: str, reasons: list[str], usage: dict | None = None):
-        self.role, self.reasons, self.usage = role, reasons, usage or new_usage()
+    def __init__(self, role: str, reasons: list[str], usage: dict | None = None, model: str | None = None):
+        self.role, self.reasons, self.usage, self.model = role, reasons, usage or new_usage(), model
         super().__init__(f"{role}: no valid reply after {len(reasons)} attempt(s): " + "; ".join(reasons))
 
 
@@ -129,7 +129,7 @@ async def ask_structured(client: Any, messages: list[dict], parse: Callable[[str
             continue
         return Structured(value=value, text=text or "", attempts=attempt + 1, usage=usage, model=model,
                           errors=errors)
-    raise RoleRejected(role, errors, usage)
+    raise RoleRejected(role, errors, usage, model)
 
 
 async def ask_prompt(client: Any, prompt: str, parse: Callable[[str | None], Any], *, usage: dict | None = None,
