@@ -132,14 +132,8 @@ def bench_stage(seconds: float) -> dict | None:
             acts = t["task"]["ground_truth"].get("actions") or []
             if any(a.get("side", "agent") == "user" for a in acts):
                 continue
-            msgs = [{"role": "user", "content": "task"}]
-            for i, a in enumerate(acts):
-                msgs.append({"role": "assistant", "content": None, "tool_calls": [
-                    {"id": f"c{i}", "type": "function",
-                     "function": {"name": a["name"], "arguments": json.dumps(a["arguments"])}}]})
-                msgs.append({"role": "tool", "tool_call_id": f"c{i}", "content": "{}"})
-            msgs.append({"role": "assistant", "content": "done"})
-            recs.append(Record.model_validate(dict(t, trajectories=[{"id": "oracle", "messages": msgs}])).dump())
+            recs.append(Record.model_validate(dict(t, trajectories=[{"id": "oracle", "messages": _oracle_messages(acts)}]))
+                        .dump())
     if not recs:
         return None
     fn = build({"strategy": ["state_diff"]}, None)

@@ -21,26 +21,24 @@ PY=${TOOLKIT_PYTHON:-python}
 LLM=${LLM_ARGS:-}
 mkdir -p "$out"
 
-# stage NAME IN OUT CMD...: run one stage from file to file; a stage that rejects lines exits 1 and the
-# recipe goes on (the table shows it); exit codes > 1 (usage / crash) stop the recipe.
-STAGES=()
+# stage NAME IN OUT CMD...: run one stage from file to file, its row in the yield table labelled NAME; a
+# stage that rejects lines exits 1 and the recipe goes on (the table shows it); exit codes > 1 (usage /
+# crash) stop the recipe.
 stage() {
   local name=$1 in=$2 outf=$3; shift 3
   local rej="$out/rejects.$(echo "$name" | tr ' /' '__').jsonl"
   : > "$rej"
   set +e
-  "$@" --rejects "$rej" < "$in" > "$outf"
+  TOOLKIT_STAGE_LABEL="$name" "$@" --rejects "$rej" < "$in" > "$outf"
   local rc=$?
   set -e
   if [ "$rc" -gt 1 ]; then echo "[astra] $name failed (exit $rc)" >&2; exit "$rc"; fi
   echo "[astra] $name: $(wc -l < "$in") in → $(wc -l < "$outf") out, $(wc -l < "$rej") rejected" >&2
-  STAGES+=("$name:$in:$outf:$rej")
 }
 
 table() {
   echo "== ASTRA $1: yield / cost per stage" >&2
-  "$PY" -m toolkit.flows.astra.report "$TOOLKIT_STAGE_LOG" "${STAGES[@]}" | tee "$out/$1.yield.txt" >&2
-  STAGES=()
+  "$PY" -m toolkit.yieldtable "$TOOLKIT_STAGE_LOG" --json "$out/$1.yield.json" | tee "$out/$1.yield.txt" >&2
 }
 
 if [ "$which" = tools ] || [ "$which" = both ]; then

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # EigenData pilot loop (Phase 1 + Phase 2, FLOWS.md §1.3) on one environment, with a yield/cost
-# table per stage and iteration (and per repair round, rows "<iteration>.r<round>"):
+# table per stage and iteration (toolkit.yieldtable; group "<iteration>", repair rounds "<iteration>.r<round>"):
 #   recipes/eigendata.sh ENV N [MAX_ITERS]
 # ENV: a bundled sqlite domain (airline, clinic) or tau2:<domain> (tau2:airline ...).
 # N: scenarios per prompt set and iteration. MAX_ITERS: pilot iterations (the paper: up to 16).
@@ -8,6 +8,7 @@
 # TOOLKIT_<ROLE>_*) point elsewhere. Outputs in $OUT (default out/eigendata-<env>):
 #   plans.it<k>.in.jsonl  the plans iteration k starts from; it<k>/<stage>.jsonl (+ .rejects.jsonl,
 #                         .log = the stage's stderr with its summary line: requests, tokens, cost)
+#   stages.jsonl, yield.json  every stage's summary (the table's rows)
 #   dataset.jsonl         records that passed verify and whose verifier passed its self-test
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -22,9 +23,10 @@ case "$env_name" in
   *)      envref="{\"backend\":\"sqlite\",\"id\":\"$env_name\"}" ;;
 esac
 echo "{\"id\":\"$name\",\"env\":$envref}" > "$out/env.jsonl"
+export TOOLKIT_STAGE_LOG="$out/stages.jsonl"; : > "$TOOLKIT_STAGE_LOG"
 common=(--recipe "$recipe" --max-tokens "${MAX_TOKENS:-1024}")
 strat=(--attempts "${ATTEMPTS:-2}")
-gen-plan --strategy eigendata -n "${K:-1}" "${common[@]}" "${strat[@]}" --rejects "$out/gen-plan.rejects.jsonl" \
+TOOLKIT_STAGE_GROUP=plan gen-plan --strategy eigendata -n "${K:-1}" "${common[@]}" "${strat[@]}" --rejects "$out/gen-plan.rejects.jsonl" \
   < "$out/env.jsonl" > "$out/plans.it1.in.jsonl"
 if [ ! -s "$out/plans.it1.in.jsonl" ]; then  # no valid prompt set: start from the shipped prompts
   echo "[eigendata] gen-plan produced no prompt set; using the shipped prompts (version 1)" >&2
@@ -38,10 +40,10 @@ bad()  { jq -c "select([.verdicts[] | select(.stage==\"$1\") | .passed] | all | 
 pass() { jq -c "select(([.verdicts[] | select(.stage==\"$1\")] | length > 0) and ([.verdicts[] | select(.stage==\"$1\") | .passed] | all))"; }
 for it in $(seq 1 "$iters"); do
   d="$out/it$it"; mkdir -p "$d"
-  sd=$d  # where s() writes rejects and logs
+  sd=$d; g=$it  # where s() writes rejects and logs; the stage's group in the yield table
   # s COMMAND [ARGS]: run a stage with the recipe, its rejects and stderr (summary line) next to its output
   s() { local c=$1; shift; local extra=(); case $c in rollout|verify) ;; *) extra=("${strat[@]}") ;; esac
-        "$c" "${common[@]}" "${extra[@]}" --rejects "$sd/$c.rejects.jsonl" "$@" 2> >(tee "$sd/$c.log" >&2); }
+        TOOLKIT_STAGE_GROUP=$g "$c" "${common[@]}" "${extra[@]}" --rejects "$sd/$c.rejects.jsonl" "$@" 2> >(tee "$sd/$c.log" >&2); }
   s gen-task --strategy eigendata -n "$n" < "$out/plans.it$it.in.jsonl" > "$d/gen-task.jsonl"
   s validate-task --strategy eigendata < "$d/gen-task.jsonl" > "$d/validate-task.jsonl"
   ok validate-task < "$d/validate-task.jsonl" > "$d/validated.jsonl"
@@ -55,7 +57,7 @@ for it in $(seq 1 "$iters"); do
   cur="$d/repair.jsonl"
   for r in 1 2 3; do
     [ -s "$cur" ] || break
-    sd="$d/repair$r"; mkdir -p "$sd"
+    sd="$d/repair$r"; g="$it.r$r"; mkdir -p "$sd"
     jq -c 'select(.extra.repair_mode=="TASK")' "$cur" > "$sd/validate-task.in.jsonl"
     s validate-task --strategy eigendata < "$sd/validate-task.in.jsonl" > "$sd/validate-task.jsonl"
     ok validate-task < "$sd/validate-task.jsonl" > "$sd/validated.jsonl"
@@ -67,7 +69,7 @@ for it in $(seq 1 "$iters"); do
     s repair --strategy eigendata < "$sd/repair.in.jsonl" > "$sd/repair.jsonl"
     cur="$sd/repair.jsonl"
   done
-  sd=$d
+  sd=$d; g=$it
   pass verify < "$d/verified.all.jsonl" > "$d/make-verifier.in.jsonl"
   s make-verifier --strategy eigendata < "$d/make-verifier.in.jsonl" > "$d/make-verifier.jsonl"
   ok make-verifier < "$d/make-verifier.jsonl" >> "$out/dataset.jsonl"
@@ -77,7 +79,7 @@ for it in $(seq 1 "$iters"); do
   s reflect --strategy eigendata < "$d/reflect.in.jsonl" > "$d/reflect.jsonl"
   next="$out/plans.it$((it + 1)).in.jsonl"
   if [ -s "$d/reflect.jsonl" ]; then cp "$d/reflect.jsonl" "$next"; else cp "$out/plans.it$it.in.jsonl" "$next"; fi
-  python -m toolkit.flows.eigendata.yield_table "$out"
+  python -m toolkit.yieldtable "$TOOLKIT_STAGE_LOG" --markdown --json "$out/yield.json" >&2
   if [ -s "$d/reflect.jsonl" ] && jq -e -s 'all(.[]; .plan.extra.pilot.stop == true)' "$d/reflect.jsonl" > /dev/null; then
     echo "[eigendata] pilot criteria met after iteration $it" >&2; break
   fi

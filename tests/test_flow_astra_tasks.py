@@ -78,18 +78,3 @@ def test_server_only_tasks_and_axis_choice(tmp_path):
                                       "server-notes-t1-persona"]
     assert out[0]["task"]["extra"]["origin"] == "server" and out[0]["task"]["ground_truth"] is None
     assert seen == ["server", "persona", "persona"]
-
-
-def test_recipe_minimal_yield_table(tmp_path):
-    from toolkit.flows.astra import report
-
-    (tmp_path / "in.jsonl").write_text('{"id": "a"}\n{"id": "b"}\n{"id": "c"}\n')
-    (tmp_path / "out.jsonl").write_text(json.dumps({"id": "a", "provenance": [
-        {"command": "gen-task", "prompt_tokens": 10, "completion_tokens": 5, "cost": 0.5}]}) + "\n")
-    (tmp_path / "rej.jsonl").write_text(json.dumps({"error": "astra QA synthesizer: no valid reply after 3 "
-                                                             "attempt(s): attempt 1: bad"}) + "\n")
-    rows = report.minimal_rows([("gen-task", str(tmp_path / "in.jsonl"), str(tmp_path / "out.jsonl"),
-                                 str(tmp_path / "rej.jsonl"))])
-    assert rows == [{"stage": "gen-task", "in": 3, "out": 1, "yield": 0.333, "rejected": 1, "tokens(kept)": 15,
-                     "cost(kept)": 0.5, "reject reasons": "astra QA synthesizer: no valid reply after 3 attempt(s) x1"}]
-    assert "gen-task" in report.render(rows)

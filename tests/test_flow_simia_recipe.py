@@ -7,7 +7,6 @@ from click.testing import CliRunner
 
 from toolkit.envs import load_env
 from toolkit.flows.simia import recipe
-from toolkit.flows.simia.yieldtable import render
 from toolkit.llm.testserver import ScriptedServer
 
 GRADE = json.dumps({"completeness": "PASS", "logic": "PASS", "format": "PASS", "reason": "fine"})
@@ -40,16 +39,15 @@ def test_recipe_prints_the_yield_table(tmp_path):
         r = CliRunner().invoke(recipe.main, ["-n", "3", "--limit", "1", "--out-dir", str(tmp_path),
                                              "--base-url", srv.base_url, "--model", "scripted"])
     assert r.exit_code == 0, (r.output, r.exception)
-    rows = {(a, b): c for a, b, c in (tuple(x.values()) for x in json.loads((tmp_path / "yield.json").read_text()))}
-    assert rows[("seeds", "read")] == 1 and rows[("seeds", "kept (pre-filter passed)")] == 1
-    assert rows[("simulate", "trajectories generated")] == 3
-    assert rows[("rules", "trajectories kept")] == 2 and rows[("rules", "dropped: unknown_tool")] == 1
-    assert rows[("grounding", "trajectories grounded")] == 2
-    assert rows[("grounding", "mean share (per trajectory)")] == 0.5
-    assert rows[("grounding", "fully grounded (share 1.0)")] == 1
-    assert "dropped: unknown_tool" in r.output and "mean share" in r.output
-
-
-def test_render_aligns():
-    assert render([("a", "bb", 1), ("ccc", "d", 22)]).splitlines() == [
-        "step  item  count", "----  ----  -----", "a     bb    1", "ccc   d     22"]
+    table = {r["stage"]: r for r in json.loads((tmp_path / "yield.json").read_text())}
+    assert list(table) == ["seeds (replay)", "validate-task", "simulate-env", "repair", "verify", "total"]
+    assert table["validate-task"]["in"] == 1 and table["validate-task"]["notes"]["kept (pre-filter passed)"] == 1
+    assert table["simulate-env"]["notes"]["trajectories"] == 3
+    rules = table["repair"]["notes"]
+    assert rules["trajectories kept"] == 2 and rules["dropped: unknown_tool"] == 1
+    ground = table["verify"]["notes"]
+    assert ground["trajectories grounded"] == 2
+    assert ground["mean share (per trajectory)"] == 0.5
+    assert ground["fully grounded (share 1.0)"] == 1
+    assert table["verify"]["pass"] == 0.5  # the grounding verdicts: one of the two trajectories is grounded
+    assert "dropped: unknown_tool: 1" in r.output and "mean share" in r.output

@@ -25,11 +25,31 @@ def test_rows_and_render_from_summaries():
     assert rows[0]["tokens"] == 120 and rows[0]["llm_requests"] == 4 and rows[0]["yield"] == 5.0
     assert rows[1]["yield"] == 0.8 and rows[1]["reasons"] == {"filter: validate-task projection: failed": 2}
     assert rows[2] == {"stage": "total", "in": 2, "out": 8, "yield": 4.0, "rejected": 1, "filtered": 2,
-                       "llm_requests": 4, "tokens": 120, "cost": 0.01, "seconds": 2.0, "reasons": {}}
+                       "pass": None, "llm_requests": 4, "tokens": 120, "cost": 0.01, "seconds": 2.0, "reasons": {}}
     text = yieldtable.render(rows)
     assert "reject: field env.backend x1" in text and text.splitlines()[0].startswith("stage")
     md = yieldtable.render(rows, markdown=True)
     assert md.count("\n") == 5 and md.startswith("| stage |")
+
+
+def test_labels_groups_pass_rate_and_notes():
+    s = [{"command": "verify", "label": "verify f1 (replay)", "group": "1", "read": 4, "written": 4,
+          "verdicts": {"passed": 3, "total": 4}, "llm": {"requests": 2, "prompt_tokens": 5, "completion_tokens": 5}},
+         {"command": "repair", "group": "1.r1", "read": 1, "written": 0, "rejected": 1,
+          "reject_reasons": {"field trajectories.0": 1}}]
+    rows = yieldtable.rows(s)
+    assert [(r["group"], r["stage"], r["pass"]) for r in rows] == [("1", "verify f1 (replay)", 0.75),
+                                                                  ("1.r1", "repair", None), ("", "total", None)]
+    # a grouped run loops over its stages: the total has no in / out / yield, only sums
+    assert (rows[2]["in"], rows[2]["out"], rows[2]["yield"], rows[2]["rejected"], rows[2]["tokens"]) == (
+        None, None, None, 1, 10)
+    yieldtable.add_notes(rows, {"repair": {"dropped: unknown_tool": 1}, "never ran": {"x": 1}})
+    assert rows[1]["notes"] == {"dropped: unknown_tool": 1} and "notes" not in rows[0]
+    md = yieldtable.render(rows, markdown=True).splitlines()
+    assert md[0] == ("| group | stage | in | out | yield | rejected | filtered | pass | llm_requests | tokens | cost"
+                     " | seconds | reasons | notes |")
+    assert md[2] == "| 1 | verify f1 (replay) | 4 | 4 | 1.0 | 0 | 0 | 0.75 | 2 | 10 | 0.0000 | 0.0 | - | - |"
+    assert md[3].endswith("| reject: field trajectories.0 x1 | dropped: unknown_tool: 1 |")
 
 
 def test_stage_log_from_real_commands(tmp_path):
@@ -46,13 +66,24 @@ def test_stage_log_from_real_commands(tmp_path):
     leak["task"]["instruction"] = "please run insert_loan"
     r = run_cmd(["validate-task", "--strategy", "logigen", "--filter", "passed"], jsonl(tasks + [leak]), env=env)
     assert r.returncode == 0 and len(r.stdout.splitlines()) == 4
+    # the same stage again without the filter, labelled and grouped: the leaky task's failing verdict counts
+    r = run_cmd(["validate-task", "--strategy", "logigen"], jsonl(tasks + [leak]),
+                env=dict(env, TOOLKIT_STAGE_LABEL="validate (all)", TOOLKIT_STAGE_GROUP="2"))
+    out = [json.loads(x) for x in r.stdout.splitlines()]
+    ver = [v for o in out for v in o["verdicts"] if v["stage"] == "validate-task"]
+    assert len(out) == 5 and sum(not v["passed"] for v in ver) >= 1
     summaries = yieldtable.load(log)
-    assert [s["command"] for s in summaries] == ["gen-task", "validate-task"]
+    assert [s["command"] for s in summaries] == ["gen-task", "validate-task", "validate-task"]
     assert summaries[0]["reject_reasons"] == {"field env.backend": 1}
     assert summaries[1]["drop_reasons"] == {"validate-task projection: failed": 1}
+    assert summaries[1]["verdicts"]["passed"] == summaries[1]["verdicts"]["total"]  # only passing records written
+    assert summaries[2]["verdicts"] == {"passed": sum(v["passed"] for v in ver), "total": len(ver)}
+    assert (summaries[2]["label"], summaries[2]["group"]) == ("validate (all)", "2") and "label" not in summaries[1]
     r = run_cmd(["python", "-m", "toolkit.yieldtable", str(log), "--json", str(tmp_path / "y.json")])
     assert r.returncode == 0 and "filter: validate-task projection: failed x1" in r.stdout
-    assert json.loads((tmp_path / "y.json").read_text())[-1]["out"] == 4
+    table = json.loads((tmp_path / "y.json").read_text())
+    assert [t["stage"] for t in table] == ["gen-task", "validate-task", "validate (all)", "total"]
+    assert table[1]["pass"] == 1.0 and table[2]["pass"] == round(sum(v["passed"] for v in ver) / len(ver), 3) < 1
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     assert run_cmd(["python", "-m", "toolkit.yieldtable", str(empty)]).returncode == 1

@@ -223,6 +223,20 @@ def write_records(path: str, records: Iterable[Record | dict]) -> int:
     return n
 
 
+def parse_jsonl(text: str, source: str = "<text>") -> list[Any]:
+    """The JSON values of a JSONL text (a small file read whole: stage logs, bundled tasks, tool docs),
+    blank lines skipped. ValueError `<source>:<line>: not valid JSON: <msg> at char <pos>`."""
+    out = []
+    for i, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{source}:{i}: not valid JSON: {e.msg} at char {e.pos}") from None
+    return out
+
+
 def dump_line(record: Record) -> str:
     return record.model_dump_json(by_alias=True) + "\n"
 
@@ -381,6 +395,15 @@ class Summary:
     meter: Any = None  # toolkit.llm Meter, when the command used an LLM
     reject_reasons: dict = field(default_factory=dict)  # reason (field or message shape) -> count
     drop_reasons: dict = field(default_factory=dict)  # why records were filtered out (note_drop)
+    verdicts_passed: int = 0  # the written records' verdicts of this command's stage (pass rate)
+    verdicts_total: int = 0
+
+    def count_written(self, rec: Any) -> None:
+        self.written += 1
+        for v in getattr(rec, "verdicts", None) or []:
+            if v.stage == self.command:
+                self.verdicts_total += 1
+                self.verdicts_passed += 1 if v.passed else 0
 
     def seconds(self) -> float:
         return time.monotonic() - self.started
@@ -409,6 +432,8 @@ class Summary:
         d["seconds"] = round(self.seconds(), 3)
         d["reject_reasons"] = dict(self.reject_reasons)
         d["drop_reasons"] = dict(self.drop_reasons)
+        if self.verdicts_total:
+            d["verdicts"] = {"passed": self.verdicts_passed, "total": self.verdicts_total}
         if self.meter is not None:
             m = self.meter.snapshot() if hasattr(self.meter, "snapshot") else dict(self.meter)
             d["llm"] = {k: m.get(k, 0) for k in ("requests", "cache_hits", "prompt_tokens", "completion_tokens",
@@ -418,6 +443,8 @@ class Summary:
 
 _ACTIVE: list[Summary] = []  # the running stream's summary (one stream per process)
 STAGE_LOG_ENV = "TOOLKIT_STAGE_LOG"
+# optional row label (e.g. "verify f1 (replay)") and group (e.g. a pilot iteration) in the stage log
+STAGE_LABEL_ENV, STAGE_GROUP_ENV = "TOOLKIT_STAGE_LABEL", "TOOLKIT_STAGE_GROUP"
 
 
 def note_drop(reason: str, n: int = 1) -> None:
@@ -441,7 +468,10 @@ def _write_stage_log(summary: Summary, extra: dict | None = None) -> None:
         return
     try:
         with open(path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(dict(summary.as_dict(), **(extra or {})), ensure_ascii=False, default=str) + "\n")
+            tags = {k: os.environ[v] for k, v in (("label", STAGE_LABEL_ENV), ("group", STAGE_GROUP_ENV))
+                    if os.environ.get(v)}
+            f.write(json.dumps(dict(summary.as_dict(), **tags, **(extra or {})), ensure_ascii=False, default=str)
+                    + "\n")
     except OSError as e:  # pragma: no cover
         log(f"{summary.command}: cannot write the stage log {path}: {e}")
 
@@ -659,7 +689,7 @@ class RecordStream:
                 return
             for r in (out if isinstance(out, list) else [out]):
                 writer.write(dump_line(r))
-                self.summary.written += 1
+                self.summary.count_written(r)
 
         try:
             it = self._parsed()
@@ -697,7 +727,7 @@ class RecordStream:
                     outs = await outs
                 for r in outs or []:
                     writer.write(dump_line(r))
-                    self.summary.written += 1
+                    self.summary.count_written(r)
         finally:
             for t in pending.values():
                 t.cancel()
@@ -728,7 +758,7 @@ class RecordStream:
                     continue
                 for r in (out if isinstance(out, list) else [out]):
                     writer.write(dump_line(r))
-                    self.summary.written += 1
+                    self.summary.count_written(r)
                 self._progress.update(self.summary)
         finally:
             writer.close()

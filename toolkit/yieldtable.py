@@ -10,7 +10,15 @@ variable, runs its stages, then renders the table:
     gen-task ... | validate-task --filter passed | rollout ... | verify --filter passed > out.jsonl
     python -m toolkit.yieldtable out/run/stages.jsonl [--json out/run/yield.json] [--markdown]
 
-Library: `load(path) -> list[dict]`, `rows(summaries) -> list[dict]`, `render(rows, markdown=False)`.
+A stage run with $TOOLKIT_STAGE_LABEL set is shown under that label instead of its command name
+(`verify f1 (replay)`); with $TOOLKIT_STAGE_GROUP set (a pilot iteration, a repair round) the table
+gets a `group` column. `pass` is the pass rate of the verdicts that the stage itself added to the
+records it wrote (validate-task, verify, make-verifier). A flow adds its own per-stage counts (Simia:
+rows dropped per rule, grounding share) with `add_notes(rows, {label: {key: value}})`; they show in a
+`notes` column.
+
+Library: `load(path) -> list[dict]`, `rows(summaries) -> list[dict]`, `add_notes(rows, notes)`,
+`render(rows, markdown=False)`.
 """
 
 from __future__ import annotations
@@ -20,67 +28,91 @@ import json
 import sys
 from pathlib import Path
 
-COLUMNS = ("stage", "in", "out", "yield", "rejected", "filtered", "llm_requests", "tokens", "cost", "seconds",
-           "reasons")
+COLUMNS = ("stage", "in", "out", "yield", "rejected", "filtered", "pass", "llm_requests", "tokens", "cost",
+           "seconds", "reasons")
 
 
 def load(path: str | Path) -> list[dict]:
-    out = []
-    for i, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{i}: not JSON: {e.msg}") from None
-    return out
+    from toolkit.io import parse_jsonl
+
+    return parse_jsonl(Path(path).read_text(encoding="utf-8"), str(path))
 
 
 def rows(summaries: list[dict]) -> list[dict]:
-    """One row per stage run, in order, plus a total row."""
+    """One row per stage run, in order, plus a total row (for a grouped log, whose stages loop, the
+    total counts only rejects, filtered records, requests, tokens, cost and time)."""
     out = []
+    grouped = any(s.get("group") is not None for s in summaries)
     for s in summaries:
         llm = s.get("llm") or {}
         reasons = {**{f"reject: {k}": v for k, v in (s.get("reject_reasons") or {}).items()},
                    **{f"filter: {k}": v for k, v in (s.get("drop_reasons") or {}).items()}}
         read, written = int(s.get("read", 0)), int(s.get("written", 0))
-        out.append({"stage": s.get("command", "?"), "in": read, "out": written,
-                    "yield": round(written / read, 3) if read else None,
-                    "rejected": int(s.get("rejected", 0)), "filtered": int(s.get("dropped", 0)),
-                    "llm_requests": int(llm.get("requests", 0) or 0),
-                    "tokens": int(llm.get("prompt_tokens", 0) or 0) + int(llm.get("completion_tokens", 0) or 0),
-                    "cost": round(float(llm.get("cost", 0.0) or 0.0), 6),
-                    "seconds": round(float(s.get("seconds", 0.0) or 0.0), 2), "reasons": reasons})
+        ver = s.get("verdicts") or {}
+        row = {"stage": s.get("label") or s.get("command", "?"), "in": read, "out": written,
+               "yield": round(written / read, 3) if read else None,
+               "rejected": int(s.get("rejected", 0)), "filtered": int(s.get("dropped", 0)),
+               "pass": round(ver["passed"] / ver["total"], 3) if ver.get("total") else None,
+               "llm_requests": int(llm.get("requests", 0) or 0),
+               "tokens": int(llm.get("prompt_tokens", 0) or 0) + int(llm.get("completion_tokens", 0) or 0),
+               "cost": round(float(llm.get("cost", 0.0) or 0.0), 6),
+               "seconds": round(float(s.get("seconds", 0.0) or 0.0), 2), "reasons": reasons}
+        out.append({"group": str(s.get("group", "")), **row} if grouped else row)
     if out:
         total = {"stage": "total", "in": out[0]["in"], "out": out[-1]["out"],
                  "yield": round(out[-1]["out"] / out[0]["in"], 3) if out[0]["in"] else None,
                  "rejected": sum(r["rejected"] for r in out), "filtered": sum(r["filtered"] for r in out),
-                 "llm_requests": sum(r["llm_requests"] for r in out), "tokens": sum(r["tokens"] for r in out),
-                 "cost": round(sum(r["cost"] for r in out), 6), "seconds": round(sum(r["seconds"] for r in out), 2),
-                 "reasons": {}}
+                 "pass": None, "llm_requests": sum(r["llm_requests"] for r in out),
+                 "tokens": sum(r["tokens"] for r in out), "cost": round(sum(r["cost"] for r in out), 6),
+                 "seconds": round(sum(r["seconds"] for r in out), 2), "reasons": {}}
+        if grouped:
+            total = {"group": "", **total, "in": None, "out": None, "yield": None}
         out.append(total)
     return out
+
+
+def add_notes(table: list[dict], notes: dict[str, dict]) -> list[dict]:
+    """Attach a flow's own counts to the rows of the named stages (label or command; the first row
+    of that name): `notes={"repair": {"dropped: unknown_tool": 1}}`. A stage that did not run gets no
+    row. Returns the table."""
+    for stage, extra in notes.items():
+        row = next((r for r in table if r["stage"] == stage), None)
+        if row is not None and extra:
+            row["notes"] = {**row.get("notes", {}), **extra}
+    return table
+
+
+def columns(table: list[dict]) -> list[str]:
+    cols = list(COLUMNS)
+    if any("group" in r for r in table):
+        cols.insert(0, "group")
+    if any(r.get("notes") for r in table):
+        cols.append("notes")
+    return cols
 
 
 def _cell(r: dict, c: str) -> str:
     v = r.get(c)
     if c == "reasons":
         return "; ".join(f"{k} x{n}" for k, n in sorted(v.items(), key=lambda kv: -kv[1])) or "-"
-    if v is None:
+    if c == "notes":
+        return "; ".join(f"{k}: {n}" for k, n in (v or {}).items()) or "-"
+    if v is None or v == "":
         return "-"
     return f"{v:.4f}" if c == "cost" else str(v)
 
 
 def render(table: list[dict], markdown: bool = False) -> str:
-    cells = [[_cell(r, c) for c in COLUMNS] for r in table]
+    cols = columns(table)
+    cells = [[_cell(r, c) for c in cols] for r in table]
     if markdown:
-        lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+        lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
         lines += ["| " + " | ".join(row) + " |" for row in cells]
         return "\n".join(lines) + "\n"
-    widths = [max(len(c), *(len(row[i]) for row in cells)) if cells else len(c) for i, c in enumerate(COLUMNS)]
-    widths[-1] = len(COLUMNS[-1])  # the reasons column is left ragged
+    widths = [max(len(c), *(len(row[i]) for row in cells)) if cells else len(c) for i, c in enumerate(cols)]
+    widths[-1] = len(cols[-1])  # the last column (reasons / notes) is left ragged
     fmt = lambda row: "  ".join(x.ljust(w) for x, w in zip(row, widths)).rstrip()  # noqa: E731
-    return "\n".join([fmt(list(COLUMNS)), fmt(["-" * w for w in widths])] + [fmt(r) for r in cells]) + "\n"
+    return "\n".join([fmt(cols), fmt(["-" * w for w in widths])] + [fmt(r) for r in cells]) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:

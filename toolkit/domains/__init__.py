@@ -37,15 +37,9 @@ def load_tasks(name: str) -> list[dict]:
     p = domain_path(name) / "tasks.jsonl"
     if not p.is_file():
         return []
-    out = []
-    for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{p}:{i}: {e}") from None
-    return out
+    from toolkit.io import parse_jsonl
+
+    return parse_jsonl(p.read_text(encoding="utf-8"), str(p))
 
 
 def replay(record: dict):

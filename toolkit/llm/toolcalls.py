@@ -119,21 +119,30 @@ def new_call_id() -> str:
     return "call_" + uuid.uuid4().hex[:24]
 
 
-def tool_calls_to_text(tool_calls: list[dict]) -> str:
-    """Render OpenAI-shaped tool calls as Hermes `<tool_call>` blocks."""
-    blocks = []
-    for tc in tool_calls or []:
-        fn = tc.get("function", tc)
-        args = fn.get("arguments", {})
-        if isinstance(args, str):
-            try:
-                args = json.loads(args) if args.strip() else {}
-            except ValueError:
+def decoded_call(tc: dict, repair: bool = True) -> tuple[Any, Any]:
+    """(name, arguments) of an OpenAI-shaped (or flat {name, arguments}) tool call, the arguments
+    decoded from their JSON string (an empty one is {}; repaired when `repair`); a string that does
+    not decode is kept as it is."""
+    fn = tc.get("function", tc)
+    args = fn.get("arguments", {})
+    if isinstance(args, str):
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except ValueError:
+            if repair:
                 try:
                     args = repair_json(args)
                 except ValueError:
                     pass  # keep the raw string
-        blocks.append("<tool_call>\n" + json.dumps({"name": fn.get("name"), "arguments": args},
+    return fn.get("name"), args
+
+
+def tool_calls_to_text(tool_calls: list[dict]) -> str:
+    """Render OpenAI-shaped tool calls as Hermes `<tool_call>` blocks."""
+    blocks = []
+    for tc in tool_calls or []:
+        name, args = decoded_call(tc)
+        blocks.append("<tool_call>\n" + json.dumps({"name": name, "arguments": args},
                                                    ensure_ascii=False) + "\n</tool_call>")
     return "\n".join(blocks)
 
@@ -560,24 +569,32 @@ def _mk_call(name: Any, args: Any) -> dict:
             "function": {"name": name.strip(), "arguments": json.dumps(args, ensure_ascii=False)}}
 
 
-def _calls_from_obj(obj: Any) -> list[dict]:
+def call_pairs(obj: Any) -> list[tuple[Any, Any]]:
+    """The (name, arguments) pairs of a decoded tool-call JSON value, as written, unchecked: a call
+    object in any common shape (OpenAI `{"function": {"name", "arguments"}}`, `{"name"|"function"|
+    "tool", "arguments"|"parameters"|"args"|"input"}`, `{"tool_calls": [...]}`) or a list of them.
+    ValueError when a call is not a JSON object."""
     if isinstance(obj, list):
         out = []
         for o in obj:
-            out.extend(_calls_from_obj(o))
+            out.extend(call_pairs(o))
         return out
     if not isinstance(obj, dict):
         raise ValueError(f"tool call must be a JSON object, got {type(obj).__name__}")
     if isinstance(obj.get("tool_calls"), list):
-        return _calls_from_obj(obj["tool_calls"])
+        return call_pairs(obj["tool_calls"])
     if isinstance(obj.get("function"), dict):
         fn = obj["function"]
-        return [_mk_call(fn.get("name"), fn.get("arguments", fn.get("parameters")))]
+        return [(fn.get("name"), fn.get("arguments", fn.get("parameters")))]
     name = obj.get("name", obj.get("function", obj.get("tool")))
     for k in ("arguments", "parameters", "args", "input"):
         if k in obj:
-            return [_mk_call(name, obj[k])]
-    return [_mk_call(name, {})]
+            return [(name, obj[k])]
+    return [(name, {})]
+
+
+def _calls_from_obj(obj: Any) -> list[dict]:
+    return [_mk_call(name, args) for name, args in call_pairs(obj)]
 
 
 def _parse_xml_params(body: str) -> dict:

@@ -85,7 +85,9 @@ async def simulate_call(client: Any, *, policy: str, tools: list[dict], history:
                         tool_call: dict, reference: str = "", attempts: int = 3,
                         fault_rate: float = 0.0, fault_key: str = "") -> tuple[ToolResult, dict]:
     """Simulate one tool call. Returns (result, usage dict {prompt_tokens, completion_tokens, cost})."""
-    usage = {"prompt_tokens": 0, "completion_tokens": 0, "cost": 0.0, "requests": 0, "cache_hits": 0}
+    from toolkit.roles.structured import RoleRejected, ask_structured, new_usage  # (judge imports this module)
+
+    usage = new_usage()
     fault = inject_fault(fault_rate, fault_key or json.dumps(tool_call, sort_keys=True))
     if fault is not None:
         return fault, usage
@@ -102,23 +104,16 @@ async def simulate_call(client: Any, *, policy: str, tools: list[dict], history:
         tool_call=json.dumps({"name": fname, "arguments": json.loads(tool_call["function"]["arguments"] or "{}")},
                              ensure_ascii=False),
     )
-    last_err = ""
-    for attempt in range(attempts):
-        res = await client.chat([{"role": "system", "content": "You simulate tool execution and reply with JSON only."},
-                                 {"role": "user", "content": prompt}], sample_index=attempt)
-        usage["requests"] += 0 if res.cached else 1
-        usage["cache_hits"] += 1 if res.cached else 0
-        usage["prompt_tokens"] += res.usage.get("prompt_tokens", 0)
-        usage["completion_tokens"] += res.usage.get("completion_tokens", 0)
-        usage["cost"] += res.cost
-        try:
-            obj = _parse(res.message.get("content"))
-        except ValueError as e:
-            last_err = str(e)
-            continue
-        obs = obj.get("observation")
-        if obj["success"]:
-            return ToolResult.success(obs if obs is not None else {}), usage
-        return ToolResult.fail("TOOL_ERROR", obs if isinstance(obs, str) else json.dumps(obs)), usage
-    return ToolResult.fail("SIMULATOR_ERROR", f"the simulator's reply was malformed after {attempts} attempts: {last_err}",
-                           hint="retry, or use a stronger simulator model"), usage
+    try:
+        got = await ask_structured(client, [
+            {"role": "system", "content": "You simulate tool execution and reply with JSON only."},
+            {"role": "user", "content": prompt}], _parse, role="environment simulator", attempts=attempts)
+    except RoleRejected as e:
+        last_err = e.reasons[-1].split(": ", 1)[-1] if e.reasons else ""
+        return ToolResult.fail("SIMULATOR_ERROR", f"the simulator's reply was malformed after {attempts} attempts: "
+                               f"{last_err}", hint="retry, or use a stronger simulator model"), e.usage
+    obj = got.value
+    obs = obj.get("observation")
+    if obj["success"]:
+        return ToolResult.success(obs if obs is not None else {}), got.usage
+    return ToolResult.fail("TOOL_ERROR", obs if isinstance(obs, str) else json.dumps(obs)), got.usage

@@ -301,28 +301,19 @@ async def judge_trajectory(client: Any, rubric: str, *, policy: str, task: str, 
                            tools: list[dict], evaluation_rules: str = "", attempts: int = 3,
                            threshold: float = 0.5) -> Judgment:
     """Grade one trajectory. Never raises for a bad reply (LLM transport errors do propagate)."""
+    from toolkit.roles.structured import RoleRejected, ask_structured
+
     pid, prompt = build_prompt(rubric, policy=policy, task=task, messages=messages, tools=tools,
                                evaluation_rules=evaluation_rules)
-    usage = {"prompt_tokens": 0, "completion_tokens": 0, "cost": 0.0, "requests": 0, "cache_hits": 0}
-    errors: list[str] = []
-    model = None
-    for attempt in range(max(1, attempts)):
-        res = await client.chat([{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}],
-                                sample_index=attempt)
-        model = res.model
-        usage["requests"] += 0 if res.cached else 1
-        usage["cache_hits"] += 1 if res.cached else 0
-        usage["prompt_tokens"] += int(res.usage.get("prompt_tokens", 0) or 0)
-        usage["completion_tokens"] += int(res.usage.get("completion_tokens", 0) or 0)
-        usage["cost"] += float(res.cost or 0.0)
-        try:
-            j = parse(rubric, res.message.get("content"), threshold)
-        except MalformedJudgeOutput as e:
-            errors.append(f"attempt {attempt + 1}: {e}")
-            continue
-        j.attempts, j.usage, j.model, j.prompt_id = attempt + 1, usage, model, pid
-        j.scores["rubric"] = rubric
-        return j
-    return Judgment(passed=False, score=0.0, scores={"rubric": rubric, "malformed": True},
-                    reasons=[MALFORMED] + errors, attribution=None, malformed=True,
-                    attempts=max(1, attempts), usage=usage, model=model, prompt_id=pid)
+    try:
+        got = await ask_structured(client, [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}],
+                                   lambda text: parse(rubric, text, threshold), role=f"judge ({rubric})",
+                                   attempts=attempts)
+    except RoleRejected as e:
+        return Judgment(passed=False, score=0.0, scores={"rubric": rubric, "malformed": True},
+                        reasons=[MALFORMED] + e.reasons, attribution=None, malformed=True,
+                        attempts=max(1, attempts), usage=e.usage, model=e.model, prompt_id=pid)
+    j = got.value
+    j.attempts, j.usage, j.model, j.prompt_id = got.attempts, got.usage, got.model, pid
+    j.scores["rubric"] = rubric
+    return j

@@ -23,8 +23,8 @@ class Malformed(MalformedJudgeOutput):
 
 
 class RoleRejected(Exception):
-    def __init__(self, role: str, reasons: list[str], usage: dict | None = None):
-        self.role, self.reasons, self.usage = role, reasons, usage or new_usage()
+    def __init__(self, role: str, reasons: list[str], usage: dict | None = None, model: str | None = None):
+        self.role, self.reasons, self.usage, self.model = role, reasons, usage or new_usage(), model
         super().__init__(f"{role}: no valid reply after {len(reasons)} attempt(s): " + "; ".join(reasons))
 
 
@@ -69,15 +69,26 @@ def parse_json_object(text: str | None, required: tuple[str, ...] = ()) -> dict:
     return obj
 
 
-def parse_tagged_json(text: str | None, tag: str) -> Any:
-    """The JSON inside <tag>...</tag> (EigenData's <intent>, <plan> ...)."""
+def tagged_text(text: str | None, tag: str, *, required: bool = True, allow_empty: bool = True) -> str | None:
+    """The stripped text inside <tag>...</tag> (the first block); None when the block is absent and
+    not `required`. Malformed: no block (required), an unclosed block, an empty one (not allow_empty)."""
     s = text or ""
     a, b = s.find(f"<{tag}>"), s.find(f"</{tag}>")
     if a < 0:
-        raise Malformed(f"no <{tag}> block")
+        if required:
+            raise Malformed(f"no <{tag}> block")
+        return None
     if b < 0:
         raise Malformed(f"<{tag}> block is not closed (truncated?)")
     body = s[a + len(tag) + 2:b].strip()
+    if not body and not allow_empty:
+        raise Malformed(f"<{tag}> is empty")
+    return body
+
+
+def parse_tagged_json(text: str | None, tag: str) -> Any:
+    """The JSON inside <tag>...</tag> (EigenData's <intent>, <plan> ...)."""
+    body = tagged_text(text, tag)
     if body.startswith("```"):
         body = body.strip("`")
         body = body[4:] if body.lower().startswith("json") else body
@@ -118,4 +129,20 @@ async def ask_structured(client: Any, messages: list[dict], parse: Callable[[str
             continue
         return Structured(value=value, text=text or "", attempts=attempt + 1, usage=usage, model=model,
                           errors=errors)
-    raise RoleRejected(role, errors, usage)
+    raise RoleRejected(role, errors, usage, model)
+
+
+async def ask_prompt(client: Any, prompt: str, parse: Callable[[str | None], Any], *, usage: dict | None = None,
+                     role: str = "llm", attempts: int = 3, **overrides: Any) -> Structured:
+    """`ask_structured` with one user message; its requests are added into `usage` (when given)
+    whether a valid reply came or RoleRejected is raised."""
+    try:
+        got = await ask_structured(client, [{"role": "user", "content": prompt}], parse, role=role,
+                                   attempts=attempts, **overrides)
+    except RoleRejected as e:
+        if usage is not None:
+            add_usage(usage, e.usage)
+        raise
+    if usage is not None:
+        add_usage(usage, got.usage)
+    return got

@@ -245,7 +245,7 @@ def parse_merge(spec: dict):
 @strategy("make-verifier", "astra", help="ASTRA pipeline B: QA instance → sandbox-checked python env + F1 verifier")
 def build(cfg: dict, ctx: StageContext):
     from toolkit import prompts
-    from toolkit.roles.structured import RoleRejected, add_usage, ask_structured, new_usage
+    from toolkit.roles.structured import RoleRejected, ask_prompt, new_usage
 
     attempts = int(cfg.get("attempts") or 3)
     impl_attempts = int(cfg.get("impl_attempts") or 3)
@@ -258,9 +258,8 @@ def build(cfg: dict, ctx: StageContext):
     P = {k: prompts.load(f"astra/{k}") for k in ("tool_doc", "invocation", "implementation", "homogeneous", "merge")}
 
     async def ask(prompt: str, parse, role: str, usage: dict, k: int = 0):
-        got = await ask_structured(ctx.llm(), [{"role": "user", "content": prompt}], parse, role=role,
-                                   attempts=attempts, sample_index=k * attempts)
-        add_usage(usage, got.usage)
+        got = await ask_prompt(ctx.llm(), prompt, parse, usage=usage, role=role, attempts=attempts,
+                               sample_index=k * attempts)
         return got.value
 
     async def synth_node(i: int, sq: SubQuestion, deps: dict, usage: dict, log: list[str]) -> Tool | None:
@@ -269,7 +268,6 @@ def build(cfg: dict, ctx: StageContext):
                                                   deps=json.dumps(deps, ensure_ascii=False)),
                              parse_doc, "astra tool document", usage)
         except RoleRejected as e:
-            add_usage(usage, e.usage)
             log.append(f"node {i}: tool document: {e}")
             return None
         doc = json.dumps(spec, ensure_ascii=False, indent=1)
@@ -283,7 +281,6 @@ def build(cfg: dict, ctx: StageContext):
                     document=doc, pairs=json.dumps([{"question": sq.q, "answer": sq.a}], ensure_ascii=False),
                     call_statement=call_stmt), parse_function, "astra implementation", usage, k)
             except RoleRejected as e:
-                add_usage(usage, e.usage)
                 log.append(f"node {i} attempt {k + 1}: {e}")
                 continue
             probs = check_source(src, spec["name"], spec["parameters"])
@@ -312,7 +309,6 @@ def build(cfg: dict, ctx: StageContext):
                         pair=json.dumps({"question": sqs[i].q, "answer": sqs[i].a}, ensure_ascii=False)),
                         parse_merge(base.spec), "astra merge", usage, k)
                 except RoleRejected as e:
-                    add_usage(usage, e.usage)
                     log.append(f"merge node {i} into {base.name} attempt {k + 1}: {e}")
                     continue
                 probs = check_source(src, base.inner, base.spec["parameters"])
@@ -367,7 +363,6 @@ def build(cfg: dict, ctx: StageContext):
                     json.dumps({"index": t.members[0], "q": sqs[t.members[0]].q, "tool": t.name}, ensure_ascii=False)
                     for t in tools)), parse_groups(tool_nodes), "astra homogeneous grouping", usage)
             except RoleRejected as e:
-                add_usage(usage, e.usage)
                 log.append(f"grouping skipped: {e}")
                 groups = []
             rng = random.Random(f"{seed}:{record.id}")

@@ -85,7 +85,7 @@ def build(cfg: dict, ctx: StageContext):
     from toolkit import prompts
     from toolkit.flows.astra import chains as CH
     from toolkit.flows.astra import tooldocs as TD
-    from toolkit.roles.structured import RoleRejected, add_usage, ask_structured, new_usage
+    from toolkit.roles.structured import RoleRejected, ask_prompt, new_usage
 
     n_plans = int(cfg.get("n") or 5)
     n_pairs = int(cfg.get("chain_pairs") or 8)
@@ -118,12 +118,11 @@ def build(cfg: dict, ctx: StageContext):
         known = {t["function"]["name"] for t in server.tools}
         # 1. LLM: (task, chain) pairs
         try:
-            got = await ask_structured(client, [{"role": "user", "content": p_synth.render(
-                tools=tools_txt, scenery=scenery, n=n_pairs, max_len=max_len)}],
-                parse_pairs(known, max_len), role="astra chain synthesizer", attempts=attempts)
+            got = await ask_prompt(client, p_synth.render(tools=tools_txt, scenery=scenery, n=n_pairs, max_len=max_len),
+                                   parse_pairs(known, max_len), usage=usage, role="astra chain synthesizer",
+                                   attempts=attempts)
         except RoleRejected as e:
             raise StageError(str(e), field="plan.tool_chain") from None
-        add_usage(usage, got.usage)
         pairs = got.value
         # 2. graph + walks
         graph = CH.build_graph([p["chain"] for p in pairs], nodes=sorted(known))
@@ -136,15 +135,13 @@ def build(cfg: dict, ctx: StageContext):
                 break
             row: dict[str, Any] = {"chain": w, "weight": CH.walk_weight(graph, w)}
             try:
-                q = await ask_structured(client, [{"role": "user", "content": p_query.render(
-                    tools=tools_txt, scenery=scenery, chain=json.dumps(w))}], parse_query(w),
-                    role="astra chain query", attempts=attempts, sample_index=len(report) * attempts)
+                q = await ask_prompt(client, p_query.render(tools=tools_txt, scenery=scenery, chain=json.dumps(w)),
+                                     parse_query(w), usage=usage, role="astra chain query", attempts=attempts,
+                                     sample_index=len(report) * attempts)
             except RoleRejected as e:
-                add_usage(usage, e.usage)
                 row.update(kept=False, reasons=[str(e)])
                 report.append(row)
                 continue
-            add_usage(usage, q.usage)
             if not q.value["valid"]:
                 row.update(kept=False, reasons=["LLM: chain is not a meaningful task (valid=false)"])
                 report.append(row)

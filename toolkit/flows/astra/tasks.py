@@ -82,7 +82,7 @@ def parse_augmented(text: str | None) -> str:
 def build(cfg: dict, ctx: StageContext):
     from toolkit import prompts
     from toolkit.flows.astra import tooldocs as TD
-    from toolkit.roles.structured import RoleRejected, add_usage, ask_structured, new_usage
+    from toolkit.roles.structured import RoleRejected, ask_prompt, new_usage
 
     n = int(cfg.get("n") or 3)
     attempts = int(cfg.get("attempts") or 3)
@@ -113,13 +113,12 @@ def build(cfg: dict, ctx: StageContext):
             if server is None:
                 raise StageError("no usable server: " + "; ".join(d.line() for d in drops), field="extra.astra")
             try:
-                got = await ask_structured(client, [{"role": "user", "content": p_server.render(
+                got = await ask_prompt(client, p_server.render(
                     tools=json.dumps(server.tools, ensure_ascii=False, indent=1), n=n,
-                    scenery=server.description or f"The {server.name} service.")}],
-                    parse_tasks(n), role="astra server-only tasks", attempts=attempts)
+                    scenery=server.description or f"The {server.name} service."),
+                    parse_tasks(n), usage=usage, role="astra server-only tasks", attempts=attempts)
             except RoleRejected as e:
                 raise StageError(str(e), field="task.instruction") from None
-            add_usage(usage, got.usage)
             base_tasks += [(t, "server") for t in got.value]
         out: list[Record] = []
         for k, (text, origin) in enumerate(base_tasks):
@@ -135,14 +134,12 @@ def build(cfg: dict, ctx: StageContext):
             out.append(orig)
             for j, axis in enumerate(axes):
                 try:
-                    got = await ask_structured(client, [{"role": "user", "content": p_aug.render(
-                        task=text, axis=axis, axis_help=AXES[axis])}], parse_augmented,
-                        role=f"astra augmentation ({axis})", attempts=attempts, sample_index=(k * 7 + j) * attempts)
+                    got = await ask_prompt(client, p_aug.render(task=text, axis=axis, axis_help=AXES[axis]),
+                                           parse_augmented, usage=usage, role=f"astra augmentation ({axis})",
+                                           attempts=attempts, sample_index=(k * 7 + j) * attempts)
                 except RoleRejected as e:
-                    add_usage(usage, e.usage)
                     log(f"gen-task astra {tid}: {axis} augmentation dropped: {e}")
                     continue
-                add_usage(usage, got.usage)
                 if not same_language(got.value, text):
                     log(f"gen-task astra {tid}: {axis} augmentation dropped: language changed "
                         f"({script_of(got.value)} vs {lang})")

@@ -521,15 +521,12 @@ def load_documents(path: str | Path) -> list[Any]:
             return [yaml.safe_load(text)]
         except yaml.YAMLError as e:
             raise ToolDocError(f"{path}: not valid YAML: {e}") from None
-    docs = []
-    for i, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            docs.append(json.loads(line))
-        except json.JSONDecodeError as e:
-            raise ToolDocError(f"{path}:{i}: not valid JSON: {e.msg} at char {e.pos}") from None
-    return docs
+    from toolkit.io import parse_jsonl
+
+    try:
+        return parse_jsonl(text, str(path))
+    except ValueError as e:
+        raise ToolDocError(str(e)) from None
 
 
 def import_documents(docs: list[tuple[str, Any]], *, min_tools: int = MIN_TOOLS,

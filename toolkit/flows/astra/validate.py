@@ -144,7 +144,7 @@ def record_tools(record: Record) -> list[dict]:
 @strategy("validate-task", "astra", help="ASTRA: tool-necessity rule + QS (QA tasks) or S_qq/S_sr/S_tn (tasks)")
 def build(cfg: dict, ctx: StageContext):
     from toolkit import prompts
-    from toolkit.roles.structured import RoleRejected, add_usage, ask_structured, new_usage
+    from toolkit.roles.structured import RoleRejected, ask_prompt, new_usage
 
     attempts = int(cfg.get("attempts") or 3)
     min_qs = float(cfg.get("min_qs") if cfg.get("min_qs") is not None else 1.0)
@@ -152,21 +152,26 @@ def build(cfg: dict, ctx: StageContext):
     p_need, p_qs, p_scores = (prompts.load("astra/tool_necessity"), prompts.load("astra/qa_quality"),
                               prompts.load("astra/task_scores"))
 
+    async def ask_or_fail(record: Record, usage: dict, prompt: str, parse, role: str, verdict: str,
+                          what: str | None = None):
+        """The parsed reply, or None after a failed verdict `verdict` ("malformed <what> output")."""
+        try:
+            return (await ask_prompt(ctx.llm(), prompt, parse, usage=usage, role=role, attempts=attempts)).value
+        except RoleRejected as e:
+            what = what or role.removeprefix("astra ")
+            record.verdicts.append(Verdict(stage="validate-task", kind="llm", name=verdict, passed=False,
+                                           reasons=[f"malformed {what} output"] + e.reasons))
+            return None
+
     async def qa(record: Record, usage: dict) -> None:
         gt = record.task.ground_truth
         sqs = gt.sub_questions
         q0 = record.task.instruction or ""
-        try:
-            got = await ask_structured(ctx.llm(), [{"role": "user", "content": p_need.render(
-                question=q0, nodes=_nodes_text(sqs))}], parse_necessity(len(sqs)),
-                role="astra tool-necessity", attempts=attempts)
-        except RoleRejected as e:
-            add_usage(usage, e.usage)
-            record.verdicts.append(Verdict(stage="validate-task", kind="llm", name="astra_tool_necessity",
-                                           passed=False, reasons=["malformed tool-necessity output"] + e.reasons))
+        got = await ask_or_fail(record, usage, p_need.render(question=q0, nodes=_nodes_text(sqs)),
+                                parse_necessity(len(sqs)), "astra tool-necessity", "astra_tool_necessity")
+        if got is None:
             return
-        add_usage(usage, got.usage)
-        need, cats = got.value
+        need, cats = got
         bad = necessity_violations(sqs, need)
         record.task.extra["astra_needs_tool"] = need
         record.verdicts.append(Verdict(stage="validate-task", kind="llm", name="astra_tool_necessity",
@@ -175,17 +180,12 @@ def build(cfg: dict, ctx: StageContext):
                                                "leaves": sorted(leaves(sqs))}))
         if bad:
             return  # filtered before any QS / code-generation cost
-        try:
-            got = await ask_structured(ctx.llm(), [{"role": "user", "content": p_qs.render(
-                question=q0, answer=json.dumps(gt.final_answer, ensure_ascii=False), nodes=_nodes_text(sqs))}],
-                parse_qs(len(sqs)), role="astra QS", attempts=attempts)
-        except RoleRejected as e:
-            add_usage(usage, e.usage)
-            record.verdicts.append(Verdict(stage="validate-task", kind="llm", name="astra_qs", passed=False,
-                                           reasons=["malformed QS output"] + e.reasons))
+        got = await ask_or_fail(record, usage, p_qs.render(
+            question=q0, answer=json.dumps(gt.final_answer, ensure_ascii=False), nodes=_nodes_text(sqs)),
+            parse_qs(len(sqs)), "astra QS", "astra_qs")
+        if got is None:
             return
-        add_usage(usage, got.usage)
-        nodes, tc, why = got.value
+        nodes, tc, why = got
         sc = qs_from_scores(nodes, tc)
         reasons = [] if sc["qs"] >= min_qs else [f"QS {sc['qs']:.3f} < min_qs {min_qs}"]
         reasons += [f"sub-question {i}: " + ", ".join(k for k in ("dc", "sa", "sr") if not n[k]) + " = 0"
@@ -202,17 +202,11 @@ def build(cfg: dict, ctx: StageContext):
         if not text:
             from toolkit.io import StageError
             raise StageError("validate-task astra needs task.instruction", field="task.instruction")
-        try:
-            got = await ask_structured(ctx.llm(), [{"role": "user", "content": p_scores.render(
-                tools=json.dumps(record_tools(record), ensure_ascii=False)[:20000], task=text)}],
-                parse_task_scores, role="astra task scores", attempts=attempts)
-        except RoleRejected as e:
-            add_usage(usage, e.usage)
-            record.verdicts.append(Verdict(stage="validate-task", kind="llm", name="astra_task_scores",
-                                           passed=False, reasons=["malformed task-score output"] + e.reasons))
+        s = await ask_or_fail(record, usage, p_scores.render(
+            tools=json.dumps(record_tools(record), ensure_ascii=False)[:20000], task=text),
+            parse_task_scores, "astra task scores", "astra_task_scores", "task-score")
+        if s is None:
             return
-        add_usage(usage, got.usage)
-        s = got.value
         low = [f"S_{k} {s[k]} < theta_{k} {th[k]:g}" for k in ("qq", "sr", "tn") if s[k] < th[k]]
         record.verdicts.append(Verdict(stage="validate-task", kind="llm", name="astra_task_scores",
                                        passed=not low, score=min(s[k] / 5 for k in ("qq", "sr", "tn")),

@@ -19,7 +19,8 @@ import json
 
 from toolkit.flows.eigendata import common as C
 from toolkit.io import StageError, add_provenance
-from toolkit.roles.structured import Malformed, RoleRejected, add_usage, ask_structured, new_usage, parse_tagged_json
+from toolkit.roles.structured import (Malformed, RoleRejected, add_usage, ask_structured, new_usage, parse_tagged_json,
+                                      tagged_text)
 from toolkit.schema import Record
 from toolkit.stages.registry import strategy
 
@@ -71,22 +72,11 @@ def parse_prompt_set(previous: list[str]):
     return parse
 
 
-def _tag(text: str, tag: str) -> str:
-    a, b = text.find(f"<{tag}>"), text.find(f"</{tag}>")
-    if a < 0:
-        raise Malformed(f"no <{tag}> block")
-    if b < 0:
-        raise Malformed(f"<{tag}> is not closed (truncated?)")
-    body = text[a + len(tag) + 2:b].strip()
-    if not body:
-        raise Malformed(f"<{tag}> is empty")
-    return body
-
-
 def parse_sea_plan(previous: list[str]):
     def parse(text: str | None) -> dict:
         s = text or ""
-        plan, rules = _tag(s, "synthesis_plan"), _tag(s, "evaluation_rules")
+        plan = tagged_text(s, "synthesis_plan", allow_empty=False)
+        rules = tagged_text(s, "evaluation_rules", allow_empty=False)
         low = plan.lower()
         if "information gathering" not in low or "task synthesis" not in low:
             raise Malformed("the synthesis plan must give the steps Information Gathering and Task Synthesis")
@@ -111,6 +101,24 @@ def _plan_record(record: Record, rid: str, plan: dict) -> Record:
                                   "extra": {"target": _target(record)}})
 
 
+async def _ask_planner(ctx, text: str, parse, role: str, attempts: int, k: int, what: str):
+    """The k-th sequential planner request (its own sample indices); no valid reply → reject."""
+    try:
+        return await ask_structured(ctx.llm("planner"), [{"role": "user", "content": text}], parse, role=role,
+                                    attempts=attempts, sample_index=k * attempts)
+    except RoleRejected as e:
+        raise StageError(f"{what} {k}: {e}", field="plan") from None
+
+
+def _with_provenance(out: list[Record], usage: dict, model: str | None, strategy_name: str, cfg: dict) -> list[Record]:
+    """Every plan of the input record gets an equal share of the requests that made them."""
+    share = {k: (x / len(out) if isinstance(x, (int, float)) else x) for k, x in usage.items()}
+    for r in out:
+        add_provenance(r, "gen-plan", strategy=strategy_name, model=model, recipe_hash=cfg.get("recipe_hash"),
+                       usage=share)
+    return out
+
+
 @strategy("gen-plan", "eigendata", help="EigenData Phase 1: K diversified, versioned prompt sets (Prompt Engineer)")
 def build_eigendata(cfg: dict, ctx):
     n = int(cfg.get("n") or 4)
@@ -124,12 +132,8 @@ def build_eigendata(cfg: dict, ctx):
             prev = "\n".join(f"- set {i}: {s}" for i, s in enumerate(summaries)) or "(none yet)"
             text = p.render(target=_target(record), previous=prev, index=k + 1, total=n,
                             guidance=C.guidance(record, "prompt_engineer"), **view)
-            try:
-                got = await ask_structured(ctx.llm("planner"), [{"role": "user", "content": text}],
-                                           parse_prompt_set(summaries), role="prompt_engineer", attempts=attempts,
-                                           sample_index=k * attempts)
-            except RoleRejected as e:
-                raise StageError(f"prompt set {k}: {e}", field="plan") from None
+            got = await _ask_planner(ctx, text, parse_prompt_set(summaries), "prompt_engineer", attempts, k,
+                                     "prompt set")
             add_usage(usage, got.usage)
             model = got.model
             v = got.value
@@ -140,11 +144,7 @@ def build_eigendata(cfg: dict, ctx):
                 "evaluation_rules": v.get("evaluation_rules"),
                 "extra": {"guidance": {r: list(x) for r, x in v["guidance"].items()}, "summary": v["summary"],
                           "previous_summaries": list(summaries[:-1]), "reflections": []}}))
-        share = {k: (x / len(out) if isinstance(x, (int, float)) else x) for k, x in usage.items()}
-        for r in out:
-            add_provenance(r, "gen-plan", strategy="eigendata", model=model, recipe_hash=cfg.get("recipe_hash"),
-                           usage=share)
-        return out
+        return _with_provenance(out, usage, model, "eigendata", cfg)
 
     return fn
 
@@ -163,12 +163,7 @@ def build_sea(cfg: dict, ctx):
             prev = "\n".join(f"- plan {i}: {_summary(x)}" for i, x in enumerate(plans)) or "(none yet)"
             text = p.render(task_description=view["policy"], env_tools=view["tools"], summary_report=report,
                             previous=prev, guidance=C.guidance(record, "synthesis_plan"))
-            try:
-                got = await ask_structured(ctx.llm("planner"), [{"role": "user", "content": text}],
-                                           parse_sea_plan(plans), role="synthesis_plan", attempts=attempts,
-                                           sample_index=k * attempts)
-            except RoleRejected as e:
-                raise StageError(f"plan {k}: {e}", field="plan") from None
+            got = await _ask_planner(ctx, text, parse_sea_plan(plans), "synthesis_plan", attempts, k, "plan")
             add_usage(usage, got.usage)
             model = got.model
             plans.append(got.value["synthesis_plan"])
@@ -178,10 +173,7 @@ def build_sea(cfg: dict, ctx):
                 "evaluation_rules": got.value["evaluation_rules"],
                 "extra": {"summary_report": report, "summary": _summary(got.value["synthesis_plan"]),
                           "previous_summaries": [_summary(x) for x in plans[:-1]], "reflections": []}}))
-        share = {k: (x / len(out) if isinstance(x, (int, float)) else x) for k, x in usage.items()}
-        for r in out:
-            add_provenance(r, "gen-plan", strategy="sea", model=model, recipe_hash=cfg.get("recipe_hash"), usage=share)
-        return out
+        return _with_provenance(out, usage, model, "sea", cfg)
 
     return fn
 

@@ -98,16 +98,10 @@ def build(cfg: dict, ctx):
 
 
 def make_sea_parser(known: set[str], min_calls: int):
-    from toolkit.roles.structured import Malformed
+    from toolkit.roles.structured import Malformed, tagged_text
 
     def parse(text: str | None, transcript: list[dict]) -> dict:
-        s = text or ""
-        a, b = s.find("<synthetic_task>"), s.find("</synthetic_task>")
-        if a < 0:
-            raise Malformed("no <synthetic_task> block")
-        if b < 0:
-            raise Malformed("<synthetic_task> is not closed (truncated?)")
-        body = s[a + len("<synthetic_task>"):b].strip()
+        body = tagged_text(text, "synthetic_task")
         if body.startswith("```"):
             body = body.strip("`").removeprefix("json").strip()
         try:

@@ -27,7 +27,8 @@ from collections import defaultdict
 from toolkit.flows.eigendata import common as C
 from toolkit.flows.eigendata import metrics as M
 from toolkit.io import add_provenance, log
-from toolkit.roles.structured import Malformed, RoleRejected, add_usage, ask_structured, new_usage, parse_tagged_json
+from toolkit.roles.structured import (Malformed, RoleRejected, add_usage, ask_structured, new_usage, parse_tagged_json,
+                                      tagged_text)
 from toolkit.schema import Record
 from toolkit.stages.registry import strategy
 
@@ -73,19 +74,7 @@ def parse_revision(categories: list[str]):
 
 
 def _tag_parser(tag: str):
-    def parse(text: str | None) -> str:
-        s = text or ""
-        a, b = s.find(f"<{tag}>"), s.find(f"</{tag}>")
-        if a < 0:
-            raise Malformed(f"no <{tag}> block")
-        if b < 0:
-            raise Malformed(f"<{tag}> is not closed (truncated?)")
-        body = s[a + len(tag) + 2:b].strip()
-        if not body:
-            raise Malformed(f"<{tag}> is empty")
-        return body
-
-    return parse
+    return lambda text: tagged_text(text, tag, allow_empty=False)
 
 
 def _next_version(v: str | None) -> str:

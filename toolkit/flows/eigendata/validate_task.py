@@ -24,7 +24,8 @@ import re
 from toolkit.flows.eigendata import common as C
 from toolkit.flows.eigendata.tool_loop import tool_loop
 from toolkit.io import StageError, add_provenance
-from toolkit.roles.structured import Malformed, RoleRejected, add_usage, need_enum, new_usage, parse_json_object
+from toolkit.roles.structured import (Malformed, RoleRejected, add_usage, need_enum, new_usage, parse_json_object,
+                                      tagged_text)
 from toolkit.schema import Record, Verdict
 from toolkit.stages.registry import strategy
 
@@ -126,18 +127,9 @@ def make_feasibility_parser(min_calls: int):
 _TQ = re.compile(r"TASK\s+QUALITY\s+VERDICT\s*:\s*\[?\s*([A-Za-z]+)\s*\]?", re.I)
 
 
-def _tag(text: str, tag: str) -> str | None:
-    a, b = text.find(f"<{tag}>"), text.find(f"</{tag}>")
-    if a < 0:
-        return None
-    if b < 0:
-        raise Malformed(f"<{tag}> is not closed (truncated?)")
-    return text[a + len(tag) + 2:b].strip()
-
-
 def parse_sea_report(text: str | None, transcript: list[dict], min_calls: int = 1, need_trajectory: bool = False) -> dict:
     s = text or ""
-    rep = _tag(s, "eval_report")
+    rep = tagged_text(s, "eval_report", required=False)
     if rep is None:
         raise Malformed("no <eval_report> block")
     m = _TQ.search(rep)
@@ -147,7 +139,7 @@ def parse_sea_report(text: str | None, transcript: list[dict], min_calls: int = 
     if v not in ("ACCEPT", "REJECT"):
         raise Malformed(f"TASK QUALITY VERDICT must be ACCEPT or REJECT, got {m.group(1)!r}")
     out = {"task_quality_verdict": v, "eval_report": rep}
-    imp = _tag(s, "eval_rules_improve")
+    imp = tagged_text(s, "eval_rules_improve", required=False)
     items = [ln.strip(" -*\t") for ln in (imp or "").splitlines() if ln.strip(" -*\t")]
     if len(items) == 1 and "high quality" in items[0].lower():
         items = []
@@ -176,6 +168,22 @@ def _opts(cfg: dict) -> dict:
             "min_calls": C.cfg_int(cfg, "validate_min_calls", 1), "mode": mode}
 
 
+def _task_of(record: Record) -> None:
+    if record.task is None:
+        raise StageError("record has no task to validate", field="task")
+
+
+async def _validator_loop(ctx, o: dict, text: str, env, tools: list, parse, role: str, verdict: str, **kw):
+    """The validator's tool-executing loop on the task prompt; no valid reply → reject naming the verdict."""
+    try:
+        return await tool_loop(ctx.llm("validator"), [{"role": "system", "content": SYSTEM},
+                                                     {"role": "user", "content": text}],
+                               env, tools, parse, role=role, attempts=o["attempts"], max_calls=o["max_calls"],
+                               mode=o["mode"], **kw)
+    except RoleRejected as e:
+        raise StageError(str(e), field=f"verdicts.{verdict}") from None
+
+
 def _claimed_not_run(claimed: list, transcript: list[dict]) -> list[str]:
     ran = {t["function"] for t in transcript}
     out = []
@@ -191,8 +199,7 @@ def build_eigendata(cfg: dict, ctx):
     o = _opts(cfg)
 
     async def fn(record: Record) -> Record:
-        if record.task is None:
-            raise StageError("record has no task to validate", field="task")
+        _task_of(record)
         env = C.load_record_env(record)
         usage = new_usage()
         try:
@@ -207,13 +214,8 @@ def build_eigendata(cfg: dict, ctx):
                             guidance=C.guidance(record, "task_validation"))
             env.reset()
             h0 = C.safe_hash(env)
-            try:
-                res = await tool_loop(ctx.llm("validator"), [{"role": "system", "content": SYSTEM},
-                                                             {"role": "user", "content": text}],
-                                      env, tools, make_feasibility_parser(o["min_calls"]), role="task_validation",
-                                      attempts=o["attempts"], max_calls=o["max_calls"], mode=o["mode"])
-            except RoleRejected as e:
-                raise StageError(str(e), field="verdicts.task_feasibility") from None
+            res = await _validator_loop(ctx, o, text, env, tools, make_feasibility_parser(o["min_calls"]),
+                                        "task_validation", "task_feasibility")
             add_usage(usage, res.usage)
             h1 = C.safe_hash(env)
         finally:
@@ -252,8 +254,7 @@ def build_sea(cfg: dict, ctx):
     o = _opts(cfg)
 
     async def fn(record: Record) -> Record:
-        if record.task is None:
-            raise StageError("record has no task to validate", field="task")
+        _task_of(record)
         env = C.load_record_env(record)
         usage = new_usage()
         try:
@@ -267,13 +268,8 @@ def build_sea(cfg: dict, ctx):
             def parse(t, tr):
                 return parse_sea_report(t, tr, o["min_calls"])
 
-            try:
-                res = await tool_loop(ctx.llm("validator"), [{"role": "system", "content": SYSTEM},
-                                                             {"role": "user", "content": text}],
-                                      env, tools, parse, role="task_quality", attempts=o["attempts"],
-                                      max_calls=o["max_calls"], calls_per_turn=1, mode=o["mode"])
-            except RoleRejected as e:
-                raise StageError(str(e), field="verdicts.task_quality") from None
+            res = await _validator_loop(ctx, o, text, env, tools, parse, "task_quality", "task_quality",
+                                        calls_per_turn=1)
             add_usage(usage, res.usage)
         finally:
             env.close()

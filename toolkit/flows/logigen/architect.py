@@ -77,15 +77,11 @@ def _malformed(msg: str) -> Exception:
 
 
 def _tag(text: str | None, tag: str, required: bool = True) -> str | None:
-    s = text or ""
-    a, b = s.find(f"<{tag}>"), s.find(f"</{tag}>")
-    if a < 0:
-        if required:
-            raise _malformed(f"no <{tag}> block")
+    from toolkit.roles.structured import tagged_text
+
+    body = tagged_text(text, tag, required=required)
+    if body is None:
         return None
-    if b < 0:
-        raise _malformed(f"<{tag}> block is not closed (truncated?)")
-    body = s[a + len(tag) + 2:b].strip()
     fence = re.match(r"^```[a-zA-Z]*\n(.*?)\n?```$", body, re.DOTALL)
     return fence.group(1).strip() if fence else body
 

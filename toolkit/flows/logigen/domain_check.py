@@ -61,6 +61,7 @@ from toolkit.flows.logigen.analysis import Operand, analyze, evaluate
 __all__ = ["DomainReport", "check_domain", "find_violating_call", "policy_rule_ids"]
 
 MAX_CALLS_PER_RULE = 4000
+_SPENT = object()  # a violation search ran out of calls
 _DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _POLICY_ID_RE = re.compile(r"^\s*(?:[-*+]|\d+\.)\s+(?:\*\*|__)?\[([A-Za-z0-9_.:-]+)\]", re.MULTILINE)
 _SQLISH = re.compile(r"\b(?:NEW|OLD)\.\w|\bSELECT\b|\bWHERE\b|<>|!=|\bIS NOT NULL\b")  # case-sensitive
@@ -619,6 +620,19 @@ class _Search:
             return {"provoked": True, "call": {"name": tool, "arguments": args}, "state": label,
                     "error": res.error, "state_unchanged": before == after, "attempts": self.calls}
 
+        def sweep(calls: Any) -> Any:
+            """Try each argument dict from `state` in turn: the first violation's result, _SPENT when
+            the call budget runs out first, None when no call violates the rule."""
+            for args in calls:
+                st, res = self.try_call(td.name, args, rule, kind)
+                if st == "hit":
+                    return finish(td.name, args, res, state_label)
+                if st == "ok":
+                    self.env.reset(state)
+                if self.calls >= self.max_calls:
+                    return _SPENT
+            return None
+
         if td.kind == "insert":
             bases = self.insert_templates(t.name)
             defaults = _defaults(t)
@@ -661,28 +675,12 @@ class _Search:
                         break
             # phase 2: valid templates x one or two mutation units
             for base in valid:
-                us = units(relevant) + units(others)
-                for u in us:
-                    args = {**base, **u}
-                    st, res = self.try_call(td.name, args, rule, kind)
-                    if st == "hit":
-                        return finish(td.name, args, res, state_label)
-                    if st == "ok":
-                        self.env.reset(state)
-                    if self.calls >= self.max_calls:
-                        return None
-                rel_units = units(paired)
-                for u1, u2 in itertools.combinations(rel_units, 2):
-                    if set(u1) & set(u2):
-                        continue
-                    args = {**base, **u1, **u2}
-                    st, res = self.try_call(td.name, args, rule, kind)
-                    if st == "hit":
-                        return finish(td.name, args, res, state_label)
-                    if st == "ok":
-                        self.env.reset(state)
-                    if self.calls >= self.max_calls:
-                        return None
+                got = sweep({**base, **u} for u in units(relevant) + units(others))
+                if got is None:
+                    got = sweep({**base, **u1, **u2} for u1, u2 in itertools.combinations(units(paired), 2)
+                                if not set(u1) & set(u2))
+                if got is not None:
+                    return None if got is _SPENT else got
             # phase 3: a second call after a successful one (capacity, duplicates, uniqueness)
             for first in valid:
                 self.env.reset(state)
@@ -724,19 +722,11 @@ class _Search:
                         for v1 in pools[c1][:12]:
                             for v2 in pools[c2][:12]:
                                 changes.append({c1: v1, c2: v2})
-                for ch in changes:
-                    if rc is not None and kind == "trigger":
-                        new = {**row, **ch}
-                        if evaluate(self.env, rc.sql, new=new, old=row) is False:
-                            continue
-                    args = {**key, **ch}
-                    st, res = self.try_call(td.name, args, rule, kind)
-                    if st == "hit":
-                        return finish(td.name, args, res, state_label)
-                    if st == "ok":
-                        self.env.reset(state)
-                    if self.calls >= self.max_calls:
-                        return None
+                got = sweep({**key, **ch} for ch in changes
+                            if not (rc is not None and kind == "trigger"
+                                    and evaluate(self.env, rc.sql, new={**row, **ch}, old=row) is False))
+                if got is not None:
+                    return None if got is _SPENT else got
         return None
 
 

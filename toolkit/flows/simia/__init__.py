@@ -4,7 +4,7 @@ Modules (one per step): `transcript` (the deterministic transcript ⇄ messages 
 `prefilter` (validate-task --strategy simia), `simulate` (simulate-env --mode trajectory),
 `rules` (repair --strategy rules), `format` (native ⇄ Hermes tool-call text, reused by exporters),
 `grounding` (verify --strategy grounding), `rl` (Simia-RL task records on the simulated backend),
-`yieldtable` (the recipe's yield table).
+`recipe` (the recipe; its yield table is toolkit.yieldtable with Simia notes).
 """
 
 from toolkit.flows.simia import (

@@ -50,6 +50,7 @@ def build(cfg: dict, meter: Any):
     from toolkit.config import llm_config
     from toolkit.flows.simia.prefilter import env_policy, seed_of, tools_text
     from toolkit.llm import LLMError, get_client
+    from toolkit.roles.structured import add_usage, new_usage
 
     family = str(cfg.get("prompt_family") or "apigen").lower()
     if family not in FAMILIES:
@@ -65,6 +66,8 @@ def build(cfg: dict, meter: Any):
     prompt = prompts.load(f"simia/synth_{family}")
 
     async def one(record: Record, k: int, text_prompt: str, system: str | None, tools: list[dict]) -> Record:
+        # not ask_structured: one sample per pass and no retry; a reply that does not parse is data
+        # (written with its error, fixed or dropped and counted by repair --strategy rules)
         res = await client.chat([{"role": "user", "content": text_prompt}], sample_index=k, temperature=temps[k])
         raw = res.message.get("content") or ""
         rid = f"{record.id}-sim{k}"
@@ -79,9 +82,7 @@ def build(cfg: dict, meter: Any):
         if problems:
             error = "the simulated text does not parse strictly (" + "; ".join(problems)[:500] + \
                     "): run repair --strategy rules"
-        usage = Usage(prompt_tokens=int(res.usage.get("prompt_tokens", 0) or 0),
-                      completion_tokens=int(res.usage.get("completion_tokens", 0) or 0),
-                      requests=0 if res.cached else 1, cache_hits=1 if res.cached else 0, cost=float(res.cost or 0.0))
+        usage = Usage(**add_usage(new_usage(), res))
         traj = Trajectory(id=f"{rid}-t0", messages=messages, tools=tools, termination="simulated", error=error,
                           agent_model=res.model or model, usage=usage,
                           extra={"simia": {"raw": raw, "prompt": prompt.id, "family": family,

@@ -189,21 +189,12 @@ class _CallError(ValueError):
 
 
 def _call_objs(obj: Any) -> list[tuple[Any, Any]]:
-    if isinstance(obj, list):
-        out = []
-        for o in obj:
-            out.extend(_call_objs(o))
-        return out
-    if not isinstance(obj, dict):
-        raise _CallError("unparseable_call", f"a tool call must be a JSON object, got {type(obj).__name__}")
-    if isinstance(obj.get("function"), dict):  # OpenAI shape
-        fn = obj["function"]
-        return [(fn.get("name"), fn.get("arguments", {}))]
-    name = obj.get("name", obj.get("function", obj.get("tool")))
-    for k in ("arguments", "parameters", "args"):
-        if k in obj:
-            return [(name, obj[k])]
-    return [(name, {})]
+    from toolkit.llm.toolcalls import call_pairs
+
+    try:
+        return call_pairs(obj)
+    except ValueError as e:
+        raise _CallError("unparseable_call", str(e)) from None
 
 
 def _load(s: str, repair: bool, fixes: list[str]) -> Any:
@@ -348,6 +339,8 @@ def parse(text: str | None, *, repair: bool = False, id_prefix: str = "call") ->
 
 def render(messages: list[dict], *, assistant_label: str = "ASSISTANT") -> str:
     """Our messages as a transcript (system messages left out: Simia keeps them separately)."""
+    from toolkit.llm.toolcalls import decoded_call
+
     lines: list[str] = []
     for m in messages:
         role = m.get("role")
@@ -366,14 +359,8 @@ def render(messages: list[dict], *, assistant_label: str = "ASSISTANT") -> str:
                 lines.append(f"{assistant_label}: {content or ''}")
                 continue
             for j, tc in enumerate(calls):
-                fn = tc.get("function", tc)
-                args = fn.get("arguments", {})
-                if isinstance(args, str):
-                    try:
-                        args = json.loads(args) if args.strip() else {}
-                    except ValueError:
-                        pass
+                name, args = decoded_call(tc, repair=False)
                 head = f"{content}\n" if (content and j == 0) else ""
-                lines.append("FUNCTION_CALL:\n" + head + json.dumps({"name": fn.get("name"), "arguments": args},
+                lines.append("FUNCTION_CALL:\n" + head + json.dumps({"name": name, "arguments": args},
                                                                       ensure_ascii=False))
     return "\n".join(lines)
