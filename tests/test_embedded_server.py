@@ -36,6 +36,13 @@ def test_model_name_is_the_real_model(tmp_path, monkeypatch):
     assert LLMClient(LLMConfig())._model == "qwen2.5-0.5b-instruct-q4_k_m"
     assert embedded._same_model({"model_path": str(other)}, str(other))
     assert not embedded._same_model({"model_path": bundled}, str(other))
+    # a copy of the same GGUF in another environment (another checkout's venv) is the same model
+    copy_dir = tmp_path / "venv2"
+    copy_dir.mkdir()
+    (copy_dir / other.name).write_bytes(other.read_bytes())
+    assert embedded._same_model({"model_path": str(other)}, str(copy_dir / other.name))
+    (copy_dir / other.name).write_bytes(b"GGUF-different-weights")
+    assert not embedded._same_model({"model_path": str(other)}, str(copy_dir / other.name))
 
 
 def test_prompt_cache_is_bounded_by_the_memory_it_really_holds():

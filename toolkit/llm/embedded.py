@@ -426,7 +426,23 @@ def ensure_embedded_server(port: int | None = None, timeout: float | None = None
 def _same_model(state: dict | None, model_path: str | None) -> bool:
     if not model_path or not state or not state.get("model_path"):
         return True
-    return os.path.realpath(str(state["model_path"])) == os.path.realpath(model_path)
+    a, b = os.path.realpath(str(state["model_path"])), os.path.realpath(model_path)
+    if a == b:
+        return True
+    # the same GGUF installed in another environment (a second checkout or venv) is the same model
+    return _model_identity(a) is not None and _model_identity(a) == _model_identity(b)
+
+
+def _model_identity(path: str) -> tuple | None:
+    """(file name, size, sha256 of the first MiB): equal for copies of one GGUF, cheap to compute."""
+    import hashlib
+
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1 << 20)
+        return os.path.basename(path), os.path.getsize(path), hashlib.sha256(head).hexdigest()
+    except OSError:
+        return None
 
 
 def _terminate(pid: int, grace: float = 5.0) -> None:
