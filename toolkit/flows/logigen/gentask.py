@@ -16,7 +16,10 @@ Settings (recipe `gen-task:` section or CLI): explorer (symbolic | llm; --explor
 seed (--seed), user_view (auto | llm | template; auto = llm when a model or base URL is configured,
 else the deterministic template), violation_share (0.3: at least this share of tasks start with a
 policy-violating attempt when the domain has one), inject_share (0.5), inline_target (true),
-max_tries (8 drafts per wanted task), attempts (--attempts, LLM retries), max_turns (llm explorer).
+max_tries (8 drafts per wanted task), attempts (--attempts, LLM retries), max_turns (llm explorer),
+llm_boundary (auto | true | false; auto = on with --explorer llm: the Set Designer asks the LLM for
+boundary seeds of rules the trigger analysis cannot read, verified by execution — llm_seeder.py),
+llm_boundary_rules, llm_boundary_max_rules (6), llm_boundary_share (0.5).
 """
 
 from __future__ import annotations
@@ -174,6 +177,8 @@ def build(cfg: dict, ctx: StageContext):
         from toolkit.io import UsageError
 
         raise UsageError(f"user_view must be auto, llm or template (got {mode!r})")
+    lb = cfg.get("llm_boundary")
+    llm_boundary = explorer == "llm" if lb is None or str(lb).lower() == "auto" else _bool(lb, False)
 
     async def fn(record: Record) -> list[Record]:
         env = load_sqlite_env(record)
@@ -181,7 +186,10 @@ def build(cfg: dict, ctx: StageContext):
             base = env.snapshot()
             rseed = zlib.crc32(f"{seed}:{record.id}".encode())
             designer = Designer(env, base, rseed, cfg)
+            seeding = None
             try:
+                if llm_boundary:
+                    seeding = await _llm_seeding(designer, ctx, cfg, attempts, env.policy(), record)
                 if explorer == "symbolic":
                     drafts = _symbolic_drafts(designer, n, max_tries)
                 else:
@@ -206,6 +214,14 @@ def build(cfg: dict, ctx: StageContext):
                 if d.exploration:
                     rec.task.extra["exploration"] = d.exploration
                 total = dict(usage if src != "template" else {})
+                if seeding is not None and k == 0:
+                    # the LLM boundary seeding ran once for this input: its report and usage go
+                    # with the first task (so the yield table counts the requests once)
+                    rec.task.extra["llm_boundary"] = seeding.summary()
+                    for key_, val in seeding.usage.items():
+                        total[key_] = (total.get(key_) or 0) + (val or 0)
+                    for key in usage_total:
+                        usage_total[key] += seeding.usage.get(key, 0) or 0
                 for key_, val in (d.usage or {}).items():
                     total[key_] = (total.get(key_) or 0) + (val or 0)
                 for key in usage_total:
@@ -213,6 +229,8 @@ def build(cfg: dict, ctx: StageContext):
                 model = info.get("model") or (ctx.model_name("user_view") if src != "template" else None)
                 if explorer == "llm":
                     model = ctx.model_name("consultant")
+                if seeding is not None and k == 0 and seeding.asked and model is None:
+                    model = seeding.model or ctx.model_name("boundary_seeder")
                 add_provenance(rec, "gen-task", strategy=f"logigen:{explorer}:user-view={src}",
                                model=model, recipe_hash=cfg.get("recipe_hash"), usage=total or None)
                 out.append(rec)
@@ -227,6 +245,27 @@ def build(cfg: dict, ctx: StageContext):
             env.close()
 
     return fn
+
+
+async def _llm_seeding(designer: Designer, ctx: Any, cfg: dict, attempts: int, policy: str, record: Record):
+    """The Set Designer's LLM second: boundary seeds for rules the analysis cannot read, each
+    verified by execution (llm_seeder.py). Returns the SeedReport."""
+    from toolkit.flows.logigen.llm_seeder import ROLE, seed_boundaries
+
+    if ctx is None:
+        from toolkit.io import UsageError
+
+        raise UsageError("llm_boundary needs an LLM (run through the CLI, or pass a StageContext)")
+    share = cfg.get("llm_boundary_share")
+    designer.explorer.llm_boundary_share = float(share) if share is not None else 0.5
+    rep = await seed_boundaries(designer.explorer, ctx.llm(ROLE), cfg, policy, attempts=attempts)
+    if rep.asked:
+        s = rep.summary()
+        why = "; ".join(f"{k} x{v}" for k, v in s["discarded_by_reason"].items())
+        log(f"gen-task: {record.id}: LLM boundary seeds: asked {len(rep.asked)} rule(s), "
+            f"{len(rep.boundaries)} verified, {len(rep.discarded)} discarded" + (f" ({why})" if why else "")
+            + f", {len(rep.rejected)} rejected as malformed")
+    return rep
 
 
 def _symbolic_drafts(designer: Designer, n: int, max_tries: int) -> list:
