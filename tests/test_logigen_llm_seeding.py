@@ -21,7 +21,13 @@ import pytest
 
 from toolkit.envs import load_env
 from toolkit.flows.logigen.gentask import Designer
-from toolkit.flows.logigen.llm_seeder import FOUND_BY, parse_proposal, prompt_for, seed_boundaries, target_rules
+from toolkit.flows.logigen.llm_seeder import (
+    FOUND_BY,
+    parse_proposal,
+    prompt_for,
+    seed_boundaries,
+    target_rules,
+)
 from toolkit.llm.testserver import ScriptedServer
 from toolkit.roles.structured import Malformed
 from toolkit.schema import Record
@@ -58,7 +64,7 @@ RETURN_GOAL_FAILS = {"rule": "return_window", "set": [],
 
 
 def _rule_of(req: dict) -> str:
-    return re.search(r"^Rule: (\S+)", req["messages"][-1]["content"], re.M).group(1)
+    return re.search(r"^Rule: (\S+)", req["messages"][-1]["content"], re.MULTILINE).group(1)
 
 
 def scripted(by_rule: dict[str, list[str]]):
@@ -173,8 +179,8 @@ def test_malformed_replies_are_retried_then_rejected():
     bad_table = dict(QTY_GOOD, set=[dict(QTY_GOOD["set"][0], table="products")])
     replies = {"qty_range": ["Sure! Here it is: {\"rule\": \"qty_range\", \"set\": [", json.dumps(bad_table),
                              json.dumps(QTY_GOOD)],
-               "return_window": ["no idea", '{"rule": "return_window"}', '{"rule": "other", "set": [], '
-                                 '"goal": {}, "crossing": []}']}
+               "return_window": ["no idea", '{"rule": "return_window"}', json.dumps({"rule": "other", "set": [], "goal": {},
+                                                                             "crossing": []})]}
     with ScriptedServer(scripted(replies)) as srv:
         rep, pool, _ = _seed(srv, ["qty_range", "return_window"], attempts=3)
         assert srv.chat_count == 6
@@ -260,3 +266,87 @@ def test_off_by_default_on_the_symbolic_path():
     assert [r.task.model_dump() for r in with_ctx] == [r.task.model_dump() for r in plain] == \
         [r.task.model_dump() for r in auto]
     assert all("llm_boundary" not in r.task.extra for r in plain)
+
+
+# ---------------------------------------------------------------------------------------------
+# LLM resource injection (role injection_designer): verified by re-executing the reference path
+
+MUG_DISTRACTOR = {"rows": [{"strategy": "distractor", "table": "product", "like": {"sku": "s1"},
+                            "row": {"sku": "s9", "title": "Mug", "price": 12, "stock": 5}}]}
+
+
+def test_llm_injection_verified_or_discarded():
+    from toolkit.flows.logigen.explorer import Draft, Probe, execute
+    from toolkit.flows.logigen.llm_seeder import (
+        inject_llm,
+        parse_injection,
+        verify_injection,
+    )
+
+    env, des = _designer()
+    try:
+        call = {"name": "insert_orders", "arguments": {"user_id": "u2", "sku": "s1", "qty": 1}}
+
+        def draft():
+            d = Draft(origin=copy.deepcopy(des.base), actions=[call],
+                      goals=[Probe("insert_orders", dict(call["arguments"]), "insert", "orders", ok=True)])
+            d.target, d.results = execute(env, d.origin, d.actions)
+            return d
+
+        # a second pending order of u2 makes the reference insert hit open_orders_cap: discarded
+        pending = {"rows": [{"strategy": "substitute", "table": "orders", "like": {"order_id": 3},
+                             "row": {"order_id": 99, "user_id": "u2", "sku": "s1", "qty": 2, "status": "pending"}}]}
+        d = draft()
+        state, why = verify_injection(env, d, parse_injection(json.dumps(pending), des.view, d.origin))
+        assert state is None and "no longer replays" in why and "POLICY_VIOLATION" in why
+        # reusing a key, or a "distractor" identical to its original: discarded
+        clash = copy.deepcopy(MUG_DISTRACTOR)
+        clash["rows"][0]["row"]["sku"] = "s2"
+        assert "reuses an existing key" in verify_injection(env, d, parse_injection(json.dumps(clash), des.view, d.origin))[1]
+        same = copy.deepcopy(MUG_DISTRACTOR)
+        same["rows"][0]["row"]["price"] = 10
+        assert "must differ" in verify_injection(env, d, parse_injection(json.dumps(same), des.view, d.origin))[1]
+        # malformed: unknown strategy, then unknown column, then a good reply -> applied on attempt 3
+        bad1 = json.dumps({"rows": [dict(MUG_DISTRACTOR["rows"][0], strategy="noise")]})
+        bad2 = json.dumps({"rows": [dict(MUG_DISTRACTOR["rows"][0], row={"sku": "s9", "colour": "red"})]})
+        with ScriptedServer([bad1, bad2, json.dumps(MUG_DISTRACTOR)]) as srv:
+            ctx = StageContext(command="gen-task", cfg={"base_url": srv.base_url, "model": "m", "max_retries": 0})
+            d = draft()
+            r = asyncio.run(inject_llm(ctx.llm("injection_designer"), des.view, env, d, attempts=3))
+        assert r["applied"] and r["usage"]["requests"] == 3
+        assert {"sku": "s9", "title": "Mug", "price": 12.0, "stock": 5} in d.origin["product"]
+        assert d.injections == [{"strategy": "distractor", "source": "llm", "count": 1,
+                                 "rows": [{"table": "product", "like": {"sku": "s1"}}]}]
+        assert next(o for o in d.target["orders"] if o["order_id"] == 5)["user_id"] == "u2"
+        with ScriptedServer([bad1]) as srv:
+            ctx = StageContext(command="gen-task", cfg={"base_url": srv.base_url, "model": "m", "max_retries": 0})
+            d = draft()
+            r = asyncio.run(inject_llm(ctx.llm("injection_designer"), des.view, env, d, attempts=2))
+        assert not r["applied"] and r["reason"].startswith("malformed") and "'strategy' must be one of" in r["reason"]
+        assert d.origin == des.base and d.injections == []
+    finally:
+        des.close()
+        env.close()
+
+
+def test_gen_task_llm_inject_option():
+    with ScriptedServer([json.dumps(MUG_DISTRACTOR)]) as srv:
+        cfg = {"strategy": "logigen", "explorer": "symbolic", "n": 8, "seed": 7, "llm_inject": True,
+               "llm_inject_share": 1.0, "inject_share": 0.0, "user_view": "template",
+               "base_url": srv.base_url, "model": "scripted", "max_retries": 0}
+        recs = _gen(cfg, StageContext(command="gen-task", cfg=cfg))
+        assert srv.chat_count == 8
+    applied = [r for r in recs if r.task.extra["llm_inject"]["applied"]]
+    assert applied  # the mug distractor fits tasks that do not depend on the number of products
+    for r in applied:
+        assert any(p["sku"] == "s9" for p in r.env.state["product"])
+        assert r.task.complexity["injection"][-1]["source"] == "llm" and "Reasoning" in r.task.complexity["tags"]
+    for r in recs:
+        if not r.task.extra["llm_inject"]["applied"]:
+            assert not any(p["sku"] == "s9" for p in r.env.state["product"])
+    fn = strategies.build("validate-task", {"strategy": "logigen", "filter": "passed"}, None)
+
+    async def go():
+        return [await fn(Record.model_validate(r.dump())) for r in recs]
+
+    assert len([r for r in asyncio.run(go()) if r is not None]) == len(recs)

@@ -19,7 +19,9 @@ policy-violating attempt when the domain has one), inject_share (0.5), inline_ta
 max_tries (8 drafts per wanted task), attempts (--attempts, LLM retries), max_turns (llm explorer),
 llm_boundary (auto | true | false; auto = on with --explorer llm: the Set Designer asks the LLM for
 boundary seeds of rules the trigger analysis cannot read, verified by execution — llm_seeder.py),
-llm_boundary_rules, llm_boundary_max_rules (6), llm_boundary_share (0.5).
+llm_boundary_rules, llm_boundary_max_rules (6), llm_boundary_share (0.5); llm_inject (false: the
+LLM proposes distractor / substitute rows for llm_inject_share (0.3) of the tasks, kept only when
+the reference path replays unchanged).
 """
 
 from __future__ import annotations
@@ -179,6 +181,7 @@ def build(cfg: dict, ctx: StageContext):
         raise UsageError(f"user_view must be auto, llm or template (got {mode!r})")
     lb = cfg.get("llm_boundary")
     llm_boundary = explorer == "llm" if lb is None or str(lb).lower() == "auto" else _bool(lb, False)
+    llm_inject = _bool(cfg.get("llm_inject"), False)
 
     async def fn(record: Record) -> list[Record]:
         env = load_sqlite_env(record)
@@ -201,6 +204,7 @@ def build(cfg: dict, ctx: StageContext):
             if not drafts:
                 raise StageError(f"no task could be drawn from this domain in {n * max_tries} tries "
                                  "(no successful write found from s_origin?)", field="env")
+            injected = await _llm_injections(designer, drafts, ctx, cfg, attempts, rseed, record) if llm_inject else {}
             client = ctx.llm("user_view") if mode == "llm" else None
             views = await asyncio.gather(*(project(d, designer.view, env, mode, client, attempts, env.policy())
                                            for d in drafts))
@@ -213,6 +217,8 @@ def build(cfg: dict, ctx: StageContext):
                 src = info["source"]
                 if d.exploration:
                     rec.task.extra["exploration"] = d.exploration
+                if k in injected:
+                    rec.task.extra["llm_inject"] = injected[k]
                 total = dict(usage if src != "template" else {})
                 if seeding is not None and k == 0:
                     # the LLM boundary seeding ran once for this input: its report and usage go
@@ -231,6 +237,8 @@ def build(cfg: dict, ctx: StageContext):
                     model = ctx.model_name("consultant")
                 if seeding is not None and k == 0 and seeding.asked and model is None:
                     model = seeding.model or ctx.model_name("boundary_seeder")
+                if injected.get(k, {}).get("applied") and model is None:
+                    model = ctx.model_name("injection_designer")
                 add_provenance(rec, "gen-task", strategy=f"logigen:{explorer}:user-view={src}",
                                model=model, recipe_hash=cfg.get("recipe_hash"), usage=total or None)
                 out.append(rec)
@@ -266,6 +274,37 @@ async def _llm_seeding(designer: Designer, ctx: Any, cfg: dict, attempts: int, p
             f"{len(rep.boundaries)} verified, {len(rep.discarded)} discarded" + (f" ({why})" if why else "")
             + f", {len(rep.rejected)} rejected as malformed")
     return rep
+
+
+async def _llm_injections(designer: Designer, drafts: list, ctx: Any, cfg: dict, attempts: int, rseed: int,
+                          record: Record) -> dict[int, dict]:
+    """LLM resource injection (distractor / substitute rows) for `llm_inject_share` of the drafts,
+    each verified by re-executing the reference path (llm_seeder.inject_llm). {draft index:
+    {"applied", "reason"}}; the LLM usage goes into the draft's usage."""
+    from toolkit.flows.logigen.llm_seeder import INJECT_ROLE, inject_llm
+
+    if ctx is None:
+        from toolkit.io import UsageError
+
+        raise UsageError("llm_inject needs an LLM (run through the CLI, or pass a StageContext)")
+    share = float(cfg.get("llm_inject_share") if cfg.get("llm_inject_share") is not None else 0.3)
+    rng = random.Random(f"{rseed}:llm-inject")
+    picked = [k for k in range(len(drafts)) if rng.random() < share]
+    client = ctx.llm(INJECT_ROLE)
+    res = await asyncio.gather(*(inject_llm(client, designer.view, designer.env, drafts[k], attempts, sample_index=k)
+                                 for k in picked))
+    out = {}
+    for k, r in zip(picked, res):
+        d = drafts[k]
+        d.usage = dict(d.usage or {})
+        for key, val in r["usage"].items():
+            d.usage[key] = (d.usage.get(key) or 0) + (val or 0)
+        out[k] = {"applied": r["applied"], "reason": r["reason"]}
+    if picked:
+        applied = sum(1 for r in out.values() if r["applied"])
+        log(f"gen-task: {record.id}: LLM injections: {applied}/{len(picked)} verified and applied, "
+            f"{len(picked) - applied} discarded")
+    return out
 
 
 def _symbolic_drafts(designer: Designer, n: int, max_tries: int) -> list:

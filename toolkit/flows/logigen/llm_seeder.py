@@ -37,8 +37,21 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from toolkit.flows.logigen.explorer import WRITE_KINDS, Boundary, Probe, boundary_check, boundary_rule, execute
-from toolkit.roles.structured import Malformed, RoleRejected, add_usage, ask_structured, new_usage
+from toolkit.flows.logigen.explorer import (
+    WRITE_KINDS,
+    Boundary,
+    Probe,
+    boundary_check,
+    boundary_rule,
+    execute,
+)
+from toolkit.roles.structured import (
+    Malformed,
+    RoleRejected,
+    add_usage,
+    ask_structured,
+    new_usage,
+)
 
 ROLE = "boundary_seeder"
 FOUND_BY = "llm (verified by execution)"
@@ -350,5 +363,123 @@ async def seed_boundaries(explorer: Any, client: Any, cfg: dict, policy: str, at
     return rep
 
 
-__all__ = ["FOUND_BY", "ROLE", "SeedReport", "covered_rules", "opaque_parts", "parse_proposal", "prompt_for",
-           "propose", "seed_boundaries", "target_rules", "verify_proposal"]
+__all__ = ["FOUND_BY", "INJECT_ROLE", "ROLE", "SeedReport", "covered_rules", "inject_llm", "opaque_parts",
+           "parse_injection", "parse_proposal", "prompt_for", "propose", "seed_boundaries", "target_rules",
+           "verify_injection", "verify_proposal"]
+
+
+# ----------------------------------------------------------------------------------------------
+# resource injection from the LLM (role `injection_designer`): distractor / substitute rows
+#
+# Contract: {"rows": [{"strategy": "distractor" | "substitute", "table": t, "like": {pk: v},
+# "row": {col: v, ...}}]} (1 to 3 rows). Verified like the deterministic injections
+# (set_designer.apply_injection): the rows load into s_origin (new keys, constraints, references),
+# the reference path replays with the same outcome per call, and a recorded boundary still holds.
+# Off unless gen-task's `llm_inject: true` (share `llm_inject_share`, 0.3 of the drafts).
+
+INJECT_ROLE = "injection_designer"
+INJECT_STRATEGIES = ("distractor", "substitute")
+
+
+def parse_injection(text: str | None, view: Any, state: dict) -> list[dict]:
+    from toolkit.roles.structured import need_enum, parse_json_object
+
+    obj = parse_json_object(text, required=("rows",))
+    rows = obj["rows"]
+    if not isinstance(rows, list) or not 1 <= len(rows) <= 3:
+        raise Malformed("'rows' must be a list of 1 to 3 rows")
+    out = []
+    for i, r in enumerate(rows):
+        w = f"rows[{i}]"
+        if not isinstance(r, dict) or not {"strategy", "table", "like", "row"} <= set(r):
+            raise Malformed(f"{w} needs strategy, table, like and row")
+        strat = need_enum(r, "strategy", INJECT_STRATEGIES)
+        t = view.tables.get(r["table"]) if isinstance(r["table"], str) else None
+        if t is None:
+            raise Malformed(f"{w}: unknown table {r['table']!r}")
+        if not isinstance(r["row"], dict) or not isinstance(r["like"], dict):
+            raise Malformed(f"{w}: row and like must be objects")
+        bad = [k for k in r["row"] if k not in t.colmap]
+        if bad:
+            raise Malformed(f"{w}: {t.name} has no column(s) {', '.join(map(repr, bad))}")
+        if any(isinstance(v, (dict, list)) for v in r["row"].values()):
+            raise Malformed(f"{w}: row values must be scalars")
+        missing = [k for k in t.pk if k not in r["row"]]
+        if missing:
+            raise Malformed(f"{w}: the new row needs its primary key ({', '.join(missing)})")
+        if set(r["like"]) != set(t.pk) or not any(all(x.get(k) == v for k, v in r["like"].items())
+                                                  for x in state.get(t.name, [])):
+            raise Malformed(f"{w}: like must be the primary key of an existing {t.name} row")
+        out.append({"strategy": strat, "table": t.name, "like": dict(r["like"]), "row": dict(r["row"])})
+    return out
+
+
+def verify_injection(env_base: Any, draft: Any, rows: list[dict]) -> tuple[dict | None, str]:
+    """(new s_origin, "") when the rows load and the reference path behaves as before, else
+    (None, reason)."""
+    from toolkit.flows.logigen.gentask import canonical_state
+
+    state = copy.deepcopy(draft.origin)
+    for r in rows:
+        t = env_base.domain.tables[r["table"]]
+        key = tuple(r["row"].get(k) for k in t.pk)
+        if any(tuple(x.get(k) for k in t.pk) == key for x in state.get(r["table"], [])):
+            return None, f"the new {r['table']} row reuses an existing key {list(key)}"
+        if r["strategy"] == "distractor":
+            like = next(x for x in state[r["table"]] if all(x.get(k) == v for k, v in r["like"].items()))
+            if all(r["row"].get(c.name, like.get(c.name)) == like.get(c.name) for c in t.columns if not c.pk):
+                return None, "a distractor must differ from the row it imitates in some attribute"
+        state.setdefault(r["table"], []).append(copy.deepcopy(r["row"]))
+    try:
+        state = canonical_state(env_base, state)
+    except Exception as e:
+        return None, f"the injected state does not load: {type(e).__name__}: {str(e)[:120]}"
+    try:
+        _, results = execute(env_base, state, draft.actions)
+    except ValueError as e:
+        return None, f"the reference path no longer replays: {e}"
+    if [r["code"] for r in results] != [r["code"] for r in draft.results]:
+        return None, "the injection changes how the reference path behaves"
+    if draft.boundary is not None:
+        ok, why = boundary_check(env_base, state, draft.boundary.goal.call(), draft.boundary.crossing)
+        if not ok:
+            return None, f"the boundary no longer holds: {why}"
+    return state, ""
+
+
+def injection_prompt(view: Any, draft: Any) -> str:
+    from toolkit import prompts
+    from toolkit.flows.logigen.set_designer import _referenced_rows
+
+    used = _referenced_rows(view, draft.origin, draft)
+    tables = list(dict.fromkeys([t for t, _ in used] + [g.table for g in draft.goals]))
+    return prompts.load("logigen/injection_designer").render(
+        actions="\n".join("  " + json.dumps(a, default=str) for a in draft.actions),
+        used="\n".join(f"  {t}: {json.dumps(r, default=str)}" for t, r in used) or "  (none)",
+        tables=_tables_text(view, draft.origin, tables))
+
+
+async def inject_llm(client: Any, view: Any, env_base: Any, draft: Any, attempts: int, sample_index: int = 0) -> dict:
+    """Ask for injected rows for one draft, verify, apply. Returns {"applied": bool, "reason",
+    "usage"}; on success draft.origin / target / results are updated and draft.injections records
+    it with "source": "llm"."""
+    from toolkit.llm import LLMError
+
+    try:
+        st = await ask_structured(client, [{"role": "user", "content": injection_prompt(view, draft)}],
+                                  lambda s: parse_injection(s, view, draft.origin), role=INJECT_ROLE,
+                                  attempts=attempts, sample_index=sample_index)
+    except RoleRejected as e:
+        return {"applied": False, "reason": "malformed: " + "; ".join(e.reasons[-2:]), "usage": e.usage}
+    except LLMError as e:
+        return {"applied": False, "reason": f"LLM error: {e}", "usage": new_usage()}
+    state, why = verify_injection(env_base, draft, st.value)
+    if state is None:
+        return {"applied": False, "reason": why, "usage": st.usage}
+    draft.origin = state
+    draft.target, draft.results = execute(env_base, state, draft.actions)
+    for strat in dict.fromkeys(r["strategy"] for r in st.value):
+        rows = [r for r in st.value if r["strategy"] == strat]
+        draft.injections.append({"strategy": strat, "source": "llm", "count": len(rows),
+                                 "rows": [{"table": r["table"], "like": r["like"]} for r in rows]})
+    return {"applied": True, "reason": "", "usage": st.usage}
