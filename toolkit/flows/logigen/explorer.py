@@ -400,6 +400,11 @@ class SymbolicExplorer:
         self.ok = [p for p in self.probes if p.ok and p.delta > 0]
         self.violating = [p for p in self.probes if p.violation]
         self._corrections: dict[str, list[Probe]] = {}
+        # verified LLM boundary seeds [(Boundary, s_origin)] (llm_seeder.seed_boundaries; empty
+        # unless gen-task's `llm_boundary` is on) and the share of Edge drafts that use them
+        self.llm_boundaries: list[tuple[Boundary, dict]] = []
+        self.llm_boundary_share = 0.5
+        self._llm_used = 0
         self._add_rule_violations()
 
     def _add_rule_violations(self, max_calls: int = 300) -> None:
@@ -520,7 +525,32 @@ class SymbolicExplorer:
         return None
 
     def edge(self, rng: random.Random) -> Draft | None:
-        """A goal exactly at a numeric boundary, s_origin seeded one unit below it (N-1)."""
+        """A goal exactly at a numeric boundary, s_origin seeded one unit below it (N-1).
+        The trigger analysis and the execution scan first; verified LLM seeds (rules they cannot
+        read) take `llm_boundary_share` of the draws while unused ones remain, and are the fallback."""
+        if self.llm_boundaries and self._llm_used < len(self.llm_boundaries) and rng.random() < self.llm_boundary_share:
+            d = self.llm_edge(rng)
+            if d is not None:
+                return d
+        d = self._edge(rng)
+        if d is None and self.llm_boundaries:
+            d = self.llm_edge(rng)
+        return d
+
+    def llm_edge(self, rng: random.Random) -> Draft | None:
+        """An Edge draft from a verified LLM boundary seed (unused ones first, in order)."""
+        if not self.llm_boundaries:
+            return None
+        if self._llm_used < len(self.llm_boundaries):
+            b, origin = self.llm_boundaries[self._llm_used]
+            self._llm_used += 1
+        else:
+            b, origin = rng.choice(self.llm_boundaries)
+        b = copy.deepcopy(b)
+        d = Draft(origin=origin, actions=self._path([b.goal]), goals=[b.goal], boundary=b, archetype="Edge")
+        return d if self._boundary_holds(d) else None
+
+    def _edge(self, rng: random.Random) -> Draft | None:
         fixes = [q for qs in self._corrections.values() for q in qs]
         everything = list({p.sig(): p for p in self.ok + fixes}.values())
         state_first = rng.random() < 0.5

@@ -16,7 +16,12 @@ Settings (recipe `gen-task:` section or CLI): explorer (symbolic | llm; --explor
 seed (--seed), user_view (auto | llm | template; auto = llm when a model or base URL is configured,
 else the deterministic template), violation_share (0.3: at least this share of tasks start with a
 policy-violating attempt when the domain has one), inject_share (0.5), inline_target (true),
-max_tries (8 drafts per wanted task), attempts (--attempts, LLM retries), max_turns (llm explorer).
+max_tries (8 drafts per wanted task), attempts (--attempts, LLM retries), max_turns (llm explorer),
+llm_boundary (auto | true | false; auto = on with --explorer llm: the Set Designer asks the LLM for
+boundary seeds of rules the trigger analysis cannot read, verified by execution — llm_seeder.py),
+llm_boundary_rules, llm_boundary_max_rules (6), llm_boundary_share (0.5); llm_inject (false: the
+LLM proposes distractor / substitute rows for llm_inject_share (0.3) of the tasks, kept only when
+the reference path replays unchanged).
 """
 
 from __future__ import annotations
@@ -174,6 +179,9 @@ def build(cfg: dict, ctx: StageContext):
         from toolkit.io import UsageError
 
         raise UsageError(f"user_view must be auto, llm or template (got {mode!r})")
+    lb = cfg.get("llm_boundary")
+    llm_boundary = explorer == "llm" if lb is None or str(lb).lower() == "auto" else _bool(lb, False)
+    llm_inject = _bool(cfg.get("llm_inject"), False)
 
     async def fn(record: Record) -> list[Record]:
         env = load_sqlite_env(record)
@@ -181,7 +189,10 @@ def build(cfg: dict, ctx: StageContext):
             base = env.snapshot()
             rseed = zlib.crc32(f"{seed}:{record.id}".encode())
             designer = Designer(env, base, rseed, cfg)
+            seeding = None
             try:
+                if llm_boundary:
+                    seeding = await _llm_seeding(designer, ctx, cfg, attempts, env.policy(), record)
                 if explorer == "symbolic":
                     drafts = _symbolic_drafts(designer, n, max_tries)
                 else:
@@ -193,6 +204,7 @@ def build(cfg: dict, ctx: StageContext):
             if not drafts:
                 raise StageError(f"no task could be drawn from this domain in {n * max_tries} tries "
                                  "(no successful write found from s_origin?)", field="env")
+            injected = await _llm_injections(designer, drafts, ctx, cfg, attempts, rseed, record) if llm_inject else {}
             client = ctx.llm("user_view") if mode == "llm" else None
             views = await asyncio.gather(*(project(d, designer.view, env, mode, client, attempts, env.policy())
                                            for d in drafts))
@@ -205,7 +217,17 @@ def build(cfg: dict, ctx: StageContext):
                 src = info["source"]
                 if d.exploration:
                     rec.task.extra["exploration"] = d.exploration
+                if k in injected:
+                    rec.task.extra["llm_inject"] = injected[k]
                 total = dict(usage if src != "template" else {})
+                if seeding is not None and k == 0:
+                    # the LLM boundary seeding ran once for this input: its report and usage go
+                    # with the first task (so the yield table counts the requests once)
+                    rec.task.extra["llm_boundary"] = seeding.summary()
+                    for key_, val in seeding.usage.items():
+                        total[key_] = (total.get(key_) or 0) + (val or 0)
+                    for key in usage_total:
+                        usage_total[key] += seeding.usage.get(key, 0) or 0
                 for key_, val in (d.usage or {}).items():
                     total[key_] = (total.get(key_) or 0) + (val or 0)
                 for key in usage_total:
@@ -213,6 +235,10 @@ def build(cfg: dict, ctx: StageContext):
                 model = info.get("model") or (ctx.model_name("user_view") if src != "template" else None)
                 if explorer == "llm":
                     model = ctx.model_name("consultant")
+                if seeding is not None and k == 0 and seeding.asked and model is None:
+                    model = seeding.model or ctx.model_name("boundary_seeder")
+                if injected.get(k, {}).get("applied") and model is None:
+                    model = ctx.model_name("injection_designer")
                 add_provenance(rec, "gen-task", strategy=f"logigen:{explorer}:user-view={src}",
                                model=model, recipe_hash=cfg.get("recipe_hash"), usage=total or None)
                 out.append(rec)
@@ -227,6 +253,58 @@ def build(cfg: dict, ctx: StageContext):
             env.close()
 
     return fn
+
+
+async def _llm_seeding(designer: Designer, ctx: Any, cfg: dict, attempts: int, policy: str, record: Record):
+    """The Set Designer's LLM second: boundary seeds for rules the analysis cannot read, each
+    verified by execution (llm_seeder.py). Returns the SeedReport."""
+    from toolkit.flows.logigen.llm_seeder import ROLE, seed_boundaries
+
+    if ctx is None:
+        from toolkit.io import UsageError
+
+        raise UsageError("llm_boundary needs an LLM (run through the CLI, or pass a StageContext)")
+    share = cfg.get("llm_boundary_share")
+    designer.explorer.llm_boundary_share = float(share) if share is not None else 0.5
+    rep = await seed_boundaries(designer.explorer, ctx.llm(ROLE), cfg, policy, attempts=attempts)
+    if rep.asked:
+        s = rep.summary()
+        why = "; ".join(f"{k} x{v}" for k, v in s["discarded_by_reason"].items())
+        log(f"gen-task: {record.id}: LLM boundary seeds: asked {len(rep.asked)} rule(s), "
+            f"{len(rep.boundaries)} verified, {len(rep.discarded)} discarded" + (f" ({why})" if why else "")
+            + f", {len(rep.rejected)} rejected as malformed")
+    return rep
+
+
+async def _llm_injections(designer: Designer, drafts: list, ctx: Any, cfg: dict, attempts: int, rseed: int,
+                          record: Record) -> dict[int, dict]:
+    """LLM resource injection (distractor / substitute rows) for `llm_inject_share` of the drafts,
+    each verified by re-executing the reference path (llm_seeder.inject_llm). {draft index:
+    {"applied", "reason"}}; the LLM usage goes into the draft's usage."""
+    from toolkit.flows.logigen.llm_seeder import INJECT_ROLE, inject_llm
+
+    if ctx is None:
+        from toolkit.io import UsageError
+
+        raise UsageError("llm_inject needs an LLM (run through the CLI, or pass a StageContext)")
+    share = float(cfg.get("llm_inject_share") if cfg.get("llm_inject_share") is not None else 0.3)
+    rng = random.Random(f"{rseed}:llm-inject")
+    picked = [k for k in range(len(drafts)) if rng.random() < share]
+    client = ctx.llm(INJECT_ROLE)
+    res = await asyncio.gather(*(inject_llm(client, designer.view, designer.env, drafts[k], attempts, sample_index=k)
+                                 for k in picked))
+    out = {}
+    for k, r in zip(picked, res):
+        d = drafts[k]
+        d.usage = dict(d.usage or {})
+        for key, val in r["usage"].items():
+            d.usage[key] = (d.usage.get(key) or 0) + (val or 0)
+        out[k] = {"applied": r["applied"], "reason": r["reason"]}
+    if picked:
+        applied = sum(1 for r in out.values() if r["applied"])
+        log(f"gen-task: {record.id}: LLM injections: {applied}/{len(picked)} verified and applied, "
+            f"{len(picked) - applied} discarded")
+    return out
 
 
 def _symbolic_drafts(designer: Designer, n: int, max_tries: int) -> list:
