@@ -13,6 +13,7 @@ from toolkit.stages import registry
 
 @pytest.fixture
 def dummy_strategy():
+    registry.load_all()  # load the flows first, so restoring leaves them registered
     saved = {k: dict(v) for k, v in registry._REGISTRY.items()}
 
     @registry.strategy("validate-task", "dummy-test", help="passes ids ending in an even digit")
