@@ -238,3 +238,27 @@ def test_clean_messages_raises_dropped_with_rule():
     with pytest.raises(Dropped) as e:
         clean_messages({"messages": [], "extra": {"simia": {"raw": REPLIES["SCHEMA_VIOLATION"]}}}, tool_index(TOOLS))
     assert e.value.rule == "schema_violation" and "reason" in e.value.detail
+
+
+def test_the_cli_runs_the_rule_strategy_as_a_plain_function():
+    """repair --strategy rules is synchronous: the CLI hands RecordStream its plain-function twin
+    (no asyncio task per record); the async fn `strategies.build` returns still works and agrees."""
+    import asyncio
+    import inspect
+
+    from toolkit.stages import strategies
+
+    run = strategies.build("repair", {"strategy": "rules"}, None)
+    assert inspect.iscoroutinefunction(run)  # the registry contract for callers that await
+    sync = strategies.stream_fn(run)
+    assert not inspect.iscoroutinefunction(sync) and sync.aclose is run.aclose
+    rec = {"id": "m", "trajectories": [{"id": "t", "messages": [], "tools": TOOLS, "extra": {"simia": {"raw": GOOD, "system": POLICY}}}]}
+    a, b = sync(Record.model_validate(rec)), asyncio.run(run(Record.model_validate(rec)))
+    for x in (a, b):
+        x.provenance = []
+    assert a.model_dump() == b.model_dump() and a.trajectories[0].messages[0].content == POLICY
+    with pytest.raises(StageError):
+        sync(Record.model_validate({"id": "e", "trajectories": [dict(rec["trajectories"][0], extra={
+            "simia": {"raw": REPLIES["UNKNOWN_TOOL"]}})]}))
+    prefilter = strategies.build("validate-task", {"strategy": "simia", "model": "scripted"}, None)
+    assert strategies.stream_fn(prefilter) is prefilter  # an LLM strategy stays async
