@@ -84,8 +84,9 @@ def build(command: str, cfg: dict, meter: Any):
 def stream_fn(run):
     """What RecordStream should run for a `build` result: its plain-function twin `run.sync` when the
     strategy is synchronous (rule-only, no LLM: simia rules, ...), so the stream takes its
-    synchronous path instead of one asyncio task per record (that machinery costs ~150 us a record,
-    several times the simia rules themselves); else `run`. `build` keeps returning the async fn."""
+    synchronous path instead of one asyncio task per record (that machinery costs ~50 us a record,
+    about the simia rules' own cost: bench/simia_rules_bench.py); else `run`. `build` keeps
+    returning the async fn (callers that `await fn(record)`)."""
     sync = getattr(run, "sync", None)
     if sync is None:
         return run
