@@ -69,7 +69,7 @@ def bench_stream(path: str, rules: bool) -> tuple[int, float, int, int]:
         if rules:
             from toolkit.stages import strategies
 
-            fn = strategies.build("repair", {"strategy": "rules"}, None)
+            fn = strategies.stream_fn(strategies.build("repair", {"strategy": "rules"}, None))  # as the CLI does
             s.run(fn)
         else:
             s.run(lambda r: r)

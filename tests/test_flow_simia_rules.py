@@ -4,44 +4,35 @@
 import json
 from pathlib import Path
 
-import jinja2
 import pytest
 from click.testing import CliRunner
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from conftest import requires_train
 from simia_fixtures import EXPECTED, GOOD, POLICY, REPLIES, SEED, TOOLS
 
 from toolkit import cli
 from toolkit.envs.python import validate_arguments
 from toolkit.flows.simia import format as F
 from toolkit.flows.simia.rules import Dropped, clean_messages, tool_index
+from toolkit.io import StageError
 from toolkit.llm.testserver import ScriptedServer
 from toolkit.schema import Record
+from toolkit.train import export as X
 
 NAMES = list(EXPECTED)
 TEMPS = [round(0.05 * i, 2) for i in range(len(NAMES))]  # one pass per reply, keyed by its temperature
-TEMPLATE = (Path(__file__).parent / "qwen25_template.jinja").read_text()
+QWEN25 = (Path(__file__).parent / "qwen25_template.jinja").read_text()  # Qwen2.5-Instruct's chat template
 
 
-def render_chat(messages, tools=None, add_generation_prompt=False):
-    """What transformers' apply_chat_template does with a chat template string (same Jinja settings)."""
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
-    env.filters["tojson"] = lambda x, indent=None, separators=None, sort_keys=False: json.dumps(
-        x, ensure_ascii=False, indent=indent, separators=separators, sort_keys=sort_keys)
-    env.globals["raise_exception"] = lambda msg: (_ for _ in ()).throw(jinja2.TemplateError(msg))
-    return env.from_string(TEMPLATE).render(messages=messages, tools=tools, add_generation_prompt=add_generation_prompt)
+def chat_rows(rec):
+    """The training rows `sft` trains on (toolkit.train.export): OpenAI messages, dict arguments."""
+    return X.record_rows(Record.model_validate(rec))
 
 
-def trl_messages(traj):
-    """TRL / HF chat-template shape: tool-call arguments as dicts."""
-    out = []
-    for m in traj["messages"]:
-        m = {k: v for k, v in m.items() if v is not None}
-        if m.get("tool_calls"):
-            m["tool_calls"] = [{"type": "function", "function": {
-                "name": tc["function"]["name"], "arguments": json.loads(tc["function"]["arguments"])}}
-                for tc in m["tool_calls"]]
-        out.append(m)
-    return out
+def expected_call(tc):
+    """The Hermes block a chat template must write for a native call whose arguments are a JSON string."""
+    return ("<tool_call>\n" + json.dumps({"name": tc["function"]["name"],
+                                          "arguments": json.loads(tc["function"]["arguments"])}, ensure_ascii=False)
+            + "\n</tool_call>")
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +71,7 @@ def test_each_reply_is_repaired_or_dropped_with_the_right_reason(pipeline):
             assert rejects[rid]["error"].startswith(what + ":"), (name, rejects[rid]["error"])
 
 
-def test_kept_trajectories_validate_and_load_in_a_chat_template_with_tools(pipeline):
+def test_kept_trajectories_validate_against_the_schema(pipeline):
     _, kept, _ = pipeline
     assert len(kept) == sum(1 for o, _ in EXPECTED.values() if o == "kept")
     for rid, rec in kept.items():
@@ -95,35 +86,112 @@ def test_kept_trajectories_validate_and_load_in_a_chat_template_with_tools(pipel
         assert calls
         for tc in calls:
             assert validate_arguments(params[tc["function"]["name"]], json.loads(tc["function"]["arguments"])) is None
-        text = render_chat(trl_messages(t), tools=[x["function"] for x in t["tools"]])
-        assert "# Tools" in text and '"name": "cancel_reservation"' in text.split("<|im_end|>")[0]
-        body = text.split("<|im_end|>\n", 1)[1]  # after the system turn (which explains the format)
-        assert body.count("<tool_call>") == len(calls)
-        assert body.count("<tool_response>") == sum(m["role"] == "tool" for m in t["messages"])
-        assert "<function>" not in text and text.endswith("<|im_end|>\n")
-    good = render_chat(trl_messages(kept["seed-1-sim0"]["trajectories"][0]), tools=[x["function"] for x in TOOLS])
-    assert '<tool_call>\n{"name": "get_reservation", "arguments": {"reservation_id": "R9"}}\n</tool_call>' in good
     quoted = kept[f"seed-1-sim{NAMES.index('UNESCAPED_QUOTES')}"]["trajectories"][0]
     args = json.loads(quoted["messages"][2]["tool_calls"][0]["function"]["arguments"])
     assert args == {"reservation_id": 'R5 "moved"'}
 
 
-def test_hermes_export_matches_the_template_rendering(pipeline):
+@requires_train
+@pytest.mark.parametrize("template", ["toolkit", "qwen2.5"])
+def test_kept_trajectories_load_in_the_chat_template_with_tools(pipeline, tiny_model, template):
+    """kept records → toolkit.train.export rows → tokenizer.apply_chat_template(messages, tools=tools):
+    the toolkit's own template (the tiny tokenizer's) and Qwen2.5's (tests/qwen25_template.jinja)."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    kw = {"chat_template": QWEN25} if template == "qwen2.5" else {}
     _, kept, _ = pipeline
+    rendered = 0
+    for rid, rec in kept.items():
+        t = rec["trajectories"][0]
+        [row] = chat_rows(rec)
+        calls = [tc for m in t["messages"] for tc in (m["tool_calls"] or [])]
+        row_calls = [tc for m in row["messages"] for tc in (m.get("tool_calls") or [])]
+        assert [tc["function"]["arguments"] for tc in row_calls] == \
+            [json.loads(tc["function"]["arguments"]) for tc in calls]  # dicts, decoded once
+        assert row["tools"] == TOOLS
+        text = tok.apply_chat_template(row["messages"], tools=row["tools"], tokenize=False, **kw)
+        system, body = text.split("<|im_end|>\n", 1)
+        assert system.startswith("<|im_start|>system\n" + POLICY + "\n\n# Tools"), rid
+        assert json.dumps(TOOLS[1], ensure_ascii=False) in system  # the tool list, as offered
+        assert body.count("<tool_call>") == len(calls), rid
+        for tc in calls:
+            assert expected_call(tc) in body, (rid, tc)
+        assert '"arguments": "' not in body  # not double-encoded
+        assert body.count("<tool_response>") == sum(m["role"] == "tool" for m in t["messages"])
+        assert "<function>" not in text and text.endswith("<|im_end|>\n")
+        rendered += 1
+    assert rendered == sum(1 for o, _ in EXPECTED.values() if o == "kept")
+    good = tok.apply_chat_template(chat_rows(kept["seed-1-sim0"])[0]["messages"], tools=TOOLS, tokenize=False, **kw)
+    assert '<tool_call>\n{"name": "get_reservation", "arguments": {"reservation_id": "R9"}}\n</tool_call>' in good
+    quoted = tok.apply_chat_template(chat_rows(kept[f"seed-1-sim{NAMES.index('UNESCAPED_QUOTES')}"])[0]["messages"],
+                                     tools=TOOLS, tokenize=False, **kw)
+    assert '{"name": "get_reservation", "arguments": {"reservation_id": "R5 \\"moved\\""}}' in quoted
+
+
+def chatml(turns):
+    return "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in turns)
+
+
+def test_hermes_export_is_the_training_export(pipeline):
+    """format.to_hermes and `sft --export hermes` (toolkit.train.export → template.render_hermes)
+    are one implementation: the simia turns framed in ChatML are the exporter's text."""
+    _, kept, _ = pipeline
+    for rid, rec in kept.items():
+        t = rec["trajectories"][0]
+        msgs = [{k: v for k, v in m.items() if v is not None} for m in t["messages"]]
+        hermes = F.to_hermes(msgs, TOOLS)
+        [row] = chat_rows(rec)
+        assert chatml(hermes) == X.export_row(row, "hermes")["text"], rid
     t = kept["seed-1-sim0"]["trajectories"][0]
     msgs = [{k: v for k, v in m.items() if v is not None} for m in t["messages"]]
     hermes = F.to_hermes(msgs, TOOLS)
     assert all(set(m) == {"role", "content"} for m in hermes)
     assert [m["role"] for m in hermes] == ["system", "user", "assistant", "user", "assistant", "user", "assistant"]
-    assert '<tool_call>\n{"name": "get_reservation", "arguments": {"reservation_id": "R9"}}\n</tool_call>' in hermes[2]["content"]
-    assert "<tool_response" in hermes[3]["content"]
-    text = render_chat(hermes)  # plain ChatML, no tools argument: the text already carries them
-    assert '{"name": "cancel_reservation", "arguments": {"reservation_id": "R9", "reason": "other"}}' in text
+    assert hermes[0]["content"].startswith(POLICY + "\n\n# Tools\n")
+    assert msgs[2]["content"].startswith("<think>")  # the synthesizer's reasoning stays before the call
+    assert hermes[2]["content"] == msgs[2]["content"] + \
+        '\n<tool_call>\n{"name": "get_reservation", "arguments": {"reservation_id": "R9"}}\n</tool_call>'
+    assert hermes[3]["content"] == "<tool_response>\n" + msgs[3]["content"] + "\n</tool_response>"
+    assert '{"name": "cancel_reservation", "arguments": {"reservation_id": "R9", "reason": "other"}}' in hermes[4]["content"]
     # and back: the native form is recovered (ids renumbered)
     back = F.to_native(hermes)
     assert [m["role"] for m in back] == [m["role"] for m in msgs]
     assert [tc["function"] for m in back for tc in m.get("tool_calls") or []] == \
         [tc["function"] for m in msgs for tc in m.get("tool_calls") or []]
+
+
+def test_hermes_export_merges_parallel_results_and_rejects_bad_arguments():
+    msgs = [{"role": "user", "content": "both?"},
+            {"role": "assistant", "content": "Checking.", "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "get_reservation", "arguments": '{"reservation_id": "R1"}'}},
+                {"id": "b", "type": "function", "function": {"name": "get_reservation", "arguments": {"reservation_id": "R2"}}}]},
+            {"role": "tool", "tool_call_id": "a", "content": "one"},
+            {"role": "tool", "tool_call_id": "b", "content": "two"},
+            {"role": "assistant", "content": "Done."}]
+    assert F.to_hermes(msgs) == [
+        {"role": "user", "content": "both?"},
+        {"role": "assistant", "content": 'Checking.\n<tool_call>\n{"name": "get_reservation", "arguments": {"reservation_id": "R1"}}'
+                                         '\n</tool_call>\n<tool_call>\n{"name": "get_reservation", "arguments": '
+                                         '{"reservation_id": "R2"}}\n</tool_call>'},
+        {"role": "user", "content": "<tool_response>\none\n</tool_response>\n<tool_response>\ntwo\n</tool_response>"},
+        {"role": "assistant", "content": "Done."}]
+    msgs[1]["tool_calls"][0]["function"]["arguments"] = '["R1"]'
+    with pytest.raises(StageError) as e:
+        F.to_hermes(msgs)
+    assert e.value.field == "trajectories[0].messages[1].tool_calls[0].function.arguments"
+
+
+@requires_train
+def test_hermes_export_equals_the_tokenizer_rendering(pipeline, tiny_model):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    _, kept, _ = pipeline
+    for rid, rec in kept.items():
+        msgs = [{k: v for k, v in m.items() if v is not None} for m in rec["trajectories"][0]["messages"]]
+        [row] = chat_rows(rec)
+        assert chatml(F.to_hermes(msgs, TOOLS)) == tok.apply_chat_template(row["messages"], tools=TOOLS, tokenize=False)
 
 
 def test_system_prompt_replaced_by_the_deployments(tmp_path):
@@ -170,3 +238,27 @@ def test_clean_messages_raises_dropped_with_rule():
     with pytest.raises(Dropped) as e:
         clean_messages({"messages": [], "extra": {"simia": {"raw": REPLIES["SCHEMA_VIOLATION"]}}}, tool_index(TOOLS))
     assert e.value.rule == "schema_violation" and "reason" in e.value.detail
+
+
+def test_the_cli_runs_the_rule_strategy_as_a_plain_function():
+    """repair --strategy rules is synchronous: the CLI hands RecordStream its plain-function twin
+    (no asyncio task per record); the async fn `strategies.build` returns still works and agrees."""
+    import asyncio
+    import inspect
+
+    from toolkit.stages import strategies
+
+    run = strategies.build("repair", {"strategy": "rules"}, None)
+    assert inspect.iscoroutinefunction(run)  # the registry contract for callers that await
+    sync = strategies.stream_fn(run)
+    assert not inspect.iscoroutinefunction(sync) and sync.aclose is run.aclose
+    rec = {"id": "m", "trajectories": [{"id": "t", "messages": [], "tools": TOOLS, "extra": {"simia": {"raw": GOOD, "system": POLICY}}}]}
+    a, b = sync(Record.model_validate(rec)), asyncio.run(run(Record.model_validate(rec)))
+    for x in (a, b):
+        x.provenance = []
+    assert a.model_dump() == b.model_dump() and a.trajectories[0].messages[0].content == POLICY
+    with pytest.raises(StageError):
+        sync(Record.model_validate({"id": "e", "trajectories": [dict(rec["trajectories"][0], extra={
+            "simia": {"raw": REPLIES["UNKNOWN_TOOL"]}})]}))
+    prefilter = strategies.build("validate-task", {"strategy": "simia", "model": "scripted"}, None)
+    assert strategies.stream_fn(prefilter) is prefilter  # an LLM strategy stays async

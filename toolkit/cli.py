@@ -388,7 +388,7 @@ def strategy_command(name: str, help: str, *extra: Callable, filter_help: str | 
         from toolkit.stages import strategies as stage
 
         meter = stage.make_meter()
-        return run_stage(name, cfg, lambda c: stage.build(name, c, meter), meter=meter)
+        return run_stage(name, cfg, lambda c: stage.stream_fn(stage.build(name, c, meter)), meter=meter)
 
     body.__name__ = name.replace("-", "_")
     cmd = _compose(*opts)(stage_command(body))

@@ -9,6 +9,7 @@ the per-record outputs (toolkit.io.RecordStream calls it once the input is exhau
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from toolkit.schema import Record
@@ -44,15 +45,30 @@ def build(command: str, cfg: dict, meter: Any):
                       else f"{command}: passed (--filter failed)")
         return kept
 
-    async def run(record: Record):
-        out = fn(record)
-        if hasattr(out, "__await__"):
-            out = await out
+    def filtered(out):
         if out is None or filt == "all":
             return out
         if isinstance(out, list):
             return [r for r in out if keep(r)] or None
         return out if keep(out) else None
+
+    async def run(record: Record):
+        out = fn(record)
+        if hasattr(out, "__await__"):
+            out = await out
+        return filtered(out)
+
+    if inspect.isfunction(fn) and not inspect.iscoroutinefunction(fn) and getattr(fn, "finish", None) is None:
+        def run_sync(record: Record):
+            out = fn(record)
+            if hasattr(out, "__await__"):
+                if hasattr(out, "close"):
+                    out.close()
+                raise TypeError(f"strategy {info.name!r} is a plain function but returned an awaitable; "
+                                "declare it `async def`")
+            return filtered(out)
+
+        run.sync = run_sync  # type: ignore[attr-defined]
 
     async def aclose() -> None:
         closer = getattr(fn, "aclose", None)
@@ -63,3 +79,16 @@ def build(command: str, cfg: dict, meter: Any):
     if getattr(fn, "finish", None) is not None:  # a batch strategy: `async finish() -> list[Record]`
         run.finish = fn.finish  # type: ignore[attr-defined]
     return run
+
+
+def stream_fn(run):
+    """What RecordStream should run for a `build` result: its plain-function twin `run.sync` when the
+    strategy is synchronous (rule-only, no LLM: simia rules, ...), so the stream takes its
+    synchronous path instead of one asyncio task per record (that machinery costs ~50 us a record,
+    about the simia rules' own cost: bench/simia_rules_bench.py); else `run`. `build` keeps
+    returning the async fn (callers that `await fn(record)`)."""
+    sync = getattr(run, "sync", None)
+    if sync is None:
+        return run
+    sync.aclose = run.aclose  # type: ignore[attr-defined]
+    return sync

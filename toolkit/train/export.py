@@ -107,7 +107,15 @@ def agent_messages(traj: Trajectory, ti: int = 0) -> list[dict]:
     """The agent's view with dict arguments and tool names on tool results."""
     from toolkit.stages.rollout import agent_view
 
-    msgs = agent_view([_plain(m) for m in traj.messages])
+    return chat_messages(agent_view([_plain(m) for m in traj.messages]), ti)
+
+
+def chat_messages(msgs: list, ti: int = 0) -> list[dict]:
+    """OpenAI messages (dicts or schema Messages) in chat-template shape: tool-call arguments
+    decoded to dicts (StageError naming trajectories[ti].messages[j]...arguments when they are not
+    a JSON object), tool results named after their call and given string content, assistant text
+    never None."""
+    msgs = [_plain(m) for m in msgs]
     out: list[dict] = []
     names: dict[str, str] = {}
     for j, m in enumerate(msgs):

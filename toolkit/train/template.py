@@ -70,42 +70,53 @@ def _tojson(x: Any) -> str:
     return json.dumps(x, ensure_ascii=False)
 
 
-def render_hermes(messages: list[dict], tools: list[dict] | None = None,
-                  add_generation_prompt: bool = False) -> str:
-    """CHAT_TEMPLATE rendered in Python (no transformers needed): the Hermes text export."""
-    out: list[str] = []
+def hermes_messages(messages: list[dict], tools: list[dict] | None = None) -> list[dict]:
+    """The Hermes text export as plain role/content messages: what CHAT_TEMPLATE writes inside each
+    ChatML turn. The tool list goes into the system turn (after the system prompt), assistant
+    tool calls become `<tool_call>` JSON blocks after the text, consecutive tool results become
+    one user turn of `<tool_response>` blocks; later system messages and unknown roles are
+    dropped, as the template drops them. Tool-call arguments are written as given (dicts; see the
+    module doc). `render_hermes` frames these in ChatML; `toolkit.flows.simia.format.to_hermes`
+    returns them for a text-only chat stack."""
+    out: list[dict] = []
     sys_text = ""
     if messages and messages[0]["role"] == "system":
         sys_text = messages[0].get("content") or ""
     if tools:
-        out.append(IM_START + "system\n")
-        if sys_text:
-            out.append(sys_text + "\n\n")
-        out.append(TOOLS_HEADER)
-        for t in tools:
-            out.append("\n" + _tojson(t))
-        out.append(TOOLS_FOOTER + IM_END + "\n")
+        parts = [sys_text + "\n\n"] if sys_text else []
+        parts.append(TOOLS_HEADER)
+        parts += ["\n" + _tojson(t) for t in tools]
+        parts.append(TOOLS_FOOTER)
+        out.append({"role": "system", "content": "".join(parts)})
     elif sys_text:
-        out.append(IM_START + "system\n" + sys_text + IM_END + "\n")
-    for i, m in enumerate(messages):
+        out.append({"role": "system", "content": sys_text})
+    tool_turn = False
+    for m in messages:
         role = m["role"]
+        if role == "tool":
+            piece = "<tool_response>\n" + (m.get("content") or "") + "\n</tool_response>"
+            if tool_turn:
+                out[-1]["content"] += "\n" + piece
+            else:
+                out.append({"role": "user", "content": piece})
+            tool_turn = True
+            continue
+        tool_turn = False
         if role == "user":
-            out.append(IM_START + "user\n" + (m.get("content") or "") + IM_END + "\n")
+            out.append({"role": "user", "content": m.get("content") or ""})
         elif role == "assistant":
-            out.append(IM_START + "assistant\n" + (m.get("content") or ""))
-            for k, tc in enumerate(m.get("tool_calls") or []):
-                if m.get("content") or k > 0:
-                    out.append("\n")
-                out.append("<tool_call>\n" + _tojson({"name": tc["function"]["name"],
-                                                      "arguments": tc["function"]["arguments"]})
-                           + "\n</tool_call>")
-            out.append(IM_END + "\n")
-        elif role == "tool":
-            if i == 0 or messages[i - 1]["role"] != "tool":
-                out.append(IM_START + "user")
-            out.append("\n<tool_response>\n" + (m.get("content") or "") + "\n</tool_response>")
-            if i == len(messages) - 1 or messages[i + 1]["role"] != "tool":
-                out.append(IM_END + "\n")
+            parts = [m["content"]] if m.get("content") else []
+            parts += ["<tool_call>\n" + _tojson({"name": tc["function"]["name"], "arguments": tc["function"]["arguments"]})
+                      + "\n</tool_call>" for tc in m.get("tool_calls") or []]
+            out.append({"role": "assistant", "content": "\n".join(parts)})
+    return out
+
+
+def render_hermes(messages: list[dict], tools: list[dict] | None = None,
+                  add_generation_prompt: bool = False) -> str:
+    """CHAT_TEMPLATE rendered in Python (no transformers needed): the Hermes text export, i.e.
+    `hermes_messages` framed in ChatML turns."""
+    out = [IM_START + m["role"] + "\n" + m["content"] + IM_END + "\n" for m in hermes_messages(messages, tools)]
     if add_generation_prompt:
         out.append(IM_START + "assistant\n")
     return "".join(out)
