@@ -10,6 +10,7 @@
 #                         .log = the stage's stderr with its summary line: requests, tokens, cost)
 #   stages.jsonl, yield.json  every stage's summary (the table's rows)
 #   dataset.jsonl         records that passed verify and whose verifier passed its self-test
+#   prompts/eigendata/    the prompt versions reflect evolved ($TOOLKIT_PROMPTS when set)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 env_name=${1:-airline}; n=${2:-2}; iters=${3:-16}
@@ -24,6 +25,8 @@ case "$env_name" in
 esac
 echo "{\"id\":\"$name\",\"env\":$envref}" > "$out/env.jsonl"
 export TOOLKIT_STAGE_LOG="$out/stages.jsonl"; : > "$TOOLKIT_STAGE_LOG"
+# reflect writes the evolved prompt versions here (eigendata/<role>.v<N>.txt); every stage reads them
+export TOOLKIT_PROMPTS=${TOOLKIT_PROMPTS:-$out/prompts}; mkdir -p "$TOOLKIT_PROMPTS"
 common=(--recipe "$recipe" --max-tokens "${MAX_TOKENS:-1024}")
 strat=(--attempts "${ATTEMPTS:-2}")
 TOOLKIT_STAGE_GROUP=plan gen-plan --strategy eigendata -n "${K:-1}" "${common[@]}" "${strat[@]}" --rejects "$out/gen-plan.rejects.jsonl" \
