@@ -106,3 +106,27 @@ def test_prompts_dir_never_the_shipped_folder(monkeypatch):
     r = reflect(recs, [revision()], "--prompts-dir", str(prompts.SHIPPED / "eigendata"))
     assert r.exit_code == 2 and "shipped prompts folder" in r.output
     assert not (prompts.SHIPPED / "eigendata" / "user_intent.v2.txt").exists()
+
+
+def test_judge_gets_the_evaluation_side_change(tmp_path, monkeypatch):
+    """verify --strategy judge --judge-rubric eigendata on a record of the evolved prompt set: the
+    learned rule arrives through plan.evaluation_rules, and with TOOLKIT_PROMPTS = the prompts dir
+    the judge's own prompt is trajectory_validation.v2."""
+    from test_flow_eigendata_judge import _record, _verify, reply
+
+    monkeypatch.delenv("TOOLKIT_PROMPTS", raising=False)
+    r = reflect([batch_record(i, ok=False) for i in range(4)], [revision()], "--prompts-dir", str(tmp_path))
+    plan = json.loads(r.stdout.splitlines()[0])["plan"]
+    rec = _record(1)
+    rec.plan = Record.model_validate({"id": "x", "plan": plan}).plan
+    with ScriptedServer([reply()]) as srv:
+        _verify({"base_url": srv.base_url, "judge_rubric": "eigendata"}, rec)
+        prompt = srv.requests[0]["messages"][1]["content"]
+    assert EVAL_RULE in prompt and "Rules learned from earlier failures" in prompt  # via evaluation_rules
+    assert "(learned from missing_resource failures)" in prompt
+    monkeypatch.setenv("TOOLKIT_PROMPTS", str(tmp_path))
+    rec.plan.evaluation_rules = None
+    with ScriptedServer([reply()]) as srv:
+        _verify({"base_url": srv.base_url, "judge_rubric": "eigendata"}, rec)
+        prompt = srv.requests[0]["messages"][1]["content"]
+    assert EVAL_RULE in prompt and "trajectory_validation.v1 → v2" in prompt  # the v2 prompt file itself
