@@ -10,6 +10,13 @@
 #                         .log = the stage's stderr with its summary line: requests, tokens, cost)
 #   stages.jsonl, yield.json  every stage's summary (the table's rows)
 #   dataset.jsonl         records that passed verify and whose verifier passed its self-test
+#   prompts/eigendata/    the prompt versions reflect evolved ($TOOLKIT_PROMPTS when set)
+#   drift.jsonl           one drift-audit marker record per iteration (tags drift | no-drift)
+# Drift monitoring (EigenData Phase 3): each iteration audits a deterministic sample (AUDIT_RATE,
+# default 0.5) of its batch against the baseline: DRIFT_BASELINE (a pilot's metrics JSON, from
+# `python -m toolkit.flows.eigendata.drift --write-baseline`) or else iteration 1's whole batch. On drift
+# the loop stops: the marker record goes to $OUT/DRIFT.jsonl and the script exits 3 (DRIFT_EXIT),
+# so a job script can pause generation and re-enter the pilot loop. DRIFT=0 turns the audit off.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 env_name=${1:-airline}; n=${2:-2}; iters=${3:-16}
@@ -24,6 +31,8 @@ case "$env_name" in
 esac
 echo "{\"id\":\"$name\",\"env\":$envref}" > "$out/env.jsonl"
 export TOOLKIT_STAGE_LOG="$out/stages.jsonl"; : > "$TOOLKIT_STAGE_LOG"
+# reflect writes the evolved prompt versions here (eigendata/<role>.v<N>.txt); every stage reads them
+export TOOLKIT_PROMPTS=${TOOLKIT_PROMPTS:-$out/prompts}; mkdir -p "$TOOLKIT_PROMPTS"
 common=(--recipe "$recipe" --max-tokens "${MAX_TOKENS:-1024}")
 strat=(--attempts "${ATTEMPTS:-2}")
 TOOLKIT_STAGE_GROUP=plan gen-plan --strategy eigendata -n "${K:-1}" "${common[@]}" "${strat[@]}" --rejects "$out/gen-plan.rejects.jsonl" \
@@ -76,6 +85,24 @@ for it in $(seq 1 "$iters"); do
   # reflect on the latest version of every record of this iteration (verify's over validate-task's)
   cat "$d/validate-task.jsonl" "$d/verify.jsonl" | jq -s -c 'reverse | unique_by(.id) | .[] | select(.plan != null)' \
     > "$d/reflect.in.jsonl"
+  if [ "${DRIFT:-1}" != 0 ] && [ -s "$d/reflect.in.jsonl" ]; then  # sampled audit against the baseline
+    audit=(python -m toolkit.flows.eigendata.drift --audit-rate "${AUDIT_RATE:-0.5}")
+    if [ ! -s "$out/drift.baseline.json" ]; then
+      if [ -n "${DRIFT_BASELINE:-}" ]; then cp "$DRIFT_BASELINE" "$out/drift.baseline.json"
+      else python -m toolkit.flows.eigendata.drift --write-baseline "$out/drift.baseline.json" < "$d/reflect.in.jsonl"; fi
+    fi
+    "${audit[@]}" --baseline "$out/drift.baseline.json" < "$d/reflect.in.jsonl" > "$d/drift.jsonl"
+    rc=$?
+    cat "$d/drift.jsonl" >> "$out/drift.jsonl"
+    if [ "$rc" = 1 ]; then
+      cp "$d/drift.jsonl" "$out/DRIFT.jsonl"
+      python -m toolkit.yieldtable "$TOOLKIT_STAGE_LOG" --markdown --json "$out/yield.json" >&2
+      echo "[eigendata] drift at iteration $it (marker: $out/DRIFT.jsonl); stopping with exit ${DRIFT_EXIT:-3}" >&2
+      exit "${DRIFT_EXIT:-3}"
+    elif [ "$rc" != 0 ]; then
+      echo "[eigendata] drift audit failed (exit $rc); continuing without it" >&2
+    fi
+  fi
   s reflect --strategy eigendata < "$d/reflect.in.jsonl" > "$d/reflect.jsonl"
   next="$out/plans.it$((it + 1)).in.jsonl"
   if [ -s "$d/reflect.jsonl" ]; then cp "$d/reflect.jsonl" "$next"; else cp "$out/plans.it$it.in.jsonl" "$next"; fi

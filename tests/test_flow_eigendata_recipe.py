@@ -118,6 +118,38 @@ def test_recipe_end_to_end_repairs_reflects_and_stops(tmp_path):
     tools = [m for m in rep["trajectories"][0]["messages"] if m["role"] == "tool"]
     assert tools[0]["content"] == env_.call("query_reservation", {"reservation_id": 1003}).to_content()
     assert tools[1]["content"] == env_.call("update_reservation", {"reservation_id": 1003, "status": "cancelled"}).to_content()
+    # drift audit each iteration: baseline = iteration 1's batch, iteration 2 improved → no drift
+    markers = [json.loads(x) for x in (out / "drift.jsonl").read_text().splitlines()]
+    assert [m["tags"] for m in markers] == [["no-drift"], ["no-drift"]]
+    assert json.loads((out / "drift.baseline.json").read_text())["quality"] == 0.0
+    assert not (out / "DRIFT.jsonl").exists()
+    # reflect wrote the evolved prompt into $OUT/prompts and the next iteration's plan pins it
+    assert (out / "prompts" / "eigendata" / "user_intent.v2.txt").is_file()
+    assert plan2["extra"]["prompt_versions"] == {"user_intent": 2}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("jq") is None, reason="the recipe needs jq")
+def test_recipe_stops_on_drift_with_exit_code_and_marker(tmp_path):
+    """A pilot baseline with perfect quality; iteration 1's judge fails the trajectory → quality
+    1.0 → 0.0 is drift: the loop stops after iteration 1 with exit 3 and the marker record."""
+    out = tmp_path / "run"
+    base = tmp_path / "pilot.json"
+    base.write_text(json.dumps({"records": 10, "infeasibility": 0.0, "tool_validity": 1.0, "quality": 1.0,
+                                "repair_rounds": 0.0, "categories": {}}))
+    with ScriptedServer(make_universe()) as srv:
+        env = dict(os.environ, OUT=str(out), TOOLKIT_BASE_URL=srv.base_url, TOOLKIT_MODEL="scripted",
+                   DRIFT_BASELINE=str(base), AUDIT_RATE="1",
+                   PATH=f"{BIN}:{os.path.dirname(sys.executable)}:{os.environ.get('PATH', '')}", PYTHONPATH=str(ROOT))
+        r = subprocess.run(["bash", "recipes/eigendata.sh", "airline", "1", "3"], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=600)
+    assert r.returncode == 3, r.stderr[-3000:]
+    assert "drift at iteration 1" in r.stderr and "| 1 | verify | 1 | 1 | 1.0 | 0 | 0 | 0.0 |" in r.stderr
+    marker = json.loads((out / "DRIFT.jsonl").read_text())
+    assert marker["tags"] == ["drift"] and marker["id"].startswith("drift-")
+    assert marker["extra"]["drift"]["signals"] == ["quality 1.0 → 0.0 (degraded realism / success)"]
+    assert marker["extra"]["audited"] == marker["extra"]["batch"] == 1
+    assert not (out / "it1" / "reflect.jsonl").exists() and not (out / "it2").exists()  # stopped before reflect
 
 
 def _drift(args, records, monkeypatch, capsys):

@@ -444,7 +444,9 @@ reflect = strategy_command("reflect", """Reflect on a batch's verdicts: new plan
 
 \b
 Reads : verified records;  Writes: plan records with new versions
-Example: verify < batch.jsonl | reflect > plans.v2.jsonl""")
+Example: verify < batch.jsonl | reflect > plans.v2.jsonl""",
+    click.option("--prompts-dir", metavar="DIR", default=None,
+                 help="eigendata: write evolved prompt versions here (default $TOOLKIT_PROMPTS; never the shipped ones)."))
 make_verifier = strategy_command("make-verifier", """Generate and self-test executable verifiers.
 
 \b

@@ -39,15 +39,19 @@ class Prompt:
         return re.sub(r"\{\{\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*\}\}", sub, self.text)
 
 
-def _dirs() -> list[Path]:
+SHIPPED = _HERE
+
+
+def _dirs(extra_dirs: list | None = None) -> list[Path]:
     extra = os.environ.get("TOOLKIT_PROMPTS")
-    return ([Path(extra)] if extra else []) + [_HERE]
+    return [Path(d) for d in (extra_dirs or []) if d] + ([Path(extra)] if extra else []) + [_HERE]
 
 
-def versions(name: str) -> dict[int, Path]:
+def versions(name: str, dirs: list | None = None) -> dict[int, Path]:
+    """Versions of a prompt: `dirs` (searched first), then $TOOLKIT_PROMPTS, then the shipped ones."""
     out: dict[int, Path] = {}
     sub, _, base = name.rpartition("/")
-    for d in reversed(_dirs()):  # user dir wins on equal versions
+    for d in reversed(_dirs(dirs)):  # user dir wins on equal versions
         d = d / sub if sub else d
         if d.is_dir():
             for p in d.iterdir():
@@ -57,8 +61,8 @@ def versions(name: str) -> dict[int, Path]:
     return out
 
 
-def load(name: str, version: int | None = None) -> Prompt:
-    vs = versions(name)
+def load(name: str, version: int | None = None, dirs: list | None = None) -> Prompt:
+    vs = versions(name, dirs)
     if not vs:
         raise KeyError(f"no prompt named {name!r}")
     v = max(vs) if version is None else version

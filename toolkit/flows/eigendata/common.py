@@ -103,13 +103,16 @@ def safe_hash(env: Any) -> str | None:
 
 def role_prompt(role: str, record: Any = None):
     """The prompt for a role: `eigendata/<role>` newest version, or the version pinned in
-    `plan.extra.prompt_versions[role]`."""
+    `plan.extra.prompt_versions[role]`. Searched: the plan's `extra.prompts_dir` (where `reflect`
+    wrote the evolved versions), $TOOLKIT_PROMPTS, the shipped prompts."""
     from toolkit import prompts
 
-    pinned = None
+    pinned, dirs = None, None
     if record is not None and record.plan is not None:
         pinned = (record.plan.extra.get("prompt_versions") or {}).get(role)
-    return prompts.load(f"{FLOW}/{role}", int(pinned) if pinned else None)
+        pd = record.plan.extra.get("prompts_dir")
+        dirs = [pd] if isinstance(pd, str) and pd else None
+    return prompts.load(f"{FLOW}/{role}", int(pinned) if pinned else None, dirs=dirs)
 
 
 def guidance(record: Any, role: str) -> str:

@@ -12,8 +12,15 @@ and pilot.stop is true (the pilot loop's stop signal).
 eigendata  the Prompt Engineer's revision (prompt_revision): changes {role, operation ∈
            add_constraint | add_negative_example | relax_rule | tighten_rule | style_control, text,
            addresses}; strict: known roles and operations, every change addresses an observed
-           category and the most frequent category is addressed. Changes are appended to
-           plan.extra.guidance[role] (what the worker prompts render).
+           category and the most frequent category is addressed. With a prompts directory
+           (recipe/CLI `prompts_dir`, else $TOOLKIT_PROMPTS; never the shipped toolkit/prompts) each
+           changed role's prompt is written there as a new version `eigendata/<role>.v<N+1>.txt`
+           (the set's current version + a section with the learned rules), pinned in
+           plan.extra.prompt_versions[role] with plan.extra.prompts_dir, and each reflection lists
+           the files in `prompt_files`; without one the lines are appended to
+           plan.extra.guidance[role] (rendered through {{guidance}}). Evaluation-side changes
+           (task_validation, task_quality, trajectory_validation) are also appended to
+           plan.evaluation_rules, which `verify --strategy judge` and the SEA roles read.
 sea        AReaL-SEA Reflect: prompt 5 rewrites plan.synthesis_plan from the reports of
            task-attributed failures; prompt 6 rewrites plan.evaluation_rules from the collected
            <eval_rules_improve> items (only when there are some).
@@ -22,7 +29,9 @@ sea        AReaL-SEA Reflect: prompt 5 rewrites plan.synthesis_plan from the rep
 from __future__ import annotations
 
 import json
+import os
 from collections import defaultdict
+from pathlib import Path
 
 from toolkit.flows.eigendata import common as C
 from toolkit.flows.eigendata import metrics as M
@@ -32,7 +41,9 @@ from toolkit.roles.structured import (Malformed, RoleRejected, add_usage, ask_st
 from toolkit.schema import Record
 from toolkit.stages.registry import strategy
 
-ROLES = ("random_pool", "user_intent", "task_validation", "task_quality", "modify", "verification_function")
+ROLES = ("random_pool", "user_intent", "task_validation", "task_quality", "modify", "verification_function",
+         "trajectory_validation")
+EVAL_ROLES = ("task_validation", "task_quality", "trajectory_validation")
 OPERATIONS = ("add_constraint", "add_negative_example", "relax_rule", "tighten_rule", "style_control")
 
 
@@ -84,6 +95,54 @@ def _next_version(v: str | None) -> str:
         return f"{v}.1"
 
 
+def prompts_dir(cfg: dict) -> Path | None:
+    """Where evolved prompt versions go: cfg `prompts_dir`, else $TOOLKIT_PROMPTS; refused when it
+    is (inside) the shipped prompts folder."""
+    from toolkit import prompts
+    from toolkit.io import UsageError
+
+    d = cfg.get("prompts_dir") or os.environ.get("TOOLKIT_PROMPTS")
+    if not d:
+        return None
+    p = Path(d).expanduser().resolve()
+    shipped = prompts.SHIPPED.resolve()
+    if p == shipped or shipped in p.parents:
+        raise UsageError(f"prompts_dir {d} is the shipped prompts folder; reflect writes new versions to a "
+                         "directory of your own (--prompts-dir / $TOOLKIT_PROMPTS)")
+    return p
+
+
+def _line(c: dict) -> str:
+    line = c["text"].strip()
+    if c["operation"] == "add_negative_example" and not line.lower().startswith("do not"):
+        line = "Negative example (do NOT do this): " + line
+    return line
+
+
+def write_prompt_version(root: Path, role: str, plan: dict, changes: list[dict], key: tuple[str, str]) -> dict:
+    """Write `root/eigendata/<role>.v<N+1>.txt`: the prompt set's current version of the role
+    (pinned or newest) plus the learned rules; N+1 is above every existing version (shipped,
+    $TOOLKIT_PROMPTS, root) so files never collide. Returns {role, from, version, path}."""
+    from toolkit import prompts
+
+    pinned = (plan["extra"].get("prompt_versions") or {}).get(role)
+    base = prompts.load(f"{C.FLOW}/{role}", int(pinned) if pinned else None, dirs=[str(root)])
+    new_v = max(prompts.versions(f"{C.FLOW}/{role}", dirs=[str(root)])) + 1
+    # learned text must not create {{placeholders}} the renderer would demand
+    lines = [f"- [{c['operation']}; addresses {c['addresses']}] " + _line(c).replace("{{", "{ {").replace("}}", "} }")
+             for c in changes]
+    text = base.text.rstrip("\n") + (
+        f"\n\nRules learned from earlier failures (reflect: prompt set {key[0]}, version {key[1]}; "
+        f"prompt {base.id} → v{new_v}). Follow them:\n" + "\n".join(lines) + "\n")
+    d = root / C.FLOW
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / f"{role}.v{new_v}.txt"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+    return {"role": role, "from": base.id, "version": new_v, "path": str(path)}
+
+
 def _base_plan(records: list[Record], key: tuple[str, str]) -> dict:
     first = next((r for r in records if r.plan is not None), None)
     plan = first.plan.model_dump(mode="json") if first else {"id": key[0]}
@@ -100,6 +159,7 @@ def _build(cfg: dict, ctx, flavour: str):
     attempts = int(cfg.get("attempts") or 3)
     thresholds = cfg.get("pilot_criteria") if isinstance(cfg.get("pilot_criteria"), dict) else None
     held: list[Record] = []
+    out_dir = prompts_dir(cfg) if flavour == "eigendata" else None
 
     async def fn(record: Record):
         held.append(record)
@@ -139,11 +199,23 @@ def _build(cfg: dict, ctx, flavour: str):
                                                parse_revision(cats), role="prompt_revision", attempts=attempts)
                     add_usage(usage, got.usage)
                     model = got.model
+                    by_role: dict[str, list[dict]] = defaultdict(list)
                     for c in got.value["changes"]:
-                        line = c["text"].strip()
-                        if c["operation"] == "add_negative_example" and not line.lower().startswith("do not"):
-                            line = "Negative example (do NOT do this): " + line
-                        plan["extra"]["guidance"].setdefault(c["role"], []).append(line)
+                        by_role[c["role"]].append(c)
+                        if out_dir is None:
+                            plan["extra"]["guidance"].setdefault(c["role"], []).append(_line(c))
+                    if out_dir is not None:
+                        files = [write_prompt_version(out_dir, role, plan, cs, key) for role, cs in by_role.items()]
+                        for f in files:
+                            plan["extra"].setdefault("prompt_versions", {})[f["role"]] = f["version"]
+                            log(f"reflect eigendata {key[0]} v{key[1]}: wrote {f['path']}")
+                        plan["extra"]["prompts_dir"] = str(out_dir)
+                        change["prompt_files"] = files
+                    rules = [f"- {_line(c)} (learned from {c['addresses']} failures)"
+                             for r in EVAL_ROLES for c in by_role.get(r, [])]
+                    if rules:
+                        plan["evaluation_rules"] = ((plan.get("evaluation_rules") or "").rstrip() + "\n"
+                                                    "Rules learned from earlier failures:\n" + "\n".join(rules)).strip()
                     change["changes"] = got.value["changes"]
                     change["rationale"] = got.value.get("rationale")
                 else:
