@@ -26,7 +26,7 @@ mkdir -p "$out"
 # crash) stop the recipe.
 stage() {
   local name=$1 in=$2 outf=$3; shift 3
-  local rej="$out/rejects.$(echo "$name" | tr ' /' '__').jsonl"
+  local rej="$out/rejects.$(printf %s "$name" | tr -c 'A-Za-z0-9.-' '_').jsonl"
   : > "$rej"
   set +e
   TOOLKIT_STAGE_LABEL="$name" "$@" --rejects "$rej" < "$in" > "$outf"
