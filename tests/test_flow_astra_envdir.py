@@ -53,7 +53,8 @@ def test_directory_env_loads_and_answers_like_the_inline_one(both):
         b.reset()
         assert b.tools() == a.tools() and len(b.tools()) == 1  # the two lookups were merged into one tool
         for act in rec["task"]["ground_truth"]["actions"]:
-            assert b.call(act["name"], act["arguments"]).to_content() == a.call(act["name"], act["arguments"]).to_content()
+            name, args = act["name"], act["arguments"]
+            assert b.call(name, args).to_content() == a.call(name, args).to_content()
         assert "14" in b.call(rec["task"]["ground_truth"]["actions"][1]["name"], {"city": "Berlin"}).to_content()
     finally:
         a.close()
