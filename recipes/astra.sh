@@ -10,7 +10,8 @@
 #   N: plans / tasks / samples per input (default 2). Prints a yield/cost table per pipeline.
 # Env: OUT (out/astra), RECIPE (recipes/astra.yaml), DOCS (tool docs / tau2:<d> / sqlite:<d>;
 #      default recipes/astra/*.json), KB (recipes/astra/kb.jsonl), LLM_ARGS (e.g. "--base-url URL
-#      --model M"; default: the embedded CPU model), ROLLOUT_ARGS, TOOLKIT_PYTHON.
+#      --model M"; default: the embedded CPU model), ROLLOUT_ARGS, TOOLKIT_PYTHON, QA_ENV_DIR (write the
+#      generated python environments there as directories, env.path, instead of inline env.config).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 which=${1:-both}
@@ -26,7 +27,7 @@ mkdir -p "$out"
 # crash) stop the recipe.
 stage() {
   local name=$1 in=$2 outf=$3; shift 3
-  local rej="$out/rejects.$(echo "$name" | tr ' /' '__').jsonl"
+  local rej="$out/rejects.$(printf %s "$name" | tr -c 'A-Za-z0-9.-' '_').jsonl"
   : > "$rej"
   set +e
   TOOLKIT_STAGE_LABEL="$name" "$@" --rejects "$rej" < "$in" > "$outf"
@@ -65,7 +66,7 @@ if [ "$which" = qa ] || [ "$which" = both ]; then
   stage "validate-task" "$out/qa.jsonl" "$out/qa.valid.jsonl" \
     validate-task --strategy astra --recipe "$recipe" --filter passed $LLM
   stage "make-verifier" "$out/qa.valid.jsonl" "$out/qa.envs.jsonl" \
-    make-verifier --strategy astra --recipe "$recipe" --filter passed $LLM
+    make-verifier --strategy astra --recipe "$recipe" --filter passed ${QA_ENV_DIR:+--out-dir "$QA_ENV_DIR"} $LLM
   stage "rollout replay" "$out/qa.envs.jsonl" "$out/qa.replay.jsonl" rollout --agent replay
   stage "verify f1 (replay)" "$out/qa.replay.jsonl" "$out/qa.replay.f1.jsonl" \
     verify --strategy f1 --require f1

@@ -452,6 +452,8 @@ make_verifier = strategy_command("make-verifier", """Generate and self-test exec
 \b
 Reads : accepted records;  Writes: records with verifier.spec=code, source, self_test
 Example: verify --filter passed < r.jsonl | make-verifier | verify --strategy code""",
+    click.option("--out-dir", metavar="DIR", default=None,
+                 help="astra: write each generated python environment to DIR/<env id>/ (env.path)."),
     filter_help="Keep records whose verifier self-test passed / failed.")
 def train_io_options(f: Callable) -> Callable:
     return _compose(

@@ -18,6 +18,11 @@ Merging (B4): the LLM groups homogeneous sub-questions; per group a seeded rando
   EACH insertion every invocation of the group is re-executed in the sandbox and must still return
   its answer; an insertion that breaks one is retried (`merge_attempts`, 2) and otherwise left as
   its own tool (reported).
+Directory form (`--out-dir DIR` / recipe key `out_dir`): each generated environment is written to
+  DIR/<env id>/ in the python backend's layout (tools.json, tools.py, policy.md, state.json,
+  config.json with the sandbox limits) and env = {"backend": "python", "id", "path": that directory}
+  with no inline config (the directory is the single copy; a relative DIR stays relative, resolved
+  by `rollout` against the --input file's directory, then the current directory).
 
 Writes: env = {"backend": "python", "config": {"tools", "source", "limits"}}; task.ground_truth:
   actions = the invocations (replayable by `rollout --agent replay`), sub_questions = the tool
@@ -25,7 +30,7 @@ Writes: env = {"backend": "python", "config": {"tools", "source", "limits"}}; ta
   communicate_info = [final answer]; verifier.spec = "f1"; a make-verifier verdict `astra_env`
   (passed, or failed with every attempt's reason — the record is kept for `--filter failed`).
 Recipe keys (make-verifier section): impl_attempts, merge_attempts, merge (true), sandbox_wall_seconds (5),
-  sandbox_cpu_seconds (5), sandbox_memory_mb (512), seed.
+  sandbox_cpu_seconds (5), sandbox_memory_mb (512), seed, out_dir.
 """
 
 from __future__ import annotations
@@ -255,6 +260,7 @@ def build(cfg: dict, ctx: StageContext):
               "cpu_seconds": float(cfg.get("sandbox_cpu_seconds") or 5),
               "memory_mb": int(cfg.get("sandbox_memory_mb") or 512)}
     seed = int(cfg.get("seed") or 0)
+    out_dir = cfg.get("out_dir")
     P = {k: prompts.load(f"astra/{k}") for k in ("tool_doc", "invocation", "implementation", "homogeneous", "merge")}
 
     async def ask(prompt: str, parse, role: str, usage: dict, k: int = 0):
@@ -380,6 +386,8 @@ def build(cfg: dict, ctx: StageContext):
                                            reasons=log[-8:], scores={"attempt_log": log}))
         else:
             _finish(record, tools, sqs, need, limits, log, n_merged)
+            if out_dir and record.env is not None and record.env.backend == "python":
+                write_env_dir(record, out_dir)
         add_provenance(record, "make-verifier", strategy="astra", model=ctx.model_name(),
                        recipe_hash=cfg.get("recipe_hash"), usage=usage)
         return record
@@ -427,3 +435,46 @@ def _finish(record: Record, tools: list[Tool], sqs: list, need: list[bool], limi
                                                       "merged": n_merged, "attempt_log": log},
                                    reasons=[x for x in log if "kept as its own tool" in x]))
     record.tags = list(dict.fromkeys(list(record.tags) + ["astra", "qa-env"]))
+
+
+def env_dir_name(env_id: str) -> str:
+    """A file-system-safe directory name for an environment id."""
+    import re
+
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", env_id or "env").strip("._") or "env"
+    return name[:120]
+
+
+def write_env_dir(record: Record, out_dir: str) -> str:
+    """Move record.env's inline python config to `out_dir/<env id>/` (the python backend's directory
+    layout) and point env.path at it; returns the directory."""
+    import os
+    import tempfile
+    from pathlib import Path
+
+    env = record.env
+    cfg = dict(env.config or {})
+    base = Path(out_dir)
+    d = base / env_dir_name(env.id or record.id)
+    base.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=base))
+    try:
+        (tmp / "tools.json").write_text(json.dumps(cfg.get("tools", []), indent=1, ensure_ascii=False) + "\n",
+                                        encoding="utf-8")
+        (tmp / "tools.py").write_text(cfg.get("source", ""), encoding="utf-8")
+        (tmp / "policy.md").write_text(cfg.get("policy", ""), encoding="utf-8")
+        (tmp / "state.json").write_text(json.dumps(env.state or {}, ensure_ascii=False) + "\n", encoding="utf-8")
+        rest = {k: v for k, v in cfg.items() if k not in ("tools", "source", "policy", "user_tools")}
+        (tmp / "config.json").write_text(json.dumps(rest, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        if d.exists():  # a re-run replaces the previous environment of the same id
+            import shutil
+
+            shutil.rmtree(d)
+        os.replace(tmp, d)
+    except BaseException:
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    record.env = EnvRef(backend="python", id=env.id, path=str(d))
+    return str(d)
