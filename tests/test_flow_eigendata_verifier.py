@@ -146,35 +146,42 @@ def _traj(env, calls, tid):
     return t
 
 
-@pytest.mark.parametrize("domain", ["airline", "clinic"])
-def test_template_verifiers_agree_with_state_diff(domain):
+def agreement_with_state_diff(out: Record, rid: str) -> list[str]:
+    """Replay the reference and its wrong_id / wrong_amount / missing_key_call perturbations, verify
+    each with state_diff and the record's code verifier, and assert both agree (only the reference
+    passes). Returns the trajectory ids checked."""
     from toolkit.stages import verify
 
+    env = load_env(out.env)
+    calls, _ = MV.reference_calls(out)
+    _, executed = MV.build_eval(env, calls, "x")
+    trajs = [_traj(env, calls, "reference")]
+    for p in perturbations(executed, []):
+        if p.applicable and p.name in ("wrong_id", "wrong_amount", "missing_key_call"):
+            trajs.append(_traj(env, p.calls, p.name))
+    env.close()
+    rec = out.model_copy(deep=True)
+    rec.trajectories = trajs
+    rec.verdicts = []
+
+    async def go():
+        return await verify.build({"strategy": ["state_diff", "code"]}, None)(rec)
+
+    res = asyncio.run(go())
+    for t in res.trajectories:
+        sd = next(v for v in res.verdicts if v.trajectory_id == t.id and v.name == "state_diff")
+        code = next(v for v in res.verdicts if v.trajectory_id == t.id and v.name == "code")
+        assert sd.passed == code.passed, (rid, t.id, sd.reasons, code.reasons)
+        assert code.passed == (t.id == "reference"), (rid, t.id)
+    return [t.id for t in res.trajectories]
+
+
+@pytest.mark.parametrize("domain", ["airline", "clinic"])
+def test_template_verifiers_agree_with_state_diff(domain):
     checked = 0
     for raw in load_tasks(domain):
         out = run_strategy("make-verifier", {"verifier_source": "template"}, raw, "eigendata")
         assert out.verdicts[-1].passed, out.verdicts[-1].reasons
-        env = load_env(out.env)
-        calls, _ = MV.reference_calls(out)
-        _, executed = MV.build_eval(env, calls, "x")
-        trajs = [_traj(env, calls, "reference")]
-        for p in perturbations(executed, []):
-            if p.applicable and p.name in ("wrong_id", "wrong_amount", "missing_key_call"):
-                trajs.append(_traj(env, p.calls, p.name))
-        env.close()
-        rec = out.model_copy(deep=True)
-        rec.trajectories = trajs
-        rec.verdicts = []
-
-        async def go(rec=rec):
-            fn = verify.build({"strategy": ["state_diff", "code"]}, None)
-            return await fn(rec)
-
-        res = asyncio.run(go())
-        for t in res.trajectories:
-            sd = next(v for v in res.verdicts if v.trajectory_id == t.id and v.name == "state_diff")
-            code = next(v for v in res.verdicts if v.trajectory_id == t.id and v.name == "code")
-            assert sd.passed == code.passed, (raw["id"], t.id, sd.reasons, code.reasons)
-            assert code.passed == (t.id == "reference"), (raw["id"], t.id)
-            checked += 1
+        ids = agreement_with_state_diff(out, raw["id"])
+        checked += len(ids)
     assert checked >= 12

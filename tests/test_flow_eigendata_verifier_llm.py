@@ -7,18 +7,14 @@ The reply is a hand-written module in the agent's output format (one ```python b
 body written here by hand (NOT the toolkit's template), with the task's expectations embedded as
 constants taken from the prompt, as the prompt asks ("embed them in your code as constants")."""
 
-import asyncio
 import json
 import re
 
 import pytest
 
 from eigendata_util import run_strategy
-from test_flow_eigendata_verifier import _traj
+from test_flow_eigendata_verifier import agreement_with_state_diff
 from toolkit.domains import load_tasks
-from toolkit.envs import load_env
-from toolkit.flows.eigendata import make_verifier as MV
-from toolkit.flows.eigendata.perturb import perturbations
 
 BODY = r'''
 SKIP_ENDINGS = ("_at", "_time", "timestamp", "uuid", "token")
@@ -141,7 +137,6 @@ def agent_reply(request: dict) -> str:
 @pytest.mark.parametrize("domain", ["airline", "clinic"])
 def test_llm_verifiers_agree_with_state_diff(domain):
     from toolkit.llm.testserver import ScriptedServer
-    from toolkit.stages import verify
 
     checked, kinds = 0, set()
     with ScriptedServer(agent_reply) as srv:
@@ -152,29 +147,8 @@ def test_llm_verifiers_agree_with_state_diff(domain):
             assert out.verdicts[-1].passed, (raw["id"], out.verdicts[-1].reasons)
             assert st["generator"] == "llm" and st["passed"] and "DELTA = json.loads" in out.verifier.source
             assert st["n_ok"] == st["n_cases"] >= 2  # reference + the applicable perturbations, in the sandbox
-            env = load_env(out.env)
-            calls, _ = MV.reference_calls(out)
-            _, executed = MV.build_eval(env, calls, "x")
-            trajs = [_traj(env, calls, "reference")]
-            for p in perturbations(executed, []):
-                if p.applicable and p.name in ("wrong_id", "wrong_amount", "missing_key_call"):
-                    trajs.append(_traj(env, p.calls, p.name))
-            env.close()
-            rec = out.model_copy(deep=True)
-            rec.trajectories = trajs
-            rec.verdicts = []
-
-            async def go(rec=rec):
-                fn = verify.build({"strategy": ["state_diff", "code"]}, None)
-                return await fn(rec)
-
-            res = asyncio.run(go())
-            for t in res.trajectories:
-                sd = next(v for v in res.verdicts if v.trajectory_id == t.id and v.name == "state_diff")
-                code = next(v for v in res.verdicts if v.trajectory_id == t.id and v.name == "code")
-                assert sd.passed == code.passed, (raw["id"], t.id, sd.reasons, code.reasons)
-                assert code.passed == (t.id == "reference"), (raw["id"], t.id)
-                kinds.add(t.id)
-                checked += 1
+            ids = agreement_with_state_diff(out, raw["id"])
+            kinds.update(ids)
+            checked += len(ids)
         assert srv.chat_count == len(load_tasks(domain))  # one source per task, no template fallback
     assert checked >= 12 and {"reference", "wrong_id", "missing_key_call"} <= kinds
