@@ -389,6 +389,76 @@ def test_dev_shm_is_not_writable_by_the_kernel(kpool):
     assert r.ok and r.value.startswith("PermissionError"), r  # seccomp, not the audit hook
 
 
+USERNS = ("import ctypes, errno, os, struct, subprocess, threading\n"
+          "libc = ctypes.CDLL(None, use_errno=True)\n"
+          "libc.syscall.restype = ctypes.c_long\n"
+          "NR = {'x86_64': (56, 435), 'aarch64': (220, 435)}[os.uname().machine]\n"
+          "def res(r):\n"
+          "    if r == 0 and os.getpid() != PID:\n"
+          "        os._exit(0)  # a child that should never have been created\n"
+          "    return [int(r), ctypes.get_errno() if r < 0 else 0]\n"
+          "def f():\n"
+          "    global PID\n"
+          "    PID = os.getpid()\n"
+          "    out = {}\n"
+          "    out['unshare_user'] = res(libc.unshare(0x10000000))\n"
+          "    out['unshare_user_net'] = res(libc.unshare(0x10000000 | 0x40000000))\n"
+          "    out['clone_user'] = res(libc.syscall(NR[0], 0x10000000 | 17, 0, 0, 0, 0))\n"
+          "    args = ctypes.create_string_buffer(struct.pack('<11Q', 0x10000000, 0, 0, 0, 0, 17, 0, 0, 0, 0, 0))\n"
+          "    out['clone3'] = res(libc.syscall(NR[1], args, 88))\n"
+          "    fd = os.open('/proc/self/ns/uts', os.O_RDONLY)\n"
+          "    out['setns'] = res(libc.setns(fd, 0))\n"
+          "    with open('/proc/self/status') as s:\n"
+          "        out['capeff'] = [l.split()[1] for l in s if l.startswith('CapEff')][0]\n"
+          "    pid = os.fork()\n"
+          "    if pid == 0:\n"
+          "        os._exit(7)\n"
+          "    out['fork'] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])\n"
+          "    box = []\n"
+          "    t = threading.Thread(target=lambda: box.append(1)); t.start(); t.join()\n"
+          "    out['thread'] = box\n"
+          "    out['spawn'] = subprocess.run(['/bin/sh', '-c', 'exit 3']).returncode\n"
+          "    return out\n")
+
+
+def _check_userns_refused(r: sb.SandboxResult) -> None:
+    assert r.ok, r.error
+    v = r.value
+    assert v["unshare_user"] == [-1, errno.EPERM], v
+    assert v["unshare_user_net"] == [-1, errno.EPERM], v
+    assert v["clone_user"] == [-1, errno.EPERM], v
+    assert v["clone3"] == [-1, errno.ENOSYS], v
+    assert v["setns"] == [-1, errno.EPERM], v
+    assert int(v["capeff"], 16) == 0, v  # no capability came back
+    assert v["fork"] == 7 and v["thread"] == [1] and v["spawn"] == 3, v  # clone without it works
+
+
+def test_new_user_namespaces_are_refused(kpool):
+    """A nested user namespace would give the call every capability again (issue 17, hole 3)."""
+    _check_userns_refused(kpool.run_function(USERNS, "f", limits=SandboxLimits(wall_seconds=10)))
+
+
+def test_new_user_namespaces_are_refused_in_none_unsafe():
+    p = SandboxPool(size=1, isolation="none-unsafe", audit_hook=False)  # the hook would refuse ctypes
+    try:
+        try:
+            r = p.run_function(USERNS, "f", limits=SandboxLimits(wall_seconds=10))
+        except SandboxUnavailable as e:
+            pytest.skip(f"none-unsafe cannot run here (it refuses root): {e}")
+        _check_userns_refused(r)
+    finally:
+        p.shutdown()
+
+
+def test_seccomp_program_jumps_stay_inside_the_program():
+    for arch in sb._SECCOMP_DENY:
+        prog = sb._w_seccomp_prog(arch)
+        assert prog[-1] == (0x06, 0, 0, 0x00050000 | errno.EPERM)
+        for i, (code, jt, jf, _k) in enumerate(prog):
+            if code & 0x07 == 0x05:  # BPF_JMP
+                assert i + 1 + max(jt, jf) < len(prog)
+
+
 def test_memory_cap_is_per_call_where_a_memory_cgroup_is_available(pool):
     """tmpfs pages of the work dir and the memory of every process of a call count against
     memory_mb (RLIMIT_AS alone sees neither)."""
@@ -480,6 +550,46 @@ def test_none_unsafe_never_runs_untrusted_code_as_root():
         p.shutdown()
     assert r.ok, r.error
     assert 0 not in r.value and r.isolation == "none-unsafe"
+
+
+LEFTOVERS = """
+import ctypes, json, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.unshare(0x20000) != 0:  # a private mount namespace with its own empty /tmp
+    print(json.dumps({"skip": "unshare(CLONE_NEWNS): errno %d" % ctypes.get_errno()})); sys.exit(0)
+libc.mount(b"none", b"/", None, (1 << 14) | (1 << 18), None)  # MS_REC | MS_PRIVATE
+if libc.mount(b"tmpfs", b"/tmp", b"tmpfs", 0, None) != 0:
+    print(json.dumps({"skip": "mount tmpfs /tmp: errno %d" % ctypes.get_errno()})); sys.exit(0)
+from toolkit.sandbox import SandboxPool, SandboxUnavailable
+refused = []
+for iso, extra in (("none-unsafe", {"uid": None}), ("none-unsafe", {}),
+                   ("namespaces", {"_test_fail_unshare": True})):
+    p = SandboxPool(size=1, isolation=iso)
+    p._extra_cfg = extra
+    try:
+        p.run_function("def f():\\n    return 1", "f")
+    except SandboxUnavailable as e:
+        refused.append(str(e)[:80])
+    finally:
+        p.shutdown()
+print(json.dumps({"refused": refused, "tmp": sorted(os.listdir("/tmp"))}))
+"""
+
+
+def test_refusals_leave_no_workdir_behind():
+    """A refusal (none-unsafe as root, namespaces unavailable) creates no /tmp/toolkit-sandbox-*
+    (issue 17). Run with a private, empty /tmp so other processes' workers cannot interfere."""
+    if os.geteuid() != 0:
+        pytest.skip("the none-unsafe refusal happens on a root host only")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    p = subprocess.run([sys.executable, "-c", LEFTOVERS], capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    out = __import__("json").loads(p.stdout.strip().splitlines()[-1])
+    if "skip" in out:
+        pytest.skip(out["skip"])
+    assert len(out["refused"]) >= 2, out  # uid None and the simulated unshare failure at least
+    assert [n for n in out["tmp"] if n.startswith("toolkit-sandbox-")] == [], out
 
 
 def test_none_unsafe_explicit_opt_out_is_reported_and_limited(tmp_path):

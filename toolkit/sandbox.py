@@ -500,11 +500,55 @@ def _w_set_rlimits(lim: dict) -> None:
 
 
 # seccomp: syscalls that create memory no rlimit counts (memfd, SysV shm / message queues) are
-# refused with EPERM; on x86_64 the x32 ABI and any foreign architecture (int 0x80) are refused too.
+# refused with EPERM; so are new user namespaces (in one, a process has every capability again:
+# it could configure its own network stack, mount filesystems, reach kernel code that needs
+# CAP_SYS_ADMIN): unshare/clone with CLONE_NEWUSER and setns get EPERM, clone3 (whose flags sit in
+# memory seccomp cannot read) gets ENOSYS so that libc falls back to clone. On x86_64 the x32 ABI
+# and any foreign architecture (int 0x80) are refused too.
 _SECCOMP_DENY = {"x86_64": (0xC000003E, (319, 447, 29, 68)),   # memfd_create, memfd_secret, shmget, msgget
                  "aarch64": (0xC00000B7, (279, 447, 194, 186))}
+# (unshare, clone, clone3, setns) per architecture
+_SECCOMP_NS = {"x86_64": (272, 56, 435, 308), "aarch64": (97, 220, 435, 268)}
+_SECCOMP_TEXT = ("memfd_create, memfd_secret, shmget, msgget, setns and unshare/clone with CLONE_NEWUSER "
+                 "refused (EPERM), clone3 refused (ENOSYS: libc falls back to clone); foreign ABIs refused")
 _PR_SET_SECCOMP = 22
 _SECCOMP_MODE_FILTER = 2
+
+
+def _w_seccomp_prog(arch: str) -> list[tuple[int, int, int, int]] | None:
+    """The BPF program (code, jt, jf, k) of the deny filter for `arch`, or None."""
+    spec, ns = _SECCOMP_DENY.get(arch), _SECCOMP_NS.get(arch)
+    if spec is None or ns is None:
+        return None
+    audit_arch, nrs = spec
+    nr_unshare, nr_clone, nr_clone3, nr_setns = ns
+    allow, eperm, enosys = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38  # RET_ALLOW, RET_ERRNO|errno
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF_LD|W|ABS, JMP|JEQ/JGE/JSET|K, RET|K
+    # assembled with symbolic jump targets: ("L", name) marks a label, jumps name labels
+    src: list = [(ld, None, None, 4), (jeq, None, "DENY", audit_arch), (ld, None, None, 0)]
+    if arch == "x86_64":
+        src.append((jge, "DENY", None, 0x40000000))  # the x32 ABI
+    for nr in tuple(nrs) + (nr_setns,):
+        src.append((jeq, "DENY", None, nr))
+    src += [(jeq, "NOSYS", None, nr_clone3), (jeq, "FLAGS", None, nr_unshare), (jeq, "FLAGS", None, nr_clone),
+            (ret, None, None, allow),
+            ("L", "FLAGS"), (ld, None, None, 16),  # args[0], low 32 bits (flags of unshare / clone)
+            (jset, "DENY", None, 0x10000000), (ret, None, None, allow),  # CLONE_NEWUSER
+            ("L", "NOSYS"), (ret, None, None, enosys),
+            ("L", "DENY"), (ret, None, None, eperm)]
+    labels: dict[str, int] = {}
+    prog: list = []
+    for ins in src:
+        if ins[0] == "L":
+            labels[ins[1]] = len(prog)
+        else:
+            prog.append(ins)
+    out = []
+    for i, (code, jt, jf, k) in enumerate(prog):
+        jt = 0 if jt is None else labels[jt] - i - 1
+        jf = 0 if jf is None else labels[jf] - i - 1
+        out.append((code, jt, jf, k))
+    return out
 
 
 def _w_seccomp(libc) -> str:
@@ -513,20 +557,9 @@ def _w_seccomp(libc) -> str:
     import platform
 
     arch = platform.machine()
-    spec = _SECCOMP_DENY.get(arch)
-    if spec is None or libc is None:
+    prog = _w_seccomp_prog(arch)
+    if prog is None or libc is None:
         return f"not installed (no filter for {arch})"
-    audit_arch, nrs = spec
-    allow, deny = 0x7FFF0000, 0x00050000 | 1  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EPERM
-    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, JMP|JEQ|K, JMP|JGE|K, RET|K
-    n = len(nrs)
-    # 0: ld arch; 1: jeq arch ? 3 : 2; 2: ret deny; 3: ld nr; 4: jge x32 -> deny; 5..: jeq nr -> deny
-    prog = [(ld, 0, 0, 4), (jeq, 1, 0, audit_arch), (ret, 0, 0, deny), (ld, 0, 0, 0)]
-    tail = 1 + n  # instructions after the x32 check up to (not incl.) the final "ret deny"
-    prog.append((jge, tail, 0, 0x40000000) if arch == "x86_64" else (jeq, 0, 0, 0))
-    for i, nr in enumerate(nrs):
-        prog.append((jeq, n - i, 0, nr))
-    prog += [(ret, 0, 0, allow), (ret, 0, 0, deny)]
 
     class _Filt(ctypes.Structure):
         _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte),
@@ -538,7 +571,7 @@ def _w_seccomp(libc) -> str:
     arr = (_Filt * len(prog))(*[_Filt(*x) for x in prog])
     fprog = _Prog(len(prog), ctypes.cast(arr, ctypes.POINTER(_Filt)))
     _w_check(libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "seccomp")
-    return "memfd_create, memfd_secret, shmget, msgget refused (EPERM)"
+    return _SECCOMP_TEXT
 
 
 def _w_audit_hook(work: str, network: bool, strict: bool):
@@ -696,17 +729,17 @@ class _WServer:
         if not self.ns:
             import tempfile
 
-            self.base = tempfile.mkdtemp(prefix="toolkit-sandbox-")
-            os.chmod(self.base, 0o711)
-            info["workdir_base"] = self.base  # removed by the host if we get killed
-            if os.geteuid() == 0 and cfg.get("uid") is not None and not self._uid_can_read_python(
-                    cfg["uid"]):
+            # refuse before creating anything: a refusal leaves no /tmp/toolkit-sandbox-* behind
+            if os.geteuid() == 0 and cfg.get("uid") is None:
+                raise PermissionError("refusing to run untrusted code as root (no uid to drop to)")
+            if os.geteuid() == 0 and not self._uid_can_read_python(cfg["uid"]):
                 raise PermissionError(
                     f"refusing to run untrusted code as root: the unprivileged uid {cfg['uid']} cannot "
                     f"read the Python installation ({os.path.dirname(os.__file__)}); install Python "
                     "where other users can read it, or use --sandbox-isolation namespaces|docker")
-            if os.geteuid() == 0 and cfg.get("uid") is None:
-                raise PermissionError("refusing to run untrusted code as root (no uid to drop to)")
+            self.base = tempfile.mkdtemp(prefix="toolkit-sandbox-")
+            os.chmod(self.base, 0o711)
+            info["workdir_base"] = self.base  # removed by the host if we get killed
             if libc is not None:
                 libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
@@ -1052,7 +1085,7 @@ def _w_main(argv: list[str]) -> None:
            if os.geteuid() == 0 and libc is not None else ""))
     import platform
 
-    info["seccomp"] = ("memfd_create, memfd_secret, shmget, msgget refused (EPERM); foreign ABIs refused"
+    info["seccomp"] = (_SECCOMP_TEXT
                        if libc is not None and platform.machine() in _SECCOMP_DENY
                        else f"not installed (no filter for {platform.machine()})")
     import gc
@@ -1217,6 +1250,7 @@ class _Worker:
             self.kill()
             raise SandboxError(f"sandbox worker failed to start: {type(e).__name__}: {e}") from e
         if not msg.get("ready"):
+            self.isolation = msg.get("isolation") or {}  # kill() removes its workdir_base, if any
             self.kill()
             raise SandboxError(msg.get("error") or "sandbox worker failed to start")
         self.isolation: dict = msg.get("isolation") or {}
