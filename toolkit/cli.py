@@ -50,6 +50,10 @@ def config_options(f: Callable) -> Callable:
         click.option("--sandbox-isolation", type=click.Choice(["namespaces", "docker", "none-unsafe"]),
                      default=None, help="Isolation for generated code (default namespaces; it never "
                      "downgrades on its own). none-unsafe runs it WITHOUT kernel isolation."),
+        click.option("--sandbox-limits", metavar="JSON", default=None,
+                     help='Operator limits for generated code, e.g. \'{"memory_mb": 1024, "wall_seconds": 20}\' '
+                     "(keys cpu_seconds, wall_seconds, memory_mb, file_size_mb, max_processes, network); "
+                     "a record may only narrow them."),
     )(f)
 
 
@@ -125,6 +129,12 @@ def stage_command(fn: Callable[[dict], int]) -> Callable:
                 sandbox.set_default_isolation(str(cfg["sandbox_isolation"]))
             except ValueError as e:
                 raise click.UsageError(f"sandbox_isolation: {e}") from None
+        if cfg.get("sandbox_limits") is not None:
+            from toolkit import sandbox
+            try:
+                sandbox.set_operator_limits(cfg["sandbox_limits"])
+            except ValueError as e:
+                raise click.UsageError(f"sandbox_limits: {e}") from None
         try:
             code = fn(cfg)
         except UsageError as e:

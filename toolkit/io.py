@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import gzip
 import hashlib
 import inspect
@@ -38,6 +39,28 @@ from toolkit.schema import Provenance, Record
 
 # ----------------------------------------------------------------------------------------------
 # logging: everything human goes to stderr
+
+
+# Per-record notes that go into the record's provenance (e.g. sandbox limits the record asked
+# for and did not get: "sandbox_clamped"). The stream gives each record its own dict (a context
+# variable: set per record task, shared with threads started from it).
+_RECORD_NOTES: contextvars.ContextVar[dict | None] = contextvars.ContextVar("toolkit_record_notes", default=None)
+
+
+def begin_record_notes() -> dict:
+    notes: dict = {}
+    _RECORD_NOTES.set(notes)
+    return notes
+
+
+def note_for_provenance(kind: str, text: str) -> None:
+    """Record `text` under `kind` in the provenance of the record being processed (no-op outside a
+    stream)."""
+    notes = _RECORD_NOTES.get()
+    if notes is not None:
+        lst = notes.setdefault(kind, [])
+        if text not in lst:
+            lst.append(text)
 
 
 def log(msg: str) -> None:
@@ -672,6 +695,7 @@ class RecordStream:
         sem = asyncio.Semaphore(conc)
 
         async def guarded(rec: Record) -> StageResult:
+            begin_record_notes()  # this task's own (tasks copy the context)
             async with sem:
                 return await call(rec)
 
@@ -745,6 +769,7 @@ class RecordStream:
     def _run_sync(self, fn: StageFn, writer: "_Writer") -> Summary:
         try:
             for lineno, raw, rec in self._parsed():
+                begin_record_notes()
                 try:
                     out = fn(rec)
                     if inspect.isawaitable(out):  # a sync wrapper returning a coroutine
@@ -794,5 +819,6 @@ def add_provenance(record: Record, command: str, *, strategy: str | None = None,
         model=model, time=now_iso(), cost=float(usage.get("cost", 0.0) or 0.0),
         prompt_tokens=int(usage.get("prompt_tokens", 0) or 0),
         completion_tokens=int(usage.get("completion_tokens", 0) or 0),
-        sandbox_isolation=sbx.used_isolation() if sbx is not None else None))
+        sandbox_isolation=sbx.used_isolation() if sbx is not None else None,
+        sandbox_clamped=list((_RECORD_NOTES.get() or {}).get("sandbox_clamped") or []) or None))
     return record

@@ -296,6 +296,8 @@ class Provenance(_Strict):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     sandbox_isolation: str | None = None  # isolation generated code ran under in this command
+    # sandbox limits this record's data asked for and did not get (the operator's applied instead)
+    sandbox_clamped: list[str] | None = None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -12,8 +12,9 @@ Env ref (a record's `env` field)::
                 "source": "<python: one function per tool>",
                 "policy": "...",
                 "user_tools": [...],          # optional, dual-control user side
-                "limits": {"wall_seconds": 5, "cpu_seconds": 5, "memory_mb": 512},  # optional
-                "sandbox": "auto"},           # optional: auto | process | docker
+                "limits": {"wall_seconds": 5, "cpu_seconds": 5, "memory_mb": 512},  # optional: may
+                                              # only narrow the operator's (docs/sandbox.md)
+                "sandbox": "auto"},           # ignored: the operator picks the backend
      "state": {<initial state>}}
 
 A directory `path` holds tools.json, tools.py, policy.md, state.json (and optionally
@@ -40,10 +41,11 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.envs.base import Environment, ToolResult, register_backend
-from toolkit.sandbox import SandboxLimits, SandboxResult, run_function
+from toolkit.sandbox import SandboxLimits, SandboxResult, check_limits, clamp_limits, run_function
 
 __all__ = ["PythonEnvironment", "PythonEnvError", "validate_arguments"]
 
+_LOGGED: set[str] = set()
 _DISPATCH_FUNC = "__toolkit_dispatch__"
 _DISPATCH_SRC = '''
 
@@ -207,6 +209,16 @@ def _load_path(path: str | Path) -> dict:
     raise PythonEnvError(f"python env path not found: {path}")
 
 
+def _data_backend(asked: Any) -> str:
+    """The backend a record's env.config asked for: the operator's (`auto`) either way, since data
+    must not pick a weaker isolation than the operator's (--sandbox / --sandbox-isolation)."""
+    if asked not in (None, "auto"):
+        from toolkit.io import note_for_provenance
+
+        note_for_provenance("sandbox_clamped", f"sandbox: {str(asked)[:40]!r} ignored; the operator's backend applies")
+    return "auto"
+
+
 class PythonEnvironment(Environment):
     backend = "python"
 
@@ -230,10 +242,24 @@ class PythonEnvironment(Environment):
         except (TypeError, ValueError) as e:
             raise PythonEnvError(f"the initial state is not JSON: {e}") from e
         self._state = copy.deepcopy(self._initial)
-        if isinstance(limits, dict):
-            limits = SandboxLimits(**{k: v for k, v in limits.items()
-                                      if k in SandboxLimits.__dataclass_fields__})
-        self.limits = limits or SandboxLimits()
+        # limits come from the operator (toolkit.sandbox.operator_limits: --sandbox-limits, recipe
+        # `sandbox_limits`, TOOLKIT_SANDBOX_LIMITS); a mapping is data (a record's env.config) and
+        # may only narrow them: wider or invalid values are clamped, noted in self.limit_notes and
+        # in the record's provenance (sandbox_clamped). A SandboxLimits object is operator code's.
+        self.limit_notes: list[str] = []
+        if isinstance(limits, SandboxLimits):
+            self.limits = check_limits(limits)
+        else:
+            self.limits, self.limit_notes = clamp_limits(limits)
+            if self.limit_notes:
+                from toolkit.io import log, note_for_provenance
+
+                for n in self.limit_notes:
+                    note_for_provenance("sandbox_clamped", n)
+                msg = "; ".join(self.limit_notes)
+                if msg not in _LOGGED:  # once per distinct message (each record's provenance has it)
+                    _LOGGED.add(msg)
+                    log(f"python env: sandbox limits asked for by the data were not granted: {msg}")
         self.sandbox = sandbox or "auto"
         self._lock = threading.Lock()
         self._program = self._source + _DISPATCH_SRC
@@ -260,7 +286,7 @@ class PythonEnvironment(Environment):
             raise PythonEnvError("python env has no tool source (config.source or tools.py)")
         return cls(tools=data["tools"], source=data["source"], policy=data.get("policy", ""),
                    state=data.get("state"), user_tools=data.get("user_tools"),
-                   limits=data.get("limits"), sandbox=data.get("sandbox", "auto"))
+                   limits=data.get("limits"), sandbox=_data_backend(data.get("sandbox")))
 
     # -- protocol
     def tools(self, side: str = "agent") -> list[dict]:

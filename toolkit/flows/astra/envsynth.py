@@ -132,8 +132,12 @@ def run_calls(tools: list[Tool], checks: list[tuple[str, dict, Any]], limits: di
     from toolkit.envs.python import PythonEnvironment
     from toolkit.train.rewards import contains_answer
 
+    from toolkit.sandbox import SandboxLimits, operator_limits
+
     source = "".join(wrapper_source(t.name, t.inner, t.src) for t in tools)
-    env = PythonEnvironment(tools=[t.schema() for t in tools], source=source, limits=limits)
+    # the operator's flags (sandbox_wall_seconds ...): a SandboxLimits is not clamped like data
+    lim = SandboxLimits(**{**vars(operator_limits()), **limits})
+    env = PythonEnvironment(tools=[t.schema() for t in tools], source=source, limits=lim)
     probs = []
     for name, args, ans in checks:
         res = env.call(name, args)
