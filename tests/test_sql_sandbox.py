@@ -138,3 +138,15 @@ def test_architect_gets_the_refusal_back_and_fixes_it(tmp_path):
     assert tab[0]["deterministic"]["ok"] is False and tab[1]["deterministic"]["ok"] is True
     assert not target.exists()
     assert "ATTACH" not in (Path(out.env.path) / "schema.sql").read_text()
+
+
+def test_runaway_or_oversized_seed_is_an_error_not_a_hang_or_a_crash(monkeypatch):
+    import toolkit.envs.sqlite as S
+
+    monkeypatch.setattr(S, "_DOMAIN_SQL_SECONDS", 0.5)
+    endless = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT count(*) FROM n;"
+    with pytest.raises(DomainError, match="seed ran longer than 0.5 s"):
+        compile_domain(DomainSpec(name="d", schema_sql=BASE, seed=endless))
+    huge = "INSERT INTO item VALUES ('" + "x" * 11_000_000 + "', 1);"
+    with pytest.raises(DomainError, match="string or blob too big"):
+        compile_domain(DomainSpec(name="d", schema_sql=BASE, seed=huge))

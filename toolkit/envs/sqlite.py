@@ -638,6 +638,7 @@ _SAFE_PRAGMAS = frozenset({
 # SQL functions that reach outside the database (load_extension is also off at the connection)
 _DENIED_FUNCTIONS = frozenset({"load_extension", "fts3_tokenizer", "readfile", "writefile", "edit"})
 _DENIED_CALL_RE = re.compile(r"\b(load_extension|fts3_tokenizer)\s*\(", re.IGNORECASE)
+_MAX_VALUE_BYTES = 10_000_000  # SQLITE_LIMIT_LENGTH: the largest string / blob / row
 _DOMAIN_SQL_SECONDS = 30.0  # wall-time budget of one domain SQL text (a runaway recursive seed)
 
 
@@ -656,6 +657,7 @@ class _DomainGuard:
         self.refused: list[tuple[str, str]] = []  # (what, regex locating it in the SQL text)
         self.deadline = float("inf")
         _harden(conn)
+        conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, _MAX_VALUE_BYTES)  # as on the environment's connection
         conn.set_authorizer(self._authorize)
         conn.set_progress_handler(self._progress, 10_000)
 
@@ -705,7 +707,7 @@ class _DomainGuard:
         # a trigger or view body is authorized only when a statement that uses it is prepared:
         # refuse the out-of-database functions in the text now (the runtime authorizer refuses
         # them again at call time)
-        m = _DENIED_CALL_RE.search(_blank_strings(_split_comments(sql)[0]))
+        m = _DENIED_CALL_RE.search(sql) and _DENIED_CALL_RE.search(_blank_strings(_split_comments(sql)[0]))
         if m:
             self.refused.append((f"function {m.group(1)}()", r"\b" + m.group(1) + r"\s*\("))
             raise DomainError(self._refusal(name, what, sql))
@@ -734,9 +736,12 @@ def _locate(sql: str, pattern: str) -> str:
     """' (statement N, line L: <text>)' for the first statement of `sql` matching `pattern`."""
     rx = re.compile(pattern, re.IGNORECASE)
     start = line = 0
-    n = 0
+    n = scanned = 0
     for m in re.finditer(";", sql):
         stmt = sql[start:m.end()]
+        scanned += len(stmt)
+        if scanned > 50_000_000:  # bounded work on a hostile text (semicolons inside long strings)
+            break
         if not sqlite3.complete_statement(stmt):
             continue
         n += 1
@@ -747,8 +752,6 @@ def _locate(sql: str, pattern: str) -> str:
             return f" (statement {n}, line {lineno}: {_short(' '.join(stmt.split()), 120)})"
         line += stmt.count("\n")
         start = m.end()
-        if n > 10_000:
-            break
     return ""
 
 
@@ -820,8 +823,12 @@ def compile_domain(spec: DomainSpec) -> CompiledDomain:
     dom.keys = state_keys_for(spec, tables, excl)
     dom.write_sets = _write_sets(tables, triggers, tools)
     env = SqliteEnvironment(dom)
-    dom.initial_hash = env.state_hash()
-    env.close()
+    try:
+        dom.initial_hash = env.state_hash()
+    except sqlite3.Error as e:
+        raise DomainError(f"{spec.name}: the seeded state cannot be read: {e}") from None
+    finally:
+        env.close()
     return dom
 
 
@@ -1126,7 +1133,7 @@ class SqliteEnvironment(Environment):
         self._lock = threading.RLock()
         self._init_bytes = _load_state_bytes(domain, state) if state is not None else domain.pristine
         self._conn.execute("PRAGMA foreign_keys = ON")  # a connection flag: survives deserialize
-        self._conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 10_000_000)
+        self._conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, _MAX_VALUE_BYTES)
         _harden(self._conn)  # no extensions, no attached databases (trigger bodies are LLM-written)
         self._loading = False
         self._conn.set_authorizer(self._authorize)
