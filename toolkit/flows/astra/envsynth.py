@@ -130,9 +130,8 @@ class Tool:
 def run_calls(tools: list[Tool], checks: list[tuple[str, dict, Any]], limits: dict) -> list[str]:
     """Execute each (tool, arguments, expected answer) in the sandbox; [] when all contain their answer."""
     from toolkit.envs.python import PythonEnvironment
-    from toolkit.train.rewards import contains_answer
-
     from toolkit.sandbox import SandboxLimits, operator_limits
+    from toolkit.train.rewards import contains_answer
 
     source = "".join(wrapper_source(t.name, t.inner, t.src) for t in tools)
     # the operator's flags (sandbox_wall_seconds ...): a SandboxLimits is not clamped like data
