@@ -184,13 +184,16 @@ def open_lines(path: str | None, max_line_bytes: int | None = None) -> Iterator[
                         line = line[3:]
                 if len(line) > cap and not line.endswith(b"\n"):
                     n = len(line)
+                    tail = line[-2:]
                     while True:
                         more = f.readline(1 << 20)
                         n += len(more)
+                        tail = (tail + more)[-2:]
                         if not more or more.endswith(b"\n"):
                             break
                     head = OversizedLine(line[:_RAW_HEAD])
-                    head.length = n - (1 if more.endswith(b"\n") else 0)
+                    # the line's length without its end (\n or \r\n)
+                    head.length = n - (0 if not tail.endswith(b"\n") else 2 if tail == b"\r\n" else 1)
                     line = None
                     yield head
                     continue
