@@ -1,11 +1,12 @@
 """Streaming JSONL in/out used by every command.
 
 - reads stdin or --input (plain or .gz), writes stdout or --output (plain or .gz)
-- validates each line against the record schema; a bad line (not JSON, wrong schema, duplicate id)
-  gives one stderr message naming line number, id and field, goes whole to --rejects, and never
-  stops the good lines; the run exits 1 when anything was rejected
+- validates each line against the record schema; a bad line (not JSON, wrong schema, duplicate id,
+  NaN/Infinity, too deep, invalid UTF-8 ...: no exception while decoding one line escapes) gives
+  one stderr message naming line number, id and field, goes whole to --rejects (escaped: always
+  valid UTF-8), and never stops the good lines; the run exits 1 when anything was rejected
 - --resume skips ids already present in --output (a killed run, rerun, gives each id exactly once;
-  a torn last line left by a kill is trimmed first)
+  a torn last line left by a kill is trimmed first; a torn .gz is rewritten with its whole lines)
 - --shard i/n keeps a stable hash partition of ids (blake2b of the id, so every machine agrees)
 - --limit N, order-preserving output by default (--unordered emits as completed)
 - bounded memory: a window of in-flight records; seen-id sets spill to a temp SQLite file
@@ -246,15 +247,18 @@ def dump_line(record: Record) -> str:
 
 
 # ----------------------------------------------------------------------------------------------
-# what pydantic-core's JSON parser lets through but a record must not carry: NaN/Infinity (not
-# JSON; pydantic would write them back as null) and integers longer than Python's int-str limit
-# (every later `json.loads` of the line would fail). Checked only on lines whose bytes could hold
-# one (a substring / digit-run test), so the fast path stays one pydantic call.
+# what pydantic-core's JSON parser lets through into free-form fields but a record must not carry:
+# NaN/Infinity (not JSON) and numbers that overflow to inf (1e400); pydantic would write them back
+# as null. The slow path (bad lines only) parses with json.loads, which also names the field of an
+# integer over Python's int-str limit, a lone surrogate or a value nested too deep.
 
-_NONFINITE = (b"NaN", b"Infinity")
 _MAX_INT_DIGITS = (getattr(sys, "get_int_max_str_digits", lambda: 0)() or 4300)  # 0 = unlimited: keep 4300
-# lines that may hold an over-long integer or a float that overflows to inf (1e999, 400 digits)
-_BIG_NUMBER = re.compile(rb"[0-9]{309}|[eE]\+?0*[1-9][0-9]{2}")
+# A float overflows to inf only with an exponent of 3+ digits (1e400) or 200+ digits before it
+# (an exponent <= 99 then can reach 1e308). One translate (digits -> "0", "E" -> "e", JSON's
+# number ends -> ",", "+" dropped) and a few substring searches find the lines that may hold one;
+# only those are parsed again (cost: docs/performance.md, "The input check ...").
+_NUM_TR = bytes.maketrans(b"123456789E]} \t\r\n", b"000000000e,,,,,,")
+_LONG_RUN = b"0" * 200
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -335,7 +339,22 @@ def _too_deep(obj: Any, limit: int = _PARSE_DEPTH - 10) -> tuple[str, str] | Non
 
 
 def _maybe_unsafe(raw: bytes) -> bool:
-    return any(t in raw for t in _NONFINITE) or _BIG_NUMBER.search(raw) is not None
+    """Could this line hold NaN/Infinity or a number that overflows? (No false negatives; a hex
+    hash or a word like "NaN" in a string only costs a second parse.)"""
+    if b"NaN" in raw or b"Infinity" in raw:
+        return True
+    t = raw.translate(_NUM_TR, b"+")  # "e+400" -> "e000"
+    if _LONG_RUN in t:
+        return True
+    i = t.find(b"e000")
+    while i >= 0:
+        j = i + 4
+        while j < len(t) and t[j] == 48:  # the rest of the exponent's digits
+            j += 1
+        if j == len(t) or t[j] == 44:  # then the number's end: a number, not letters of a hash
+            return True
+        i = t.find(b"e000", j)
+    return False
 
 
 def _json_error(e: BaseException) -> str:
