@@ -125,7 +125,8 @@ def test_corpus_through_every_streaming_command(tmp_path, command):
             assert x["field"] == e["field"], (e["kind"], x)
         assert f"line {n}" in r.stderr
     assert by_line[6]["truncated"] is True and by_line[6]["length"] == len(BIG_LINE)
-    assert "lone surrogate" in by_line[[n for n, e in expect.items() if e["kind"] == "lone_surrogate_id"][0]]["error"]
+    sur = next(n for n, e in expect.items() if e["kind"] == "lone_surrogate_id")
+    assert "lone surrogate" in by_line[sur]["error"]
     check_good_out(command, outs, GOOD_IDS)
     assert f"read {len(expect) + len(GOOD_IDS)}," in r.stderr and "blank lines skipped 2" in r.stderr
     if command == "reflect":  # every good line reached the batch strategy (it filters those without a plan)

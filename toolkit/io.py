@@ -370,7 +370,7 @@ def _dump_escaped(record: Record) -> str:
     is written with it as its JSON escape \\udXXX (the same line `dump_line` would give otherwise)."""
     try:
         return dump_line(record)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:  # pydantic's PydanticSerializationError wraps the UnicodeEncodeError
         if "surrogate" not in str(e):
             raise
     text = json.dumps(record.model_dump(mode="json", by_alias=True), ensure_ascii=False, separators=(",", ":"),
