@@ -2,6 +2,7 @@
 import asyncio
 import gzip
 import json
+import zlib
 
 import pytest
 
@@ -116,6 +117,132 @@ def test_trim_torn_tail_variants(tmp_path):
     p.write_text('{"b":')
     _trim_torn_tail(str(p))
     assert p.read_text() == ""
+
+
+@pytest.mark.parametrize("cut", ["no_trailer", "mid_line", "header_only", "second_member_torn"])
+def test_resume_gz_trims_a_torn_member(tmp_path, records, cut):
+    """A kill leaves a .gz without its end (maybe mid-line): --resume rewrote nothing before and
+    raised InputCut from existing_ids; now the whole lines stay, the file reads to the end and
+    each id is there once."""
+    out = tmp_path / "out.jsonl.gz"
+    if cut == "second_member_torn":  # a clean member (an earlier --resume run), then a torn one
+        blob = (gzip.compress(jsonl(records[:3]).encode(), mtime=0)
+                + gzip.compress(jsonl(records[3:8]).encode(), mtime=0)[:-30])
+    else:
+        full = gzip.compress(jsonl(records[:8]).encode(), mtime=0)
+        blob = {"no_trailer": full[:-8], "mid_line": full[:-60], "header_only": full[:10]}[cut]
+    out.write_bytes(blob)
+    with pytest.raises(EOFError):  # really torn
+        gzip.decompress(blob)
+    d, data, rest = zlib.decompressobj(31), b"", blob  # what a reader gets out of it: whole lines
+    while rest:
+        data += d.decompress(rest)
+        rest, d = (d.unused_data, zlib.decompressobj(31)) if d.eof else (b"", d)
+    kept = data.count(b"\n")
+    inp = tmp_path / "in.jsonl"
+    inp.write_text(jsonl(records))
+    s = RecordStream(IOOptions(input=str(inp), output=str(out), resume=True), "test")
+    s.run(ident)
+    text = gzip.decompress(out.read_bytes()).decode()  # raises on a torn or corrupt file
+    ids = [json.loads(l)["id"] for l in text.splitlines()]
+    assert sorted(ids) == sorted(r["id"] for r in records) and len(ids) == len(set(ids))
+    assert ids[:kept] == [r["id"] for r in records[:kept]]
+    assert s.summary.skipped_resume == kept and s.exit_code() == 0
+
+
+def test_resume_gz_clean_file_is_appended_not_rewritten(tmp_path, records):
+    out = tmp_path / "out.jsonl.gz"
+    out.write_bytes(gzip.compress(jsonl(records[:4]).encode(), mtime=0))
+    before = out.read_bytes()
+    inp = tmp_path / "in.jsonl"
+    inp.write_text(jsonl(records))
+    RecordStream(IOOptions(input=str(inp), output=str(out), resume=True), "test").run(ident)
+    assert out.read_bytes().startswith(before)  # a new member after the old one
+    ids = [json.loads(l)["id"] for l in gzip.decompress(out.read_bytes()).decode().splitlines()]
+    assert ids == [r["id"] for r in records]
+
+
+def test_resume_gz_refuses_a_file_that_is_not_gzip(tmp_path, records):
+    from toolkit.io import UsageError
+    out = tmp_path / "out.jsonl.gz"
+    out.write_text(jsonl(records[:2]))
+    inp = tmp_path / "in.jsonl"
+    inp.write_text(jsonl(records))
+    with pytest.raises(UsageError, match="not gzip data"):
+        RecordStream(IOOptions(input=str(inp), output=str(out), resume=True), "test").run(ident)
+    assert out.read_text() == jsonl(records[:2])  # untouched
+
+
+def test_output_record_with_a_lone_surrogate_is_written_escaped(tmp_path, records):
+    """A stage that puts a lone surrogate in a field (decoded process output, ...) used to end the
+    run (UnicodeEncodeError / PydanticSerializationError); the line is written with its JSON escape."""
+    def odd(r):
+        r.extra["note"] = "half \udc80 pair"
+        return r
+
+    for name in ("out.jsonl", "out.jsonl.gz"):
+        inp = tmp_path / "in.jsonl"
+        inp.write_text(jsonl(records[:3]))
+        out = tmp_path / name
+        s = RecordStream(IOOptions(input=str(inp), output=str(out)), "test")
+        s.run(odd)
+        raw = gzip.decompress(out.read_bytes()) if name.endswith(".gz") else out.read_bytes()
+        raw.decode("utf-8")  # valid UTF-8
+        lines = [json.loads(l) for l in raw.splitlines()]
+        assert [l["id"] for l in lines] == [r["id"] for r in records[:3]]
+        assert lines[0]["extra"]["note"] == "half \udc80 pair" and b'"half \\udc80 pair"' in raw
+        assert s.exit_code() == 0
+
+
+def test_rejects_with_lone_surrogates_and_bad_bytes_are_valid_utf8(tmp_path):
+    """A lone-surrogate id ended the run with UnicodeEncodeError writing the reject; now the
+    rejects file is valid UTF-8 with the surrogate as its JSON escape and bad bytes as \\xNN."""
+    inp = tmp_path / "in.jsonl"
+    inp.write_bytes(b'{"id":"\\ud800x"}\n{"id":"a-1","flow":"\\udfff"}\n{"id":"b-1","flow":"\xff"}\n'
+                    + json.dumps(make_record(1)).encode() + b"\n")
+    rej = tmp_path / "rej.jsonl"
+    s = RecordStream(IOOptions(input=str(inp), output=str(tmp_path / "out.jsonl"), rejects=str(rej)), "test")
+    s.run(ident)
+    raw = rej.read_bytes()
+    raw.decode("utf-8")
+    rejs = [json.loads(x) for x in raw.splitlines()]
+    assert [r["line"] for r in rejs] == [1, 2, 3] and s.exit_code() == 1 and s.summary.written == 1
+    assert [r["field"] for r in rejs[:2]] == ["id", "flow"]
+    assert rejs[0]["id"] == "\ud800x" and rejs[1]["id"] == "a-1"
+    assert rejs[2]["raw"] == '{"id":"b-1","flow":"\\xff"}' and "not UTF-8" in rejs[2]["error"]
+
+
+@pytest.mark.parametrize("line,field", [
+    ('{"id":"n-1","trajectories":[{"id":"t","messages":[],"reward":NaN}]}', "trajectories.0.reward"),
+    ('{"id":"n-2","trajectories":[{"id":"t","messages":[],"steps":[{"tool_call_id":"c","name":"f","ok":true,'
+     '"reward":Infinity}]}]}', "trajectories.0.steps.0.reward"),
+    ('{"id":"n-3","verdicts":[{"stage":"v","kind":"rule","passed":true,"score":-Infinity}]}', "verdicts.0.score"),
+    ('{"id":"n-4","task":{"ground_truth":{"final_answer":NaN}}}', "task.ground_truth.final_answer"),
+    ('{"id":"n-5","extra":{"x":1e400}}', "extra.x"),
+    ('{"id":"n-6","extra":{"x":' + "9" * 5000 + '}}', "extra.x"),
+])
+def test_nonfinite_and_huge_numbers_are_rejects_naming_the_field(tmp_path, line, field):
+    """pydantic-core read NaN/Infinity/1e400 and wrote null with exit 0; a 5000-digit integer
+    crashed the slow path (ValueError). Both are rejects naming the field."""
+    ok = json.dumps(make_record(1))
+    s, outs, rejs = run(tmp_path, line + "\n" + ok + "\n", ident)
+    assert [o["id"] for o in outs] == ["rec-0000001"]
+    assert [(r["line"], r["field"]) for r in rejs] == [(1, field)] and s.exit_code() == 1
+
+
+def test_nan_as_text_is_fine(tmp_path):
+    rec = make_record(1)
+    rec["task"]["instruction"] = "NaN and Infinity and 1e400 are words here; 12345678901234567890"
+    s, outs, rejs = run(tmp_path, json.dumps(rec) + "\n", ident)
+    assert len(outs) == 1 and rejs == [] and s.exit_code() == 0
+
+
+@pytest.mark.parametrize("depth", [300, 5000])
+def test_deep_nesting_is_a_reject_not_a_recursion_error(tmp_path, depth):
+    line = '{"id":"d-1","extra":{"x":' + "[" * depth + "]" * depth + "}}"
+    s, outs, rejs = run(tmp_path, line + "\n" + json.dumps(make_record(1)) + "\n", ident)
+    assert len(outs) == 1 and [r["line"] for r in rejs] == [1] and "nest" in rejs[0]["error"]
+    assert s.exit_code() == 1
 
 
 def test_gzip_in_and_out(tmp_path, records):

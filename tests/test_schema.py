@@ -43,6 +43,22 @@ def test_strict_where_it_matters(mutate, field):
     assert field in str(ei.value)
 
 
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_numbers_must_be_finite(value):
+    """A NaN reward/score/cost was kept and written back as null; the schema refuses it, naming the field."""
+    for mutate, field in [
+        (lambda r: r["trajectories"][0].__setitem__("reward", value), "trajectories.0.reward"),
+        (lambda r: r.__setitem__("verdicts", [{"stage": "verify", "kind": "rule", "passed": True, "score": value}]),
+         "verdicts.0.score"),
+        (lambda r: r["trajectories"][0].__setitem__("usage", {"cost": value}), "trajectories.0.usage.cost"),
+    ]:
+        rec = make_record(5)
+        mutate(rec)
+        with pytest.raises(ValidationError) as ei:
+            Record.model_validate(rec)
+        assert field in str(ei.value) and "finite" in str(ei.value)
+
+
 def test_extra_is_free_form():
     rec = make_record(4)
     rec["extra"] = {"my_team": {"anything": [1, 2, {"x": None}]}}

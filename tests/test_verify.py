@@ -298,6 +298,48 @@ def test_code_verifier_in_sandbox(mini_env):
     assert not odd.verdicts[0].passed and "overall_pass" in odd.verdicts[0].reasons[0]
 
 
+def _returning(expr: str) -> str:
+    return f"def evaluate_submission(reference, eval):\n    return {expr}\n"
+
+
+@pytest.mark.parametrize("ret,where", [
+    ('{"overall_pass": True, "reward": float("nan"), "component_scores": {}}', "result.reward"),
+    ('{"overall_pass": True, "reward": float("inf"), "component_scores": {}}', "result.reward"),
+    ('{"overall_pass": True, "reward": 1.0, "component_scores": {"state": float("nan")}}',
+     "result.component_scores.state"),
+    ('{"overall_pass": True, "reward": 1.0, "checks_x": [1, float("-inf")]}', "result.checks_x[1]"),
+])
+def test_code_verifier_nonfinite_numbers_fail(mini_env, ret, where):
+    """NaN/inf from generated code was `passed: true, reward: null`; now a failed verdict naming where."""
+    gt = {"actions": [{"name": "update_account", "arguments": {"account_id": "A2", "balance": 50}}]}
+    rec = record("code-nan", mini_env, [call_msgs(CALLS[2:3])], gt,
+                 verifier={"spec": "code", "source": _returning(ret)})
+    out = run({"strategy": ["code"], "code_cpu_seconds": 1, "code_wall_seconds": 3}, rec)
+    v = out.verdicts[0]
+    assert v.passed is False and v.score == 0.0 and out.trajectories[0].reward == 0.0
+    assert f"non-finite number at {where}" in v.reasons[0]
+    assert out.trajectories[0].scores["verify"]["passed"] is False
+    line = json.loads(out.model_dump_json())  # nothing NaN/inf left to be written as null
+    assert line["trajectories"][0]["reward"] == 0.0 and line["verdicts"][0]["score"] == 0.0
+
+
+def test_code_verifier_non_numeric_reward_fails_missing_reward_falls_back(mini_env):
+    gt = {"actions": [{"name": "update_account", "arguments": {"account_id": "A2", "balance": 50}}]}
+    cfg = {"strategy": ["code"], "code_cpu_seconds": 1, "code_wall_seconds": 3}
+
+    def rec(ret):
+        return record("code-r", mini_env, [call_msgs(CALLS[2:3])], gt,
+                      verifier={"spec": "code", "source": _returning(ret)})
+
+    for bad in ('{"overall_pass": True, "reward": "0.9"}', '{"overall_pass": True, "reward": True}',
+                '{"overall_pass": True, "reward": [1]}'):
+        v = run(cfg, rec(bad)).verdicts[0]
+        assert v.passed is False and "non-numeric reward" in v.reasons[0], bad
+    out = run(cfg, rec('{"overall_pass": True}'))  # no reward at all: 1/0 from overall_pass, said so
+    assert out.verdicts[0].passed and out.trajectories[0].reward == 1.0
+    assert out.verdicts[0].reasons == ["verifier returned no reward; using overall_pass"]
+
+
 def test_code_without_source_is_rejected():
     from toolkit.io import StageError
 

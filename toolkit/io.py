@@ -1,11 +1,12 @@
 """Streaming JSONL in/out used by every command.
 
 - reads stdin or --input (plain or .gz), writes stdout or --output (plain or .gz)
-- validates each line against the record schema; a bad line (not JSON, wrong schema, duplicate id)
-  gives one stderr message naming line number, id and field, goes whole to --rejects, and never
-  stops the good lines; the run exits 1 when anything was rejected
+- validates each line against the record schema; a bad line (not JSON, wrong schema, duplicate id,
+  NaN/Infinity, too deep, invalid UTF-8 ...: no exception while decoding one line escapes) gives
+  one stderr message naming line number, id and field, goes whole to --rejects (escaped: always
+  valid UTF-8), and never stops the good lines; the run exits 1 when anything was rejected
 - --resume skips ids already present in --output (a killed run, rerun, gives each id exactly once;
-  a torn last line left by a kill is trimmed first)
+  a torn last line left by a kill is trimmed first; a torn .gz is rewritten with its whole lines)
 - --shard i/n keeps a stable hash partition of ids (blake2b of the id, so every machine agrees)
 - --limit N, order-preserving output by default (--unordered emits as completed)
 - bounded memory: a window of in-flight records; seen-id sets spill to a temp SQLite file
@@ -22,6 +23,7 @@ import hashlib
 import inspect
 import io
 import json
+import math
 import os
 import re
 import sqlite3
@@ -206,13 +208,16 @@ def open_lines(path: str | None, max_line_bytes: int | None = None) -> Iterator[
                         line = line[3:]
                 if len(line) > cap and not line.endswith(b"\n"):
                     n = len(line)
+                    tail = line[-2:]
                     while True:
                         more = f.readline(1 << 20)
                         n += len(more)
+                        tail = (tail + more)[-2:]
                         if not more or more.endswith(b"\n"):
                             break
                     head = OversizedLine(line[:_RAW_HEAD])
-                    head.length = n - (1 if more.endswith(b"\n") else 0)
+                    # the line's length without its end (\n or \r\n)
+                    head.length = n - (0 if not tail.endswith(b"\n") else 2 if tail == b"\r\n" else 1)
                     line = None
                     yield head
                     continue
@@ -264,9 +269,154 @@ def dump_line(record: Record) -> str:
     return record.model_dump_json(by_alias=True) + "\n"
 
 
+# ----------------------------------------------------------------------------------------------
+# what pydantic-core's JSON parser lets through into free-form fields but a record must not carry:
+# NaN/Infinity (not JSON) and numbers that overflow to inf (1e400); pydantic would write them back
+# as null. The slow path (bad lines only) parses with json.loads, which also names the field of an
+# integer over Python's int-str limit, a lone surrogate or a value nested too deep.
+
+_MAX_INT_DIGITS = (getattr(sys, "get_int_max_str_digits", lambda: 0)() or 4300)  # 0 = unlimited: keep 4300
+# A float overflows to inf only with an exponent of 3+ digits (1e400) or 200+ digits before it
+# (an exponent <= 99 then can reach 1e308). One translate (digits -> "0", "E" -> "e", JSON's
+# number ends -> ",", "+" dropped) and a few substring searches find the lines that may hold one;
+# only those are parsed again (cost: docs/performance.md, "The input check ...").
+_NUM_TR = bytes.maketrans(b"123456789E]} \t\r\n", b"000000000e,,,,,,")
+_LONG_RUN = b"0" * 200
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+class _Bad:
+    """Marks a value the strict reader refuses, found later with its path (the field)."""
+
+    __slots__ = ("why",)
+
+    def __init__(self, why: str):
+        self.why = why
+
+
+def _strict_int(s: str) -> Any:
+    digits = len(s.lstrip("-"))
+    if digits > _MAX_INT_DIGITS:
+        return _Bad(f"integer of {digits} digits (more than {_MAX_INT_DIGITS}, Python's int limit)")
+    return int(s)
+
+
+def _strict_float(s: str) -> Any:
+    f = float(s)
+    if math.isinf(f):
+        return _Bad(f"{s[:40]}{'...' if len(s) > 40 else ''} overflows to infinity (not a finite number)")
+    return f
+
+
+def _strict_constant(c: str) -> Any:
+    return _Bad(f"{c} is not a JSON number (NaN/Infinity are refused; the record schema wants finite numbers)")
+
+
+def strict_loads(raw: bytes | str) -> Any:
+    """json.loads that marks NaN/Infinity, numbers overflowing to inf and over-long integers as `_Bad` (see `find_bad`).
+    Raises ValueError (not JSON, bad UTF-8) or RecursionError (nesting too deep)."""
+    return json.loads(raw, parse_constant=_strict_constant, parse_int=_strict_int, parse_float=_strict_float)
+
+
+def find_bad(obj: Any) -> tuple[str, str] | None:
+    """(field path, reason) of the first `_Bad` in a `strict_loads` result (iterative: no recursion)."""
+    stack: list[tuple[tuple, Any]] = [((), obj)]
+    while stack:
+        path, x = stack.pop()
+        if isinstance(x, _Bad):
+            return ".".join(str(p) for p in path) or "(record)", x.why
+        if isinstance(x, str):
+            m = _SURROGATE.search(x)
+            if m:
+                return (".".join(str(p) for p in path) or "(record)",
+                        f"lone surrogate \\u{ord(m.group()):04x} in a string (not valid Unicode)")
+        elif isinstance(x, dict):
+            for k in x:
+                if _SURROGATE.search(k):
+                    return ".".join(str(p) for p in path) or "(record)", "lone surrogate in a key (not valid Unicode)"
+            stack.extend(((*path, k), v) for k, v in reversed(list(x.items())))
+        elif isinstance(x, list):
+            stack.extend(((*path, i), v) for i, v in reversed(list(enumerate(x))))
+    return None
+
+
+_PARSE_DEPTH = 200  # pydantic-core's JSON recursion limit (json.loads gives up near 1000)
+
+
+def _too_deep(obj: Any, limit: int = _PARSE_DEPTH - 10) -> tuple[str, str] | None:
+    """(field, reason) for a value nested too deep for the fast parser: the field is the path
+    down to the first container that is more than a few levels deep (iterative walk)."""
+    stack: list[tuple[tuple, Any]] = [((), obj)]
+    while stack:
+        path, x = stack.pop()
+        if len(path) >= limit:
+            return (".".join(str(p) for p in path[:2]) or "(record)",
+                    f"nested deeper than {_PARSE_DEPTH - 10} levels (the reader's recursion limit)")
+        if isinstance(x, dict):
+            stack.extend(((*path, k), v) for k, v in x.items())
+        elif isinstance(x, list):
+            stack.extend(((*path, i), v) for i, v in enumerate(x))
+    return None
+
+
+def _maybe_unsafe(raw: bytes) -> bool:
+    """Could this line hold NaN/Infinity or a number that overflows? (No false negatives; a hex
+    hash or a word like "NaN" in a string only costs a second parse.)"""
+    if b"NaN" in raw or b"Infinity" in raw:
+        return True
+    t = raw.translate(_NUM_TR, b"+")  # "e+400" -> "e000"
+    if _LONG_RUN in t:
+        return True
+    i = t.find(b"e000")
+    while i >= 0:
+        j = i + 4
+        while j < len(t) and t[j] == 48:  # the rest of the exponent's digits
+            j += 1
+        if j == len(t) or t[j] == 44:  # then the number's end: a number, not letters of a hash
+            return True
+        i = t.find(b"e000", j)
+    return False
+
+
+def _json_error(e: BaseException) -> str:
+    if isinstance(e, RecursionError):
+        return "not JSON this toolkit reads: nesting too deep (recursion limit)"
+    if isinstance(e, UnicodeDecodeError):
+        return f"not UTF-8: {e.reason} at byte {e.start}"
+    return f"not JSON: {e}"
+
+
+def _dump_escaped(record: Record) -> str:
+    """`dump_line`, except that a record holding a lone surrogate (pydantic refuses to encode it)
+    is written with it as its JSON escape \\udXXX (the same line `dump_line` would give otherwise)."""
+    try:
+        return dump_line(record)
+    except Exception as e:  # pydantic's PydanticSerializationError wraps the UnicodeEncodeError
+        if "surrogate" not in str(e):
+            raise
+    text = json.dumps(record.model_dump(mode="json", by_alias=True), ensure_ascii=False, separators=(",", ":"),
+                      allow_nan=False)
+    return text.encode("utf-8", "backslashreplace").decode("utf-8") + "\n"
+
+
+def _json_kind(obj: Any) -> str:
+    return {list: "array", str: "string", bool: "boolean", type(None): "null"}.get(
+        type(obj), "number" if isinstance(obj, (int, float, _Bad)) else type(obj).__name__)
+
+
+def _text(raw: bytes | str) -> str:
+    """A line as text for --rejects/logs: invalid UTF-8 bytes kept visible as \\xNN."""
+    return raw.decode("utf-8", "backslashreplace") if isinstance(raw, bytes) else raw
+
+
 def _trim_torn_tail(path: str) -> None:
     """A SIGKILL mid-write can leave a last line without newline: drop it (it will be redone)."""
-    if path.endswith(".gz") or not os.path.exists(path):
+    if not os.path.exists(path):
+        return
+    if path.endswith(".gz"):
+        _trim_torn_gz(path)
         return
     with open(path, "rb+") as f:
         f.seek(0, os.SEEK_END)
@@ -291,19 +441,101 @@ def _trim_torn_tail(path: str) -> None:
         f.truncate(0)
 
 
+def _gz_data(path: str, state: dict) -> Iterator[bytes]:
+    """Decompressed chunks of a (multi-member) gzip file, as far as it decompresses; afterwards
+    `state["clean"]` says whether it ended on a member boundary without an error. zlib directly:
+    gzip.GzipFile drops the data it buffered when it hits the torn end."""
+    import zlib
+
+    state["clean"] = False
+    with open(path, "rb") as f:
+        d = zlib.decompressobj(31)
+        in_member = False
+        while True:
+            buf = f.read(1 << 16)
+            if not buf:
+                break
+            while buf:
+                if not in_member and not buf.strip(b"\0"):  # zero padding after the last member
+                    buf = b""
+                    break
+                in_member = True
+                try:
+                    out = d.decompress(buf)
+                except zlib.error:
+                    return
+                if out:
+                    yield out
+                if d.eof:
+                    buf, in_member = d.unused_data, False
+                    d = zlib.decompressobj(31)
+                else:
+                    buf = b""
+        state["clean"] = not in_member
+
+
+def _gz_whole_lines(path: str) -> tuple[bool, int]:
+    """(clean, keep): `keep` = decompressed bytes up to the last newline before any torn or corrupt
+    end; `clean` = every gzip member is complete and the data ends with a newline (or is empty)."""
+    total = keep = 0
+    last = b"\n"
+    state: dict = {}
+    for chunk in _gz_data(path, state):
+        nl = chunk.rfind(b"\n")
+        if nl >= 0:
+            keep = total + nl + 1
+        total += len(chunk)
+        last = chunk[-1:]
+    return bool(state["clean"]) and last == b"\n", keep
+
+
+def _trim_torn_gz(path: str) -> None:
+    """A kill mid-write leaves a .gz whose last member has no end (and maybe a torn line): rewrite
+    the file, atomically, with its whole lines only (they stay; the rest is redone), so appending a
+    new member gives a file `gzip -dc` reads and each id once. A clean file is left as it is."""
+    with open(path, "rb") as f:
+        head = f.read(2)
+    if len(head) == 2 and head != b"\x1f\x8b":
+        raise UsageError(f"--resume: {path} ends in .gz but is not gzip data (first bytes {head!r})")
+    clean, keep = _gz_whole_lines(path)
+    if clean:
+        return
+    tmp = f"{path}.resume-{os.getpid()}.tmp"
+    try:
+        with open(tmp, "wb") as raw_out:
+            with gzip.GzipFile(fileobj=raw_out, mode="wb", mtime=0) as dst:
+                left = keep
+                for chunk in _gz_data(path, {}):
+                    if left <= 0:
+                        break
+                    dst.write(chunk[:left])
+                    left -= len(chunk)
+            raw_out.flush()
+            os.fsync(raw_out.fileno())
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    log(f"resume: {path} ended in a torn gzip member (a killed run); rewrote it with its "
+        f"{keep} bytes of whole lines, the rest is redone")
+
+
 def existing_ids(path: str) -> "IdSet":
     ids = IdSet()
     if _is_std(path) or not os.path.exists(path):
         return ids
-    for raw in open_lines(path):
-        if not raw.strip():
-            continue
-        try:
-            rid = json.loads(raw).get("id")
-        except (json.JSONDecodeError, AttributeError):
-            continue
-        if isinstance(rid, str):
-            ids.add(rid)
+    try:
+        for raw in open_lines(path):
+            if not raw.strip():
+                continue
+            try:
+                rid = json.loads(raw).get("id")
+            except (ValueError, RecursionError, AttributeError):
+                continue
+            if isinstance(rid, str):
+                ids.add(rid)
+    except InputCut as cut:  # only when the file changed under us: what was read counts
+        log(f"resume: {path} is cut ({cut}); ids before the cut are skipped, the rest redone")
     return ids
 
 
@@ -414,6 +646,7 @@ class Summary:
     skipped_shard: int = 0
     dropped: int = 0  # a stage returned nothing for a record (e.g. --filter)
     failed: int = 0  # records the stage marked as failing (verify: not passed) — informs exit code
+    blank: int = 0  # empty / whitespace-only input lines (skipped, counted)
     started: float = field(default_factory=time.monotonic)
     meter: Any = None  # toolkit.llm Meter, when the command used an LLM
     reject_reasons: dict = field(default_factory=dict)  # reason (field or message shape) -> count
@@ -441,6 +674,8 @@ class Summary:
             s += f", filtered {self.dropped}"
         if self.failed:
             s += f", failed {self.failed}"
+        if self.blank:
+            s += f", blank lines skipped {self.blank}"
         s += f", {self.seconds():.2f}s"
         if self.meter is not None:
             m = self.meter.snapshot() if hasattr(self.meter, "snapshot") else dict(self.meter)
@@ -555,7 +790,10 @@ class _Writer:
         self._last_flush = time.monotonic()
 
     def write(self, text: str) -> None:
-        self.f.write(text)
+        try:
+            self.f.write(text)
+        except UnicodeEncodeError:  # a lone surrogate in a field: written as its JSON escape \\udXXX
+            self.f.write(text.encode("utf-8", "backslashreplace").decode("utf-8"))
         now = time.monotonic()
         if now - self._last_flush > 0.5:
             self.f.flush()
@@ -581,6 +819,7 @@ class RecordStream:
         self.summary = Summary(command=command, meter=meter)
         _ACTIVE.append(self.summary)
         self._rejects_f = None
+        self._done: IdSet | None = None  # ids already in --output (--resume)
         self._progress = Progress(opts.progress, command)
 
     # -- rejects -------------------------------------------------------------------------------
@@ -592,19 +831,19 @@ class RecordStream:
         where = f"line {lineno}" + (f" (id {rid})" if rid else "")
         log(f"{self.command}: rejected {where}: {error}")
         if self.opts.rejects:
-            if self._rejects_f is None:
-                self._rejects_f = open(self.opts.rejects, "a", encoding="utf-8")
-            text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+            if self._rejects_f is None:  # lone surrogates (from \\udXXX escapes) are written escaped
+                self._rejects_f = open(self.opts.rejects, "a", encoding="utf-8", errors="backslashreplace")
             self._rejects_f.write(json.dumps({
                 "line": lineno, "id": rid, "field": field, "error": error,
-                "command": self.command, "raw": text, **extra}, ensure_ascii=False) + "\n")
+                "command": self.command, "raw": _text(raw), **extra}, ensure_ascii=False) + "\n")
             self._rejects_f.flush()
 
     # -- input ---------------------------------------------------------------------------------
     def _parsed(self) -> Iterator[tuple[int, bytes, Record]]:
         opts = self.opts
         base_dir = None if _is_std(opts.input) else os.path.dirname(os.path.abspath(str(opts.input)))
-        done = existing_ids(opts.output) if opts.resume and not _is_std(opts.output) else IdSet()
+        done = self._done if self._done is not None else IdSet()
+        self._done = None
         seen = IdSet()
         taken = 0
         check_input(opts.input)
@@ -629,21 +868,11 @@ class RecordStream:
                                 f"{len(raw)} bytes)", length=raw.length, truncated=True)
                     continue
                 if not raw.strip():
+                    self.summary.blank += 1
                     continue
                 self.summary.read += 1
-                try:  # fast path: parse + validate in pydantic-core
-                    rec = Record.model_validate_json(raw)
-                except ValidationError as e:
-                    try:  # slow path only for bad lines: tell "not JSON" from "wrong schema"
-                        obj = json.loads(raw)
-                    except (json.JSONDecodeError, UnicodeDecodeError) as je:
-                        self.reject(lineno, raw, f"not JSON: {je}")
-                        continue
-                    rid = obj.get("id") if isinstance(obj, dict) and isinstance(obj.get("id"), str) else None
-                    if not isinstance(obj, dict):
-                        self.reject(lineno, raw, "a line must be a JSON object (a record)", rid)
-                        continue
-                    self.reject(lineno, raw, describe_validation_error(e), rid, first_field(e))
+                rec = self._decode(lineno, raw)
+                if rec is None:
                     continue
                 if base_dir is not None:
                     resolve_env_path(rec, base_dir)
@@ -664,6 +893,67 @@ class RecordStream:
             seen.close()
             done.close()
 
+    def _decode(self, lineno: int, raw: bytes) -> Record | None:
+        """One line → a Record, or None after rejecting it. Never raises: whatever a line holds
+        (deep nesting, huge integers, NaN, bad UTF-8, lone surrogates ...) ends as a reject with
+        the line number, the field when one can be named, and the reason."""
+        try:
+            try:  # fast path: parse + validate in pydantic-core
+                rec = Record.model_validate_json(raw)
+            except ValidationError as e:
+                self._explain(lineno, raw, e)
+                return None
+            if _maybe_unsafe(raw):
+                try:
+                    bad = find_bad(strict_loads(raw))
+                except (ValueError, RecursionError) as je:
+                    self.reject(lineno, raw, _json_error(je), rec.id)
+                    return None
+                if bad is not None:
+                    self.reject(lineno, raw, f"field {bad[0]}: {bad[1]}", rec.id, bad[0])
+                    return None
+            return rec
+        except Exception as e:  # noqa: BLE001 - no line may end the run
+            self.reject(lineno, raw, f"unreadable line: {type(e).__name__}: {e}")
+            return None
+
+    def _explain(self, lineno: int, raw: bytes, e: ValidationError) -> None:
+        """Slow path, bad lines only: tell "not JSON" from "wrong schema" and name the field."""
+        try:
+            obj = strict_loads(raw)
+        except (ValueError, RecursionError) as je:
+            self.reject(lineno, raw, _json_error(je))
+            return
+        rid = obj.get("id") if isinstance(obj, dict) and isinstance(obj.get("id"), str) else None
+        if not isinstance(obj, dict):
+            self.reject(lineno, raw, f"a line must be a JSON object (a record), got a JSON {_json_kind(obj)}", rid)
+            return
+        if raw.startswith(b"\xef\xbb\xbf"):
+            self.reject(lineno, raw, "a UTF-8 BOM inside the stream (only the first line of a file may "
+                        "start with one; concatenated files?)", rid)
+            return
+        bad = find_bad(obj)
+        if bad is None and "recursion limit" in str(e.errors()[0].get("msg", "")):
+            bad = _too_deep(obj)
+        if bad is not None:
+            self.reject(lineno, raw, f"field {bad[0]}: {bad[1]}", rid, bad[0])
+            return
+        self.reject(lineno, raw, describe_validation_error(e), rid, first_field(e))
+
+    def _write(self, writer: "_Writer", out: Record | list[Record], lineno: int, raw: bytes,
+               rid: str | None) -> None:
+        """Write a stage's output record(s); one that cannot be serialized is a reject of its
+        input line (line 0: records a batch `finish` made), never the end of the run."""
+        for r in (out if isinstance(out, list) else [out]):
+            try:
+                text = _dump_escaped(r)
+            except Exception as e:  # noqa: BLE001
+                self.reject(lineno, raw, f"output record {getattr(r, 'id', None)!r} cannot be written: "
+                            f"{type(e).__name__}: {e}", rid)
+                continue
+            writer.write(text)
+            self.summary.count_written(r)
+
     # -- run -----------------------------------------------------------------------------------
     def run(self, fn: StageFn, concurrency: int | None = None) -> Summary:
         """Run synchronously (creates an event loop). Returns the summary (also logged)."""
@@ -674,6 +964,7 @@ class RecordStream:
         conc = max(1, int(concurrency or opts.concurrency or 1))
         if opts.resume and not _is_std(opts.output):
             _trim_torn_tail(opts.output)
+            self._done = existing_ids(opts.output)  # read before the writer appends to it
         writer = _Writer(opts.output, append=opts.resume)
         is_async = inspect.iscoroutinefunction(fn)
         if not is_async:  # synchronous stages: no tasks, no reordering needed
@@ -711,9 +1002,7 @@ class RecordStream:
             if out is None:
                 self.summary.dropped += 1
                 return
-            for r in (out if isinstance(out, list) else [out]):
-                writer.write(dump_line(r))
-                self.summary.count_written(r)
+            self._write(writer, out, lineno, raw, rid)
 
         try:
             it = self._parsed()
@@ -749,9 +1038,7 @@ class RecordStream:
                 outs = finish()
                 if inspect.isawaitable(outs):
                     outs = await outs
-                for r in outs or []:
-                    writer.write(dump_line(r))
-                    self.summary.count_written(r)
+                self._write(writer, list(outs or []), 0, b"", None)
         finally:
             for t in pending.values():
                 t.cancel()
@@ -781,9 +1068,7 @@ class RecordStream:
                 if out is None:
                     self.summary.dropped += 1
                     continue
-                for r in (out if isinstance(out, list) else [out]):
-                    writer.write(dump_line(r))
-                    self.summary.count_written(r)
+                self._write(writer, out, lineno, raw, rec.id)
                 self._progress.update(self.summary)
         finally:
             writer.close()

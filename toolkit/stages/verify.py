@@ -59,7 +59,8 @@ code        EigenData VerificationFunctionAgent contract: `verifier.source` defi
             checks_*}; reference = task.ground_truth, eval = {"messages", "tool_calls",
             "final_state", "initial_state", "trajectory_id"}; run in the sandbox (`--sandbox`,
             limits `code_cpu_seconds`, `code_wall_seconds`, `code_memory_mb`). A crash, timeout or
-            malformed return is a failed verdict with the reason, never a crash of the run.
+            malformed return (NaN/inf anywhere, a non-numeric reward) is a failed verdict with the
+            reason, never a crash of the run and never a pass; a missing reward is 1/0 from overall_pass.
 judge       LLM judge, rubric from `judge_rubric` (recipe; simia | sea | astra | eigendata, default sea), strict
             JSON, up to `judge_attempts` (3) tries, else a failed verdict "malformed judge output".
             SEA's Task/Trajectory attribution goes to Verdict.attribution (eigendata: five dimensions,
@@ -76,6 +77,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import math
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -824,6 +826,11 @@ async def run_code(record: Record, traj: Trajectory, calls: list[Call], ctx: Env
         return Outcome(passed=False, score=0.0, scores=dict(base, returned=_short_repr(val)),
                        reasons=["verifier returned no dict with overall_pass/reward/component_scores: "
                                 + _short_repr(val)])
+    bad = _first_nonfinite(val)
+    if bad is not None:  # NaN/inf would reach the record as null and look like "no score": a failure
+        where, x = bad
+        return Outcome(passed=False, score=0.0, scores=dict(base, returned=_short_repr(val), error="non-finite number"),
+                       reasons=[f"verifier returned a non-finite number at {where} ({x!r}); counted as failed"])
     op = val.get("overall_pass")
     if isinstance(op, bool):
         passed = op
@@ -834,9 +841,12 @@ async def run_code(record: Record, traj: Trajectory, calls: list[Call], ctx: Env
                        reasons=[f"verifier's overall_pass is not a boolean: {op!r}"])
     reasons: list[str] = []
     reward = val.get("reward")
-    if isinstance(reward, bool) or not isinstance(reward, (int, float)):
-        reasons.append(f"verifier returned no numeric reward ({reward!r}); using overall_pass")
+    if reward is None:
+        reasons.append("verifier returned no reward; using overall_pass")
         reward = 1.0 if passed else 0.0
+    elif isinstance(reward, bool) or not isinstance(reward, (int, float)):
+        return Outcome(passed=False, score=0.0, scores=dict(base, returned=_short_repr(val), error="non-numeric reward"),
+                       reasons=[f"verifier returned a non-numeric reward ({_short_repr(reward)}); counted as failed"])
     comps = val.get("component_scores")
     if comps is None:
         comps = {}
@@ -852,6 +862,20 @@ async def run_code(record: Record, traj: Trajectory, calls: list[Call], ctx: Env
         reasons.append("verifier: overall_pass is false" + (f" (components below 1: {', '.join(failing)})"
                                                             if failing else ""))
     return Outcome(passed=passed, score=float(reward), scores=scores, reasons=reasons)
+
+
+def _first_nonfinite(x: Any) -> tuple[str, float] | None:
+    """(path, value) of the first NaN/inf float inside a verifier's JSON return value."""
+    stack: list[tuple[str, Any]] = [("result", x)]
+    while stack:
+        path, y = stack.pop()
+        if isinstance(y, float) and not math.isfinite(y):
+            return path, y
+        if isinstance(y, dict):
+            stack.extend((f"{path}.{k}", v) for k, v in reversed(list(y.items())))
+        elif isinstance(y, (list, tuple)):
+            stack.extend((f"{path}[{i}]", v) for i, v in reversed(list(enumerate(y))))
+    return None
 
 
 def _short_repr(x: Any, n: int = 200) -> str:
