@@ -37,7 +37,7 @@ import time
 # VERIFY_BENCH_SRC: another checkout's root (e.g. the code before a change) to measure instead
 sys.path.insert(0, os.environ.get("VERIFY_BENCH_SRC") or os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from toolkit.envs.base import diff as naive_diff  # noqa: E402
+from toolkit.scoring.state import diff as naive_diff  # noqa: E402
 from toolkit.train.rewards import TargetIndex  # noqa: E402
 
 TABLES, ROWS = 5, 50

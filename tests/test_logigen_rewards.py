@@ -105,7 +105,7 @@ def test_unrecoverable_arguments_penalized(env):
 
 
 def test_target_rebuilt_from_actions_with_expected_violation(env):
-    from toolkit.envs.base import state_hash
+    from toolkit.scoring.state import state_hash
 
     gt = {"actions": [{"name": "update_account", "arguments": {"account_id": "A2", "balance": -1},
                        "expect_error": "POLICY_VIOLATION"},

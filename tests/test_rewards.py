@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from toolkit.envs.base import diff as base_diff
+from toolkit.scoring.state import diff as base_diff
 from toolkit.train.rewards import (
     TargetIndex,
     action_matches,

@@ -110,7 +110,7 @@ def test_state_diff_dense_rewards_with_policy_violation(mini_env):
 
 
 def test_state_diff_target_from_actions_and_ref_check(mini_env):
-    from toolkit.envs.base import state_hash
+    from toolkit.scoring.state import state_hash
 
     gt = {"actions": [{"name": "update_account", "arguments": {"account_id": "A2", "balance": 50}},
                       {"name": "insert_note", "arguments": {"account_id": "A2", "text": "closed"}}]}

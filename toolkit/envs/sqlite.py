@@ -47,21 +47,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from toolkit.envs.base import (
+from toolkit.scoring.state import (
     DEFAULT_EXCLUDE_KEYS,
     CanonicalState,
-    Environment,
     Ref,
     StateKeys,
     TableCanon,
-    ToolResult,
     hash_tables,
-    register_backend,
     state_hash,
 )
-from toolkit.envs.base import (
-    diff as _state_diff,
-)
+from toolkit.envs.base import Environment, ToolResult, register_backend
+from toolkit.scoring.state import diff as _state_diff
 
 MAX_STRING = 10_000  # longest string argument accepted (characters)
 MAX_QUERY_LIMIT = 200  # largest `limit` of a query_* call

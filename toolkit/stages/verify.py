@@ -307,13 +307,13 @@ def _env_hash(env: Any) -> str | None:
 
 
 def _legacy_hash(state: dict) -> str:
-    from toolkit.envs.base import legacy_state_hash
+    from toolkit.scoring.state import legacy_state_hash
 
     return legacy_state_hash(state)
 
 
 def _plain_hash(state: dict) -> str:
-    from toolkit.envs.base import state_hash
+    from toolkit.scoring.state import state_hash
 
     return state_hash(state)
 
@@ -468,7 +468,7 @@ class EnvContext:
         base = env.state_keys() if hasattr(env, "state_keys") else None
         extra = [k for k in self.exclude_keys() if base is None or k not in base.exclude]
         if base is None:
-            from toolkit.envs.base import StateKeys
+            from toolkit.scoring.state import StateKeys
 
             return StateKeys(extra)
         return base.with_exclude(extra) if extra else base

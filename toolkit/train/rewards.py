@@ -57,7 +57,7 @@ from itertools import compress
 from operator import itemgetter, ne
 from typing import Any, Iterable, Sequence
 
-from toolkit.envs.base import (
+from toolkit.scoring.state import (
     DEFAULT_EXCLUDE_KEYS,
     CanonicalState,
     StateKeys,
@@ -66,7 +66,7 @@ from toolkit.envs.base import (
     canon_json,
     canon_value,
 )
-from toolkit.envs.base import diff as base_diff
+from toolkit.scoring.state import diff as base_diff
 
 DEFAULT_EPSILON = 1e-9
 
