@@ -5,7 +5,7 @@ import random
 import pytest
 
 from toolkit.scoring.state import diff as base_diff
-from toolkit.train.rewards import (
+from toolkit.scoring.rewards import (
     TargetIndex,
     action_matches,
     binary_success,

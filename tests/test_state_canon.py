@@ -11,7 +11,7 @@ from toolkit.domains import load_tasks
 from toolkit.envs import load_env
 from toolkit.scoring.state import StateKeys, diff, state_hash
 from toolkit.envs.sqlite import DomainError, SqliteEnvironment
-from toolkit.train.rewards import TargetIndex, state_diff
+from toolkit.scoring.rewards import TargetIndex, state_diff
 
 BOOK_A = ("insert_reservation", {"user_id": "mia_li_3668", "flight_id": "HAT172-2024-05-20",
                                  "cabin": "economy", "passenger_count": 1})

@@ -36,7 +36,7 @@ state_diff  LOGIGEN §4.2: the environment is rebuilt from `record.env`, reset, 
             its canonical form incrementally (no snapshot per step), environments are pooled per
             env ref, and replays are memoized per (target, exact call sequence) for the run
             (recipe key `replay_memo: false` turns that off).
-actions     tau2's ActionEvaluator rules (see toolkit.train.rewards): reward 1 iff every expected
+actions     tau2's ActionEvaluator rules (see toolkit.scoring.rewards): reward 1 iff every expected
             action matches some tool call; no expected actions → 1.0 with a note (as tau2).
 f1          ASTRA §3.2.2: n sub-questions (q_i, a_i, d_i) — else `must_have_functions` —, n̂ solved,
             c agent tool calls; r = n̂/n, p = min(1, n̂/(c+ε)), F1 = 2pr/(p+r). Precision is capped
@@ -48,7 +48,7 @@ f1          ASTRA §3.2.2: n sub-questions (q_i, a_i, d_i) — else `must_have_f
             - it names no tool: at least one successful call was made and a_i appears in a
               successful call's result or in the final assistant message (no a_i and no tool:
               never solved);
-            "appears" is `toolkit.train.rewards.contains_answer`: matching on token and number
+            "appears" is `toolkit.scoring.rewards.contains_answer`: matching on token and number
             boundaries after normalization (NFKC, case-folded): 1000 matches "Total: $1,000.00",
             "Paris" matches "The capital is Paris.", but 4 is not in "order 42 shipped", 100 not
             in "balance 1000", "no" not in "the flight is not available"; dict/list answers need
@@ -84,7 +84,7 @@ from typing import Any
 from toolkit.io import StageError, UsageError, add_provenance
 from toolkit.schema import Record, Step, Trajectory, Verdict
 from toolkit.stages import make_meter  # noqa: F401  (re-exported for the CLI)
-from toolkit.train import rewards as R
+from toolkit.scoring import rewards as R
 
 STRATEGIES = ("state_diff", "actions", "f1", "code", "judge", "tau2")
 KIND = {"state_diff": "state_diff", "actions": "actions", "f1": "f1", "code": "verifier",
