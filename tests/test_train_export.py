@@ -8,7 +8,7 @@ from conftest import jsonl, requires_train, run_cmd
 from toolkit.io import StageError
 from toolkit.schema import Record, Verdict
 from toolkit.train import export as X
-from toolkit.train.template import render_hermes
+from toolkit.formats.hermes import render_hermes
 
 
 def dual_control_record() -> Record:

@@ -25,7 +25,7 @@ Formats for other stacks (`export_row`):
     sharegpt  LLaMA-Factory ShareGPT: {"conversations": [{"from": human|gpt|function_call|observation,
               "value"}], "system", "tools" (JSON string)}; an assistant turn with text *and* tool
               calls keeps only the calls (ShareGPT alternation), parallel calls are one JSON list
-    hermes    {"text": ...} rendered with toolkit.train.template (ChatML + <tool_call> JSON)
+    hermes    {"text": ...} rendered with toolkit.formats.hermes (ChatML + <tool_call> JSON)
 """
 
 from __future__ import annotations
@@ -290,7 +290,7 @@ def to_sharegpt(row: dict) -> dict:
 
 
 def to_hermes(row: dict) -> dict:
-    from toolkit.train.template import render_hermes
+    from toolkit.formats.hermes import render_hermes
 
     return {"text": render_hermes(row["messages"], row.get("tools") or None)}
 

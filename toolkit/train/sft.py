@@ -87,8 +87,8 @@ def load_tokenizer(model_path: str, chat_template: str | None = None):
 
 def apply_template(tok, chat_template: str | None) -> None:
     """chat_template: None/"model" = the model's (patched by TRL for assistant masks when it has no
-    generation markers), "toolkit" = toolkit.train.template, or a path to a Jinja file."""
-    from toolkit.train.template import CHAT_TEMPLATE
+    generation markers), "toolkit" = toolkit.formats.hermes, or a path to a Jinja file."""
+    from toolkit.formats.hermes import CHAT_TEMPLATE
 
     if chat_template in (None, "", "model"):
         if not getattr(tok, "chat_template", None):
