@@ -158,7 +158,7 @@ def trl_loop(model_path: str, recs, tmp: Path, group: int, max_new: int, rounds:
                           args=args, train_dataset=ds, processing_class=tok, tools=[insert_ticket])
     # render the prompt with exactly the tool schemas our episodes send (compact, from the sqlite env);
     # the callable stays the executor (_sync_tool_dicts)
-    from toolkit.train.export import prepare_tools
+    from toolkit.formats.tools import prepare_tools
 
     trainer.tools = prepare_tools(env.tools("agent"), "compact")
     batch = [p for p in prompts for _ in range(group)]

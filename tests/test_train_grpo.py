@@ -98,7 +98,8 @@ def test_episode_calls_env_verify_rewards_and_masks(tiny_model, tmp_path):
     assert rec.task.instruction in context and rec.task.instruction not in policy
     # the token stream is the conversation: decoding it gives the chat template's rendering
     from toolkit.train import grpo as G
-    from toolkit.train.export import prepare_system, prepare_tools
+    from toolkit.formats.tools import prepare_tools
+    from toolkit.train.export import prepare_system
 
     msgs = prepare_system([m.model_dump(exclude_none=True) for m in good.traj.messages[:-1]], "drop")
     rendered = tok.apply_chat_template(G._render_copy(msgs), tools=prepare_tools(good.traj.tools, "compact"),

@@ -42,7 +42,8 @@ from typing import Any, Sequence
 from toolkit.io import IOOptions, RecordStream, UsageError, log
 from toolkit.schema import Record, Trajectory
 from toolkit.train import advantages as ADV
-from toolkit.train.export import prepare_system, prepare_tools
+from toolkit.formats.tools import prepare_tools
+from toolkit.train.export import prepare_system
 
 # ----------------------------------------------------------------------------------------------
 # options

@@ -32,6 +32,7 @@ import sys
 import time
 from typing import Any
 
+from toolkit.formats.rows import export_row
 from toolkit.io import IOOptions, RecordStream, UsageError, log
 from toolkit.train import export as X
 
@@ -65,7 +66,7 @@ def write_export(rows: list[dict], fmt: str, output: str | None) -> None:
     out = sys.stdout if output in (None, "", "-") else open(output, "w", encoding="utf-8")
     try:
         for r in rows:
-            out.write(json.dumps(X.export_row(r, fmt), ensure_ascii=False) + "\n")
+            out.write(json.dumps(export_row(r, fmt), ensure_ascii=False) + "\n")
     finally:
         if out is not sys.stdout:
             out.close()

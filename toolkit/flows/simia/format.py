@@ -85,9 +85,10 @@ def to_hermes(messages: list[dict], tools: list[dict] | None = None) -> list[dic
     """Plain role/content messages with Hermes `<tool_call>` / `<tool_response>` text and the tool
     list in the system prompt: the training Hermes export (`toolkit.formats.hermes.hermes_messages`,
     the turns `sft --export hermes` and the toolkit chat template write), after
-    `toolkit.train.export.chat_messages` (JSON-string arguments decoded to dicts, once).
+    `toolkit.formats.chat.chat_messages` (JSON-string arguments decoded to dicts, once).
     Raises toolkit.io.StageError when a call's arguments are not a JSON object."""
-    from toolkit.train.export import chat_messages, prepare_tools
+    from toolkit.formats.chat import chat_messages
+    from toolkit.formats.tools import prepare_tools
     from toolkit.formats.hermes import hermes_messages
 
     return hermes_messages(chat_messages(messages), prepare_tools(tools) if tools else None)

@@ -105,13 +105,13 @@ def env_policy(record: Record, messages: list[dict]) -> str:
 
 def tools_text(tools: list[dict], cfg: dict) -> str:
     """The tool list for a prompt: full OpenAI function schemas, or compact ones
-    (`toolkit.llm.toolcalls.compact_tool`: first sentence, parameter types, enums, required) when
+    (`toolkit.formats.tools.compact_tool`: first sentence, parameter types, enums, required) when
     `compact_tools` is true, or "auto" (default) and the full list is over 12,000 characters — the
     bundled airline domain's 11 tools are 35 KB in full, more than a small model's context."""
     full = json.dumps([t.get("function", t) for t in tools], ensure_ascii=False)
     mode = cfg.get("compact_tools", "auto")
     if mode is True or str(mode).lower() == "true" or (str(mode).lower() == "auto" and len(full) > 12000):
-        from toolkit.llm.toolcalls import compact_tool
+        from toolkit.formats.tools import compact_tool
 
         return json.dumps([compact_tool(t) for t in tools], ensure_ascii=False)
     return full
