@@ -30,6 +30,7 @@ from typing import Any
 
 from toolkit import prompts
 from toolkit.roles.env_simulator import render_history
+from toolkit.roles.reply import MalformedJudgeOutput, extract_json_object
 
 RUBRICS = ("simia", "sea", "astra", "eigendata")
 ATTRIBUTIONS = ("task", "trajectory", "user_simulator", "infrastructure")
@@ -40,10 +41,6 @@ CRITICAL = ("function_error", "data_fabrication", "policy_violation", "goal_fail
 ASTRA_DIMS = ("query_understanding", "query_planning", "tool_context_understanding",
               "tool_context_planning", "tool_call_status", "tool_conciseness", "final_answer_quality")
 MALFORMED = "malformed judge output"
-
-
-class MalformedJudgeOutput(ValueError):
-    pass
 
 
 @dataclass
@@ -63,33 +60,6 @@ class Judgment:
 
 # ----------------------------------------------------------------------------------------------
 # strict parsing
-
-
-def extract_json_object(text: str | None) -> dict:
-    """The single JSON object of a reply: the whole reply, or the body of one ``` fence, or the
-    span from the first '{' to the last '}'. No repair: invalid JSON raises."""
-    if text is None or not str(text).strip():
-        raise MalformedJudgeOutput("empty reply")
-    s = str(text).strip()
-    if "```" in s:
-        parts = s.split("```")
-        if len(parts) >= 3:
-            body = parts[1]
-            if body.lstrip().lower().startswith("json"):
-                body = body.lstrip()[4:]
-            s = body.strip()
-    if not s.startswith("{"):
-        a, b = s.find("{"), s.rfind("}")
-        if a < 0 or b < a:
-            raise MalformedJudgeOutput("no JSON object in the reply")
-        s = s[a:b + 1]
-    try:
-        obj = json.loads(s)
-    except json.JSONDecodeError as e:
-        raise MalformedJudgeOutput(f"invalid JSON: {e.msg} at char {e.pos}") from None
-    if not isinstance(obj, dict):
-        raise MalformedJudgeOutput("the reply's JSON is not an object")
-    return obj
 
 
 def _need(obj: dict, key: str) -> Any:

@@ -68,7 +68,7 @@ async def attribute_failure(client: Any, record: Record, traj: Trajectory, verdi
     error, by an LLM judge. Strict JSON; after `attempts` malformed replies → (None, reason)."""
     from toolkit import prompts
     from toolkit.roles.env_simulator import render_history
-    from toolkit.roles.judge import MalformedJudgeOutput, extract_json_object
+    from toolkit.roles.reply import MalformedJudgeOutput, extract_json_object
 
     us = record.task.user_scenario if record.task else None
     scenario = "\n".join(f"{k}: {v}" for k, v in (us.model_dump(exclude={"extra"}) if us else {}).items() if v)
