@@ -34,6 +34,7 @@ from typing import Any
 
 from toolkit.io import StageError, add_provenance, log
 from toolkit.schema import Action, GroundTruth, Record, Task, UserScenario, Verifier
+from toolkit.flows.logigen.explorer import canonical_state
 from toolkit.stages.registry import StageContext, strategy
 
 
@@ -57,16 +58,6 @@ def load_sqlite_env(record: Record):
         return load_env(record.env)
     except Exception as e:
         raise StageError(f"cannot build the environment: {type(e).__name__}: {e}", field="env") from None
-
-
-def canonical_state(env_base: Any, state: dict) -> dict:
-    from toolkit.envs.sqlite import SqliteEnvironment
-
-    env = SqliteEnvironment(env_base.domain, state=state, config=env_base.config)
-    try:
-        return env.snapshot()
-    finally:
-        env.close()
 
 
 class Designer:
@@ -332,4 +323,4 @@ def _symbolic_drafts(designer: Designer, n: int, max_tries: int) -> list:
     return drafts
 
 
-__all__ = ["build", "Designer", "canonical_state", "load_sqlite_env", "project", "to_record"]
+__all__ = ["build", "Designer", "load_sqlite_env", "project", "to_record"]

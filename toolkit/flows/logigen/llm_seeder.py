@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolkit.flows.logigen.explorer import (
+    canonical_state,
     WRITE_KINDS,
     Boundary,
     Probe,
@@ -264,8 +265,6 @@ def parse_proposal(text: str | None, rule: str, view: Any, state: dict) -> dict:
 
 def verify_proposal(explorer: Any, p: dict) -> tuple[tuple[Boundary, dict] | None, str]:
     """Execute the proposal from s_origin: ((boundary, seeded s_origin), "") or (None, reason)."""
-    from toolkit.flows.logigen.gentask import canonical_state
-
     env_base, view = explorer.env_base, explorer.view
     origin = copy.deepcopy(explorer.base)
     seeded = []
@@ -417,8 +416,6 @@ def parse_injection(text: str | None, view: Any, state: dict) -> list[dict]:
 def verify_injection(env_base: Any, draft: Any, rows: list[dict]) -> tuple[dict | None, str]:
     """(new s_origin, "") when the rows load and the reference path behaves as before, else
     (None, reason)."""
-    from toolkit.flows.logigen.gentask import canonical_state
-
     state = copy.deepcopy(draft.origin)
     for r in rows:
         t = env_base.domain.tables[r["table"]]
