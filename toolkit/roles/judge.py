@@ -31,6 +31,7 @@ from typing import Any
 from toolkit import prompts
 from toolkit.roles.env_simulator import render_history
 from toolkit.roles.reply import MalformedJudgeOutput, extract_json_object
+from toolkit.roles.structured import RoleRejected, ask_structured
 
 RUBRICS = ("simia", "sea", "astra", "eigendata")
 ATTRIBUTIONS = ("task", "trajectory", "user_simulator", "infrastructure")
@@ -271,8 +272,6 @@ async def judge_trajectory(client: Any, rubric: str, *, policy: str, task: str, 
                            tools: list[dict], evaluation_rules: str = "", attempts: int = 3,
                            threshold: float = 0.5) -> Judgment:
     """Grade one trajectory. Never raises for a bad reply (LLM transport errors do propagate)."""
-    from toolkit.roles.structured import RoleRejected, ask_structured
-
     pid, prompt = build_prompt(rubric, policy=policy, task=task, messages=messages, tools=tools,
                                evaluation_rules=evaluation_rules)
     try:

@@ -20,6 +20,10 @@ from typing import Any
 
 from toolkit.io import IOOptions, RecordStream, UsageError, add_provenance, log, open_lines
 from toolkit.schema import Record, Trajectory, Verdict
+from toolkit import prompts
+from toolkit.roles.env_simulator import render_history
+from toolkit.roles.reply import MalformedJudgeOutput, extract_json_object
+from toolkit.stages import make_meter
 
 
 def _bridge():
@@ -66,10 +70,6 @@ async def attribute_failure(client: Any, record: Record, traj: Trajectory, verdi
                             policy: str = "", attempts: int = 3) -> tuple[str | None, str]:
     """EigenData/SEA-style attribution of a failed τ² trajectory: agent error or user-simulator
     error, by an LLM judge. Strict JSON; after `attempts` malformed replies → (None, reason)."""
-    from toolkit import prompts
-    from toolkit.roles.env_simulator import render_history
-    from toolkit.roles.reply import MalformedJudgeOutput, extract_json_object
-
     us = record.task.user_scenario if record.task else None
     scenario = "\n".join(f"{k}: {v}" for k, v in (us.model_dump(exclude={"extra"}) if us else {}).items() if v)
     prompt = prompts.load("failure_attribution").render(
@@ -145,7 +145,6 @@ def build(cfg: dict, meter: Any, tb: Any):
 
 def main(cfg: dict) -> int:
     tb = _bridge()
-    from toolkit.stages import make_meter
 
     doms = parse_domains(cfg.get("domain"))
     ids = parse_task_ids(cfg.get("task_ids"))

@@ -29,6 +29,7 @@ from toolkit.formats.chat import arguments_dict, chat_messages, plain_message
 from toolkit.formats.tools import prepare_tools
 from toolkit.io import StageError
 from toolkit.schema import Record, Trajectory
+from toolkit.stages.rollout import GREETING, _prompt, agent_view, scenario_text
 
 ROLES = ("assistant", "user")
 FILTERS = ("all", "passed", "failed")
@@ -73,15 +74,11 @@ def select(record: Record, filter: str = "all", min_reward: float | None = None)
 
 def agent_messages(traj: Trajectory, ti: int = 0) -> list[dict]:
     """The agent's view with dict arguments and tool names on tool results."""
-    from toolkit.stages.rollout import agent_view
-
     return chat_messages(agent_view([plain_message(m) for m in traj.messages]), ti)
 
 
 def user_messages(record: Record, traj: Trajectory, ti: int = 0) -> list[dict]:
     """The user simulator's view (see module doc), flipped like rollout.LLMUser.respond."""
-    from toolkit.stages.rollout import GREETING, _prompt, scenario_text
-
     system = _prompt("user_simulator").render(scenario=scenario_text(record))
     flipped: list[dict] = [{"role": "system", "content": system}]
     user_side: set[str] = set()

@@ -25,6 +25,8 @@ from datetime import date, timedelta
 from typing import Any
 
 from toolkit.flows.logigen.analysis import domain_analysis
+import json
+from toolkit.envs.sqlite import SqliteEnvironment
 
 WRITE_KINDS = ("insert", "update")
 POLICY_VIOLATION = "POLICY_VIOLATION"
@@ -99,8 +101,6 @@ class Probe:
         return d
 
     def sig(self) -> str:
-        import json
-
         return self.name + json.dumps(self.args, sort_keys=True, default=str)
 
 
@@ -108,8 +108,6 @@ class Prober:
     """Runs candidate calls from one fixed state (a private environment reset before each call)."""
 
     def __init__(self, env_base: Any, state: dict):
-        from toolkit.envs.sqlite import SqliteEnvironment
-
         self.state = state
         self.env = SqliteEnvironment(env_base.domain, state=state, config=env_base.config)
         self.before = self.env.snapshot()
@@ -351,8 +349,6 @@ class Draft:
 def execute(env_base: Any, origin: dict, actions: list[dict]) -> tuple[dict, list[dict]]:
     """Run the reference path on s_origin in a fresh environment: (s_target, per-call results).
     Raises ValueError when a call does not behave as declared (ok, or its expect_error)."""
-    from toolkit.envs.sqlite import SqliteEnvironment
-
     env = SqliteEnvironment(env_base.domain, state=origin, config=env_base.config)
     try:
         results = []
@@ -727,8 +723,6 @@ def _run_crossing(env: Any, crossing: list[dict] | dict) -> tuple[Any, str, str]
 
 
 def boundary_rule(env_base: Any, origin: dict, crossing: list[dict] | dict) -> str | None:
-    from toolkit.envs.sqlite import SqliteEnvironment
-
     env = SqliteEnvironment(env_base.domain, state=origin, config=env_base.config)
     try:
         r, rule, _ = _run_crossing(env, crossing)
@@ -740,8 +734,6 @@ def boundary_rule(env_base: Any, origin: dict, crossing: list[dict] | dict) -> s
 def boundary_check(env_base: Any, origin: dict, goal: dict, crossing: list[dict] | dict) -> tuple[bool, str]:
     """(holds, reason): on s_origin the goal call succeeds, and the crossing step(s) end in a call
     rejected with POLICY_VIOLATION that leaves the state unchanged (one step from a violation)."""
-    from toolkit.envs.sqlite import SqliteEnvironment
-
     env = SqliteEnvironment(env_base.domain, state=origin, config=env_base.config)
     try:
         r1, rule, why = _run_crossing(env, crossing)
@@ -757,8 +749,6 @@ def boundary_check(env_base: Any, origin: dict, goal: dict, crossing: list[dict]
 
 
 def canonical_state(env_base: Any, state: dict) -> dict:
-    from toolkit.envs.sqlite import SqliteEnvironment
-
     env = SqliteEnvironment(env_base.domain, state=state, config=env_base.config)
     try:
         return env.snapshot()
