@@ -69,3 +69,27 @@ def load(name: str, version: int | None = None, dirs: list | None = None) -> Pro
     if v not in vs:
         raise KeyError(f"prompt {name!r} has no version {v} (have {sorted(vs)})")
     return Prompt(name, v, vs[v].read_text(encoding="utf-8"))
+
+
+# Prompt templates, loaded once per (name, prompt directories' mtimes) instead of a directory
+# listing and a file read per episode and per user turn. A new version written by `reflect`
+# changes its directory's mtime and is picked up.
+_PROMPTS: dict[tuple, Prompt] = {}
+
+
+def cached(name: str) -> Prompt:
+    """`load(name)` (newest version), cached until a prompt directory changes."""
+    dirs = _dirs()
+    stamp = []
+    for d in dirs:
+        try:
+            stamp.append(os.stat(d).st_mtime_ns)
+        except OSError:
+            stamp.append(None)
+    key = (name, tuple(str(d) for d in dirs), tuple(stamp))
+    p = _PROMPTS.get(key)
+    if p is None:
+        if len(_PROMPTS) > 64:
+            _PROMPTS.clear()
+        p = _PROMPTS[key] = load(name)
+    return p

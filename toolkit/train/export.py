@@ -29,7 +29,8 @@ from toolkit.formats.chat import arguments_dict, chat_messages, plain_message
 from toolkit.formats.tools import prepare_tools
 from toolkit.io import StageError
 from toolkit.schema import Record, Trajectory
-from toolkit.stages.rollout import GREETING, _prompt, agent_view, scenario_text
+from toolkit import prompts
+from toolkit.stages.rollout import GREETING, agent_view, scenario_text
 
 ROLES = ("assistant", "user")
 FILTERS = ("all", "passed", "failed")
@@ -79,7 +80,7 @@ def agent_messages(traj: Trajectory, ti: int = 0) -> list[dict]:
 
 def user_messages(record: Record, traj: Trajectory, ti: int = 0) -> list[dict]:
     """The user simulator's view (see module doc), flipped like rollout.LLMUser.respond."""
-    system = _prompt("user_simulator").render(scenario=scenario_text(record))
+    system = prompts.cached("user_simulator").render(scenario=scenario_text(record))
     flipped: list[dict] = [{"role": "system", "content": system}]
     user_side: set[str] = set()
     for j, m in enumerate(traj.messages):
