@@ -6,7 +6,6 @@ import pytest
 
 from toolkit.domains import domain_path, list_domains, load_tasks, replay
 from toolkit.envs import load_env
-from toolkit.scoring.state import state_hash
 from toolkit.schema import Record
 
 DOMAINS = ("airline", "clinic")

@@ -1,8 +1,10 @@
 """OpenAI tool schemas in the shapes prompts and chat templates take: the `function` part, the
-compact small-context rendering, the tool list of a training row or a GRPO prompt."""
+compact small-context rendering, the tool list of a training row or a GRPO prompt, and the one
+tool-list renderer for prompts (`tools_text`, also a filter in prompt templates)."""
 
 from __future__ import annotations
 
+import json
 
 TOOL_SCHEMAS = ("full", "compact")
 
@@ -53,3 +55,47 @@ def prepare_tools(tools: list, mode: str = "full") -> list[dict]:
     if mode == "compact":
         out = [{"type": "function", "function": compact_tool(t)} for t in out]
     return out
+
+
+TOOLS_TEXT_STYLES = ("json", "signatures", "params")
+
+
+def tools_text(tools: list, style: str = "json", *, indent: int | None = None, compact: bool | str = False,
+               unwrap: bool = True, limit: int | None = None, empty: str | None = None) -> str:
+    """The tool list as prompt text (also the `tools_text` filter of prompt templates):
+    json        the schemas as JSON (`unwrap`: the `function` parts; `compact`: compact_tool each,
+                "auto" = compact when the full JSON is over 12,000 characters), `indent` as json.dumps
+    signatures  one line per tool, `- name(param: type, optional?: type): first sentence`
+    params      one line per tool, `- name: required*, optional`
+    `limit` cuts the text there and marks it "...(truncated)"; `empty` is the text for no tools."""
+    if not tools and empty is not None:
+        return empty
+    if style == "json":
+        fns = [tool_function(t) if unwrap else t for t in tools]
+        s = json.dumps(fns, ensure_ascii=False, indent=indent)
+        if compact is True or (compact == "auto" and len(s) > 12000):
+            s = json.dumps([compact_tool(f) for f in fns], ensure_ascii=False, indent=indent)
+    elif style == "signatures":
+        lines = []
+        for t in tools:
+            f = tool_function(t)
+            props = (f.get("parameters") or {}).get("properties") or {}
+            req = set((f.get("parameters") or {}).get("required") or [])
+            ps = ", ".join(f"{k}{'' if k in req else '?'}: {(v or {}).get('type', 'any')}" for k, v in props.items())
+            desc = " ".join(str(f.get("description") or "").split()).split(". ")[0][:200]
+            lines.append(f"- {f.get('name')}({ps}): {desc}")
+        s = "\n".join(lines)
+    elif style == "params":
+        lines = []
+        for t in tools:
+            f = tool_function(t)
+            params = f.get("parameters") or {}
+            req = set(params.get("required") or [])
+            lines.append(f"- {f.get('name')}: " + ", ".join(f"{p}{'*' if p in req else ''}"
+                                                          for p in params.get("properties") or {}))
+        s = "\n".join(lines)
+    else:
+        raise ValueError(f"tools_text style must be one of {TOOLS_TEXT_STYLES}, got {style!r}")
+    if limit is not None and len(s) > limit:
+        s = s[:limit] + "\n...(truncated)"
+    return s

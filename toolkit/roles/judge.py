@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolkit import prompts
+from toolkit.formats.tools import tools_text
 from toolkit.roles.env_simulator import render_history
 from toolkit.roles.reply import MalformedJudgeOutput, extract_json_object
 from toolkit.roles.structured import RoleRejected, ask_structured
@@ -228,12 +229,6 @@ def parse(rubric: str, text: str | None, threshold: float = 0.5) -> Judgment:
 # prompts
 
 
-def _tools_text(tools: list[dict]) -> str:
-    if not tools:
-        return "(not given)"
-    return json.dumps([t.get("function", t) for t in tools], ensure_ascii=False, indent=1)
-
-
 def build_prompt(rubric: str, *, policy: str, task: str, messages: list[dict], tools: list[dict],
                  evaluation_rules: str = "") -> tuple[str, str]:
     """(prompt id, rendered prompt) for one trajectory."""
@@ -243,7 +238,7 @@ def build_prompt(rubric: str, *, policy: str, task: str, messages: list[dict], t
                         history=render_history(messages, 24000) or "(empty)")
     elif rubric == "sea":
         p = prompts.load("judge_sea")
-        text = p.render(task_description=policy or "(none)", env_tools=_tools_text(tools),
+        text = p.render(task_description=policy or "(none)", env_tools=tools_text(tools, indent=1, empty="(not given)"),
                         synthetic_task=task or "(see the conversation)",
                         rollout=render_history(messages, 24000) or "(empty)",
                         eval_rules=evaluation_rules or "(none given: judge task quality and trajectory success "
@@ -254,10 +249,10 @@ def build_prompt(rubric: str, *, policy: str, task: str, messages: list[dict], t
         traj = json.dumps({"messages": body}, ensure_ascii=False)
         if len(traj) > 24000:
             traj = traj[:12000] + " ...(truncated)... " + traj[-12000:]
-        text = p.render(task=task or "(the first user message)", tools=_tools_text(tools), trajectory=traj)
+        text = p.render(task=task or "(the first user message)", tools=tools_text(tools, indent=1, empty="(not given)"), trajectory=traj)
     elif rubric == "eigendata":
         p = prompts.load("eigendata/trajectory_validation")
-        text = p.render(policy=policy or "(none)", tools=_tools_text(tools), task=task or "(see the conversation)",
+        text = p.render(policy=policy or "(none)", tools=tools_text(tools, indent=1, empty="(not given)"), task=task or "(see the conversation)",
                         rubrics=evaluation_rules or "(none given)",
                         history=render_history(messages, 24000) or "(empty)")
     else:

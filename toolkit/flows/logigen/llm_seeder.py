@@ -48,6 +48,7 @@ from toolkit.flows.logigen.explorer import (
     find_arg_thresholds,
     int_args,
 )
+from toolkit.formats.tools import tools_text
 from toolkit.roles.structured import (
     Malformed,
     RoleRejected,
@@ -175,15 +176,6 @@ def _tables_text(view: Any, state: dict, tables: list[str], max_rows: int = 15) 
     return "\n".join(out)
 
 
-def _tools_text(view: Any, names: list[str]) -> str:
-    out = []
-    for n in names:
-        params = ((view.tools[n].schema.get("function") or {}).get("parameters") or {})
-        req = set(params.get("required") or [])
-        out.append(f"- {n}: " + ", ".join(f"{p}{'*' if p in req else ''}" for p in params.get("properties") or {}))
-    return "\n".join(out)
-
-
 def relevant_tables(view: Any, rcs: list) -> list[str]:
     """The rule's table, the tables its condition names, and the rule table's references."""
     out: list[str] = []
@@ -209,7 +201,7 @@ def prompt_for(explorer: Any, rule: str, policy: str) -> str:
     return prompts.load("logigen/boundary_seeder").render(
         rule=rule, message=rc.message, event=rc.event, table=rc.table,
         condition="\n".join(f"  {r.sql}" for r in rcs), policy=policy.strip() or "(none)",
-        tools=_tools_text(view, tools), tables=_tables_text(view, explorer.base, tables))
+        tools=tools_text([view.tools[n].schema for n in tools], "params"), tables=_tables_text(view, explorer.base, tables))
 
 
 # ----------------------------------------------------------------------------------------------
