@@ -16,7 +16,7 @@ from pathlib import Path
 # lowest first; the names are the first component under `toolkit.` ("" is toolkit/__init__.py)
 LAYERS: list[tuple[str, ...]] = [
     ("", "schema", "io", "config", "prompts", "scoring", "formats", "stats", "yieldtable"),
-    ("envs", "llm", "sandbox", "roles", "domains", "tau2", "tau2_bridge"),
+    ("envs", "llm", "sandbox", "roles", "domains", "tau2"),
     ("stages",),
     ("flows",),
     ("train",),

@@ -486,7 +486,7 @@ def test_tau2_strategy_without_the_package(monkeypatch):
 
 def test_tau2_strategy_oracle():
     pytest.importorskip("tau2")
-    from toolkit import tau2_bridge
+    from toolkit import tau2 as tau2_bridge
 
     recs = tau2_bridge.load_tasks("airline")[1:3]
     fn = build({"strategy": ["tau2", "actions"], "require": ["tau2"]}, None)

