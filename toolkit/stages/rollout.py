@@ -87,7 +87,7 @@ _TOOLSETS: dict[tuple, list] = {}
 def _wire_tools(offered: list[dict]) -> list[dict]:
     if not offered:
         return offered
-    from toolkit.llm.client import ToolSchemas
+    from toolkit.llm.transport import ToolSchemas
 
     try:
         key = tuple((t.get("function") or {}).get("name") for t in offered)
