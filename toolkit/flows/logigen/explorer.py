@@ -411,7 +411,7 @@ class SymbolicExplorer:
         call that violates it from s_origin itself (no setup call)."""
         try:
             from toolkit.flows.logigen.analysis import analyze
-            from toolkit.flows.logigen.domain_check import find_violating_call
+            from toolkit.flows.logigen.provoke import find_violating_call
         except Exception:
             return
         try:
