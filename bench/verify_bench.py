@@ -1,6 +1,6 @@
 """verify benchmark: `state_diff` throughput — DIFF(final state, target) verifications per second on
 one core, the indexed target (toolkit.scoring.rewards.TargetIndex) against the naive per-pair DIFF
-(toolkit.envs.base.diff) in the same run. Target: >= 20,000 verifications/s per core.
+(toolkit.scoring.state.diff) in the same run. Target: >= 20,000 verifications/s per core.
 
     python bench/verify_bench.py            # ~30 s of CPU
     python bench/verify_bench.py --quick    # ~5 s

@@ -25,12 +25,12 @@ state_diff  LOGIGEN §4.2: the environment is rebuilt from `record.env`, reset, 
             `task.ground_truth.target_state`, else the state after replaying
             `ground_truth.actions` on a fresh reset (checked against `target_state_ref` when given);
             cached per (env, ground truth) for the run. DIFF excludes technical keys (the env's
-            `exclude_keys` + envs.base defaults + `diff_exclude` from the recipe). R = [DIFF = 0];
+            `exclude_keys` + scoring.state defaults + `diff_exclude` from the recipe). R = [DIFF = 0];
             P_t and r_t (−λ_err on POLICY_VIOLATION) are stored per step in steps[i].proximity /
             steps[i].reward (steps are created when the trajectory has none) for TA-GRPO.
             Scores: {"diff", "R", "delta0", "p0", "proximity_final", "proximity", "dense",
             "violations", "diff_tables", "lambda_err", "epsilon"}.
-            DIFF and the state hash share one canonical form (toolkit.envs.base): technical keys
+            DIFF and the state hash share one canonical form (toolkit.scoring.state): technical keys
             (rowid aliases, declared columns) are left out and references to them compare the
             referenced row's content, so creation order never matters. Speed: the sqlite env keeps
             its canonical form incrementally (no snapshot per step), environments are pooled per
