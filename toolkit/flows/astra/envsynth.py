@@ -45,16 +45,6 @@ from typing import Any
 from toolkit.io import StageError, add_provenance
 from toolkit.schema import Action, EnvRef, Record, SubQuestion, Verdict, Verifier
 from toolkit.stages.registry import StageContext, strategy
-import os
-import re
-import tempfile
-from pathlib import Path
-from toolkit import prompts
-from toolkit.envs.python import PythonEnvironment, validate_arguments
-from toolkit.flows.astra.tooldocs import NAME_RE, Unmappable, check_parameters, vague
-from toolkit.flows.astra.validate import necessity_violations
-from toolkit.roles.structured import Malformed, RoleRejected, ask_prompt, new_usage, parse_json_object
-from toolkit.scoring.rewards import contains_answer
 
 # standard-library modules a generated tool may not import (processes, network, files, native code)
 DENIED_MODULES = frozenset({
@@ -139,6 +129,9 @@ class Tool:
 
 def run_calls(tools: list[Tool], checks: list[tuple[str, dict, Any]], limits: dict) -> list[str]:
     """Execute each (tool, arguments, expected answer) in the sandbox; [] when all contain their answer."""
+    from toolkit.envs.python import PythonEnvironment
+    from toolkit.scoring.rewards import contains_answer
+
     source = "".join(wrapper_source(t.name, t.inner, t.src) for t in tools)
     env = PythonEnvironment(tools=[t.schema() for t in tools], source=source, limits=limits)
     probs = []
@@ -159,6 +152,9 @@ def run_calls(tools: list[Tool], checks: list[tuple[str, dict, Any]], limits: di
 
 
 def parse_doc(text: str | None) -> dict:
+    from toolkit.flows.astra.tooldocs import NAME_RE, Unmappable, check_parameters, vague
+    from toolkit.roles.structured import Malformed, parse_json_object
+
     obj = parse_json_object(text, required=("name", "description", "parameters"))
     if isinstance(obj.get("function"), dict):
         obj = obj["function"]
@@ -179,6 +175,9 @@ def parse_doc(text: str | None) -> dict:
 
 
 def parse_call(spec: dict):
+    from toolkit.envs.python import validate_arguments
+    from toolkit.roles.structured import Malformed, parse_json_object
+
     def parse(text: str | None) -> dict:
         obj = parse_json_object(text, required=("name", "arguments"))
         if obj["name"] != spec["name"]:
@@ -194,6 +193,8 @@ def parse_call(spec: dict):
 
 
 def parse_function(text: str | None) -> str:
+    from toolkit.roles.structured import Malformed, parse_json_object
+
     obj = parse_json_object(text, required=("function",))
     src = obj["function"]
     if not isinstance(src, str) or not src.strip():
@@ -202,6 +203,8 @@ def parse_function(text: str | None) -> str:
 
 
 def parse_groups(tool_nodes: list[int]):
+    from toolkit.roles.structured import Malformed, parse_json_object
+
     def parse(text: str | None) -> list[list[int]]:
         obj = parse_json_object(text, required=("groups",))
         gs = obj["groups"]
@@ -225,6 +228,8 @@ def parse_groups(tool_nodes: list[int]):
 
 
 def parse_merge(spec: dict):
+    from toolkit.roles.structured import Malformed, parse_json_object
+
     call_parse = parse_call(spec)
 
     def parse(text: str | None) -> tuple[str, dict]:
@@ -244,6 +249,9 @@ def parse_merge(spec: dict):
 
 @strategy("make-verifier", "astra", help="ASTRA pipeline B: QA instance → sandbox-checked python env + F1 verifier")
 def build(cfg: dict, ctx: StageContext):
+    from toolkit import prompts
+    from toolkit.roles.structured import RoleRejected, ask_prompt, new_usage
+
     attempts = int(cfg.get("attempts") or 3)
     impl_attempts = int(cfg.get("impl_attempts") or 3)
     merge_attempts = int(cfg.get("merge_attempts") or 2)
@@ -335,6 +343,7 @@ def build(cfg: dict, ctx: StageContext):
         if len(need) != len(sqs):
             raise StageError("task.extra.astra_needs_tool does not match the sub-questions",
                              field="task.extra.astra_needs_tool")
+        from toolkit.flows.astra.validate import necessity_violations
 
         bad = necessity_violations(sqs, need)
         if bad:
@@ -430,6 +439,8 @@ def _finish(record: Record, tools: list[Tool], sqs: list, need: list[bool], limi
 
 def env_dir_name(env_id: str) -> str:
     """A file-system-safe directory name for an environment id."""
+    import re
+
     name = re.sub(r"[^A-Za-z0-9._-]+", "_", env_id or "env").strip("._") or "env"
     return name[:120]
 
@@ -437,6 +448,10 @@ def env_dir_name(env_id: str) -> str:
 def write_env_dir(record: Record, out_dir: str) -> str:
     """Move record.env's inline python config to `out_dir/<env id>/` (the python backend's directory
     layout) and point env.path at it; returns the directory."""
+    import os
+    import tempfile
+    from pathlib import Path
+
     env = record.env
     cfg = dict(env.config or {})
     base = Path(out_dir)

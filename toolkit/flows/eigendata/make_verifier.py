@@ -35,9 +35,6 @@ from toolkit.io import StageError, UsageError, add_provenance
 from toolkit.roles.structured import Malformed, RoleRejected, add_usage, ask_structured, new_usage
 from toolkit.schema import Record, Verdict, Verifier
 from toolkit.stages.registry import strategy
-from toolkit.sandbox import SandboxLimits, run_function
-from toolkit.scoring import rewards as R
-from toolkit.stages.verify import trajectory_calls
 
 STAGE = "make-verifier"
 
@@ -47,6 +44,8 @@ STAGE = "make-verifier"
 
 
 def reference_calls(record: Record) -> tuple[list[dict], str]:
+    from toolkit.stages.verify import trajectory_calls
+
     for t in record.trajectories:
         vs = [v for v in record.verdicts if v.stage == "verify" and v.trajectory_id == t.id]
         if vs and all(v.passed for v in vs):
@@ -62,6 +61,8 @@ def reference_calls(record: Record) -> tuple[list[dict], str]:
 
 
 def skip_keys(record: Record, env: Any) -> tuple:
+    from toolkit.scoring import rewards as R
+
     keys = list(R.DEFAULT_EXCLUDE_KEYS) + list(getattr(env, "exclude_keys", ()) or ())
     keys += [str(k) for k in ((record.env.config or {}).get("exclude_keys") or [])]
     return tuple(dict.fromkeys(keys))
@@ -107,6 +108,8 @@ def self_test_cases(env: Any, ref_calls: list[dict], must_have: list[str]) -> tu
 
 
 def _limits(cfg: dict):
+    from toolkit.sandbox import SandboxLimits
+
     return SandboxLimits(cpu_seconds=float(cfg.get("code_cpu_seconds") or 10.0),
                          wall_seconds=float(cfg.get("code_wall_seconds") or 20.0),
                          memory_mb=int(cfg.get("code_memory_mb") or 1024))
@@ -114,6 +117,8 @@ def _limits(cfg: dict):
 
 def run_verifier(source: str, reference: dict, ev: dict, cfg: dict) -> dict:
     """{"passed": bool | None, "error": str | None, "value": ...}; passed None = crashed / malformed."""
+    from toolkit.sandbox import run_function
+
     res = run_function(source, "evaluate_submission", [reference, ev], None, _limits(cfg),
                        str(cfg.get("sandbox") or "auto"))
     if not res.ok:

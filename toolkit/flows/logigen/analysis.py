@@ -71,7 +71,6 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.flows.logigen.sqlexpr import _AGGS, _ParseError, _Parser, _unq
-from toolkit.envs.sqlite import CompiledDomain, SqliteEnvironment, _split_comments, compiled_from_path
 
 __all__ = [
     "BoolExpr",
@@ -581,6 +580,8 @@ def _write_effect(stmt: str) -> Effect | None:
 
 
 def _strip_comments(sql: str) -> str:
+    from toolkit.envs.sqlite import _split_comments
+
     return _split_comments(sql)[0]
 
 
@@ -600,6 +601,12 @@ def analyze(domain: Any) -> DomainAnalysis:
     `domain`: a SqliteEnvironment, a CompiledDomain, or a path (directory / JSON / YAML file).
     Deterministic: the same domain gives the same analysis.
     """
+    from toolkit.envs.sqlite import (
+        CompiledDomain,
+        SqliteEnvironment,
+        compiled_from_path,
+    )
+
     if isinstance(domain, SqliteEnvironment):
         dom = domain.domain
     elif isinstance(domain, CompiledDomain):

@@ -24,10 +24,6 @@ from dataclasses import dataclass, field
 from datetime import date, timedelta
 from typing import Any
 
-from toolkit.flows.logigen.analysis import domain_analysis
-import json
-from toolkit.envs.sqlite import SqliteEnvironment
-
 WRITE_KINDS = ("insert", "update")
 POLICY_VIOLATION = "POLICY_VIOLATION"
 _DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -101,6 +97,8 @@ class Probe:
         return d
 
     def sig(self) -> str:
+        import json
+
         return self.name + json.dumps(self.args, sort_keys=True, default=str)
 
 
@@ -108,6 +106,8 @@ class Prober:
     """Runs candidate calls from one fixed state (a private environment reset before each call)."""
 
     def __init__(self, env_base: Any, state: dict):
+        from toolkit.envs.sqlite import SqliteEnvironment
+
         self.state = state
         self.env = SqliteEnvironment(env_base.domain, state=state, config=env_base.config)
         self.before = self.env.snapshot()
@@ -349,6 +349,8 @@ class Draft:
 def execute(env_base: Any, origin: dict, actions: list[dict]) -> tuple[dict, list[dict]]:
     """Run the reference path on s_origin in a fresh environment: (s_target, per-call results).
     Raises ValueError when a call does not behave as declared (ok, or its expect_error)."""
+    from toolkit.envs.sqlite import SqliteEnvironment
+
     env = SqliteEnvironment(env_base.domain, state=origin, config=env_base.config)
     try:
         results = []
@@ -600,6 +602,8 @@ class SymbolicExplorer:
 
     def _analysis(self):
         if not hasattr(self, "_an"):
+            from toolkit.flows.logigen.analysis import domain_analysis
+
             self._an = domain_analysis(self.env_base)
         return self._an
 
@@ -723,6 +727,8 @@ def _run_crossing(env: Any, crossing: list[dict] | dict) -> tuple[Any, str, str]
 
 
 def boundary_rule(env_base: Any, origin: dict, crossing: list[dict] | dict) -> str | None:
+    from toolkit.envs.sqlite import SqliteEnvironment
+
     env = SqliteEnvironment(env_base.domain, state=origin, config=env_base.config)
     try:
         r, rule, _ = _run_crossing(env, crossing)
@@ -734,6 +740,8 @@ def boundary_rule(env_base: Any, origin: dict, crossing: list[dict] | dict) -> s
 def boundary_check(env_base: Any, origin: dict, goal: dict, crossing: list[dict] | dict) -> tuple[bool, str]:
     """(holds, reason): on s_origin the goal call succeeds, and the crossing step(s) end in a call
     rejected with POLICY_VIOLATION that leaves the state unchanged (one step from a violation)."""
+    from toolkit.envs.sqlite import SqliteEnvironment
+
     env = SqliteEnvironment(env_base.domain, state=origin, config=env_base.config)
     try:
         r1, rule, why = _run_crossing(env, crossing)
@@ -749,6 +757,8 @@ def boundary_check(env_base: Any, origin: dict, goal: dict, crossing: list[dict]
 
 
 def canonical_state(env_base: Any, state: dict) -> dict:
+    from toolkit.envs.sqlite import SqliteEnvironment
+
     env = SqliteEnvironment(env_base.domain, state=state, config=env_base.config)
     try:
         return env.snapshot()

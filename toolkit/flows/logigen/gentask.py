@@ -34,13 +34,7 @@ from typing import Any
 
 from toolkit.io import StageError, add_provenance, log
 from toolkit.schema import Action, GroundTruth, Record, Task, UserScenario, Verifier
-from toolkit.flows.logigen.explorer import SymbolicExplorer, canonical_state, execute
 from toolkit.stages.registry import StageContext, strategy
-from toolkit.envs import load_env
-from toolkit.flows.logigen import projection as P
-from toolkit.flows.logigen.llm_seeder import INJECT_ROLE, ROLE, inject_llm, seed_boundaries
-from toolkit.flows.logigen.set_designer import STRATEGIES, apply_injection, complexity
-from toolkit.roles.structured import RoleRejected, new_usage
 
 
 def _bool(v: Any, default: bool) -> bool:
@@ -52,6 +46,8 @@ def _bool(v: Any, default: bool) -> bool:
 
 
 def load_sqlite_env(record: Record):
+    from toolkit.envs import load_env
+
     if record.env is None:
         raise StageError("the record has no `env`: logigen gen-task needs a sqlite domain", field="env")
     if record.env.backend != "sqlite":
@@ -67,6 +63,8 @@ class Designer:
     """Draws task drafts from one base state (symbolic exploration + Set Designer)."""
 
     def __init__(self, env: Any, base: dict, seed: int, cfg: dict):
+        from toolkit.flows.logigen.explorer import SymbolicExplorer
+
         self.env = env
         self.base = base
         self.seed = seed
@@ -85,6 +83,9 @@ class Designer:
         return ("edge", "entangled", "plain", "edge", "plain", "mismatch")[i % 6]
 
     def draft(self, i: int, kind: str):
+        from toolkit.flows.logigen.explorer import execute
+        from toolkit.flows.logigen.set_designer import STRATEGIES, apply_injection
+
         rng = random.Random(f"{self.seed}:{i}")
         d = getattr(self.explorer, kind)(rng)
         if d is None:
@@ -97,6 +98,8 @@ class Designer:
         if rng.random() < self.inject_share:
             strat = STRATEGIES[(i + rng.randint(0, 3)) % len(STRATEGIES)]
             apply_injection(self.view, self.env, d, strat, rng)
+        from toolkit.flows.logigen.explorer import canonical_state  # (lazy: keeps --help cheap)
+
         d.origin = canonical_state(self.env, d.origin)
         try:
             d.target, d.results = execute(self.env, d.origin, d.actions)
@@ -108,6 +111,9 @@ class Designer:
 
 async def project(d: Any, view: Any, env: Any, mode: str, client: Any, attempts: int, policy: str) -> tuple[dict, dict, dict]:
     """(user view, provenance info {"source", "reasons"}, usage)."""
+    from toolkit.flows.logigen import projection as P
+    from toolkit.roles.structured import RoleRejected, new_usage
+
     f = P.facts(view, d)
     if mode == "template":
         return P.template_view(f), {"source": "template", "reasons": []}, new_usage()
@@ -122,6 +128,8 @@ async def project(d: Any, view: Any, env: Any, mode: str, client: Any, attempts:
 
 def to_record(parent: Record, k: int, d: Any, view_: dict, view_info: dict, explorer: str, seed: int,
               inline_target: bool, env_view: Any) -> Record:
+    from toolkit.flows.logigen.set_designer import complexity
+
     delta = env_view.env.diff(d.origin, d.target) if hasattr(env_view.env, "diff") else {"tables": {}}
     cx, level = complexity(d, sorted(delta.get("tables", {})))
     env_ref = parent.env.model_dump(exclude_none=True)
@@ -242,6 +250,8 @@ def build(cfg: dict, ctx: StageContext):
 async def _llm_seeding(designer: Designer, ctx: Any, cfg: dict, attempts: int, policy: str, record: Record):
     """The Set Designer's LLM second: boundary seeds for rules the analysis cannot read, each
     verified by execution (llm_seeder.py). Returns the SeedReport."""
+    from toolkit.flows.logigen.llm_seeder import ROLE, seed_boundaries
+
     if ctx is None:
         from toolkit.io import UsageError
 
@@ -263,6 +273,8 @@ async def _llm_injections(designer: Designer, drafts: list, ctx: Any, cfg: dict,
     """LLM resource injection (distractor / substitute rows) for `llm_inject_share` of the drafts,
     each verified by re-executing the reference path (llm_seeder.inject_llm). {draft index:
     {"applied", "reason"}}; the LLM usage goes into the draft's usage."""
+    from toolkit.flows.logigen.llm_seeder import INJECT_ROLE, inject_llm
+
     if ctx is None:
         from toolkit.io import UsageError
 

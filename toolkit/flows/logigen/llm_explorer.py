@@ -20,13 +20,6 @@ import random
 from typing import Any
 
 from toolkit.flows.logigen.explorer import POLICY_VIOLATION, Draft, Probe, execute
-from toolkit import prompts
-from toolkit.envs.sqlite import SqliteEnvironment
-from toolkit.flows.logigen import projection as P
-from toolkit.io import log
-from toolkit.schema import Record
-from toolkit.stages.rollout import EpisodeLimits, LLMAgent, LLMUser, run_episode
-from toolkit.stages.verify import trajectory_calls
 
 
 class _ConsultantEnv:
@@ -48,6 +41,13 @@ def _usage_dict(u: Any) -> dict:
 
 
 async def explore_once(designer: Any, i: int, kind: str, record: Any, ctx: Any, cfg: dict) -> Draft | None:
+    from toolkit import prompts
+    from toolkit.envs.sqlite import SqliteEnvironment
+    from toolkit.flows.logigen import projection as P
+    from toolkit.schema import Record
+    from toolkit.stages.rollout import EpisodeLimits, LLMAgent, LLMUser, run_episode
+    from toolkit.stages.verify import trajectory_calls
+
     rng = random.Random(f"{designer.seed}:llm:{i}")
     seed_draft = getattr(designer.explorer, kind)(rng)
     if seed_draft is None:
@@ -117,6 +117,8 @@ async def explore_once(designer: Any, i: int, kind: str, record: Any, ctx: Any, 
 
 
 async def llm_drafts(designer: Any, n: int, max_tries: int, ctx: Any, cfg: dict, record: Any) -> list[Draft]:
+    from toolkit.io import log
+
     drafts: list[Draft] = []
     seen: set[str] = set()
     made_viol = 0

@@ -38,15 +38,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolkit.flows.logigen.explorer import (
+    canonical_state,
+    WRITE_KINDS,
     Boundary,
     Probe,
-    WRITE_KINDS,
     boundary_check,
     boundary_rule,
-    canonical_state,
     execute,
-    find_arg_thresholds,
-    int_args,
 )
 from toolkit.formats.tools import tools_text
 from toolkit.roles.structured import (
@@ -54,13 +52,8 @@ from toolkit.roles.structured import (
     RoleRejected,
     add_usage,
     ask_structured,
-    need_enum,
     new_usage,
-    parse_json_object,
 )
-from toolkit import prompts
-from toolkit.flows.logigen.set_designer import _referenced_rows
-from toolkit.llm import LLMError
 
 ROLE = "boundary_seeder"
 FOUND_BY = "llm (verified by execution)"
@@ -117,6 +110,8 @@ def opaque_parts(rcs: list) -> list[str]:
 def covered_rules(explorer: Any, max_probes: int = 40) -> set[str]:
     """Rules whose boundary the analysis (a numeric threshold) or the execution scan (an integer
     argument scanned up/down from a successful call) already finds."""
+    from toolkit.flows.logigen.explorer import find_arg_thresholds, int_args
+
     an = explorer._analysis()
     out: set[str] = set()
     if an is not None:
@@ -191,6 +186,8 @@ def relevant_tables(view: Any, rcs: list) -> list[str]:
 
 
 def prompt_for(explorer: Any, rule: str, policy: str) -> str:
+    from toolkit import prompts
+
     view = explorer.view
     rcs = explorer._analysis().rules[rule]
     rc = rcs[0]
@@ -222,6 +219,8 @@ def _call(obj: Any, where: str, view: Any) -> dict:
 
 def parse_proposal(text: str | None, rule: str, view: Any, state: dict) -> dict:
     """Strict parse of the boundary_seeder reply (see the module doc); raises Malformed."""
+    from toolkit.roles.structured import parse_json_object
+
     obj = parse_json_object(text, required=("rule", "set", "goal", "crossing"))
     if obj["rule"] != rule:
         raise Malformed(f"'rule' must be {rule!r}, got {obj['rule']!r}")
@@ -316,6 +315,8 @@ async def propose(client: Any, explorer: Any, rule: str, policy: str, attempts: 
 async def seed_boundaries(explorer: Any, client: Any, cfg: dict, policy: str, attempts: int = 3) -> SeedReport:
     """Ask the LLM for a boundary seed per target rule, verify each by execution, keep the
     verified ones on `explorer.llm_boundaries` and return the report."""
+    from toolkit.llm import LLMError
+
     only = cfg.get("llm_boundary_rules")
     if isinstance(only, str):
         only = [s.strip() for s in only.split(",") if s.strip()]
@@ -372,6 +373,8 @@ INJECT_STRATEGIES = ("distractor", "substitute")
 
 
 def parse_injection(text: str | None, view: Any, state: dict) -> list[dict]:
+    from toolkit.roles.structured import need_enum, parse_json_object
+
     obj = parse_json_object(text, required=("rows",))
     rows = obj["rows"]
     if not isinstance(rows, list) or not 1 <= len(rows) <= 3:
@@ -434,6 +437,9 @@ def verify_injection(env_base: Any, draft: Any, rows: list[dict]) -> tuple[dict 
 
 
 def injection_prompt(view: Any, draft: Any) -> str:
+    from toolkit import prompts
+    from toolkit.flows.logigen.set_designer import _referenced_rows
+
     used = _referenced_rows(view, draft.origin, draft)
     tables = list(dict.fromkeys([t for t, _ in used] + [g.table for g in draft.goals]))
     return prompts.load("logigen/injection_designer").render(
@@ -446,6 +452,8 @@ async def inject_llm(client: Any, view: Any, env_base: Any, draft: Any, attempts
     """Ask for injected rows for one draft, verify, apply. Returns {"applied": bool, "reason",
     "usage"}; on success draft.origin / target / results are updated and draft.injections records
     it with "source": "llm"."""
+    from toolkit.llm import LLMError
+
     try:
         st = await ask_structured(client, [{"role": "user", "content": injection_prompt(view, draft)}],
                                   lambda s: parse_injection(s, view, draft.origin), role=INJECT_ROLE,

@@ -15,8 +15,6 @@ import re
 from typing import Any
 
 from toolkit.flows.logigen.explorer import Draft, DomainView, Probe
-from toolkit import prompts
-from toolkit.roles.structured import Malformed, ask_structured, parse_json_object
 
 VIEW_KEYS = ("instruction", "persona", "reason_for_call", "known_info", "unknown_info", "instructions")
 PERSONAS = {
@@ -176,6 +174,8 @@ def view_texts(task: Any) -> list[str]:
 
 
 def parse_view(text: str | None, terms: dict[str, list[str]]) -> dict:
+    from toolkit.roles.structured import Malformed, parse_json_object
+
     obj = parse_json_object(text, required=VIEW_KEYS)
     for k in VIEW_KEYS:
         if not isinstance(obj.get(k), str) or not obj[k].strip():
@@ -188,6 +188,9 @@ def parse_view(text: str | None, terms: dict[str, list[str]]) -> dict:
 
 async def llm_view(client: Any, f: dict, policy: str, terms: dict, attempts: int = 3, **overrides: Any):
     """Structured (value = view dict) from the LLM, or raises RoleRejected."""
+    from toolkit import prompts
+    from toolkit.roles.structured import ask_structured
+
     tpl = prompts.load("logigen/user_view")
     msgs = [{"role": "user", "content": tpl.render(facts=json.dumps(f, indent=1, ensure_ascii=False),
                                                    policy=(policy or "")[:3000])}]

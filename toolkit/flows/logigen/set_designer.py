@@ -18,8 +18,7 @@ import random
 import re
 from typing import Any
 
-from toolkit.flows.logigen.explorer import DomainView, Draft, boundary_check, execute
-from toolkit.envs.sqlite import DomainError
+from toolkit.flows.logigen.explorer import Draft, DomainView, execute
 
 STRATEGIES = ("distractor", "substitute", "tradeoff", "noise")
 ARCHETYPES = ("Mismatch", "Entangled", "Rookie", "Edge")
@@ -134,6 +133,9 @@ def inject(view: DomainView, env_base: Any, draft: Draft, strategy: str, rng: ra
 def apply_injection(view: DomainView, env_base: Any, draft: Draft, strategy: str, rng: random.Random) -> bool:
     """Inject, then re-execute the reference path on the new s_origin: keep the injection only
     when every call behaves as before (and a boundary still holds)."""
+    from toolkit.envs.sqlite import DomainError
+    from toolkit.flows.logigen.explorer import boundary_check
+
     inj = inject(view, env_base, draft, strategy, rng)
     if inj is None:
         return False

@@ -37,8 +37,6 @@ from toolkit.io import StageError, add_provenance
 from toolkit.schema import Record, Verdict
 from toolkit.formats.tools import tools_text
 from toolkit.stages.registry import StageContext, strategy
-from toolkit.flows.simia.format import messages_to_turns as to_turns
-from toolkit.roles.structured import need_enum, parse_json_object
 
 CHECKS = ("roles_alternate", "tool_call_parses", "tool_is_listed", "tool_result_present", "task_finishes")
 COMPLETENESS = ("tool_result_present", "task_finishes")
@@ -47,6 +45,8 @@ FORMAT = ("roles_alternate", "tool_call_parses", "tool_is_listed")
 
 def messages_to_turns(messages: list[dict]) -> list[T.Turn]:
     """Our messages as transcript turns (Hermes text recognised; see `format.messages_to_turns`)."""
+    from toolkit.flows.simia.format import messages_to_turns as to_turns
+
     return to_turns(messages)[0]
 
 
@@ -178,6 +178,8 @@ def run_checks(turns: list[T.Turn], tools: list[dict]) -> dict[str, list[str]]:
 
 
 def parse_grade(text: str | None) -> dict:
+    from toolkit.roles.structured import need_enum, parse_json_object
+
     obj = parse_json_object(text, required=("completeness", "logic", "format"))
     return {k: need_enum(obj, k, ("PASS", "FAIL")) == "PASS" for k in ("completeness", "logic", "format")} | {
         "reason": str(obj.get("reason") or "")}
