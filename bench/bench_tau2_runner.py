@@ -16,7 +16,7 @@ the agent answers, the user sends ###STOP###.
   num_trials=k, max_concurrency=C)`: its ThreadPoolExecutor of C threads, each running an
   Orchestrator whose LLMAgent / UserSimulator call litellm. Its post-episode scoring
   (`evaluate_simulation`) is switched off unless --tau2-eval, so both sides measure rollout only.
-- ours: `toolkit.stages.rollout` over `toolkit.tau2_bridge.load_tasks("airline")` records (the
+- ours: `toolkit.stages.rollout` over `toolkit.tau2.load_tasks("airline")` records (the
   tau2 env backend: τ²'s own environment, tools, agent and user-simulator prompts),
   first_message="simulate" (τ²'s flow), C concurrent episodes on one event loop.
 
@@ -102,7 +102,7 @@ def _ours_child(url: str, trials: int, conc: int, q) -> None:
     try:
         from rollout_bench import rollout_cfg, run_records
 
-        from toolkit import tau2_bridge
+        from toolkit import tau2 as tau2_bridge
         from toolkit.llm import Meter
         from toolkit.schema import Record
         from toolkit.stages import rollout
@@ -154,7 +154,7 @@ def _in_child(target, args: tuple, timeout: float = 1800) -> dict:
 
 def _task_ids() -> list:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    from toolkit import tau2_bridge
+    from toolkit import tau2 as tau2_bridge
 
     return [str(r["env"]["config"]["task_id"]) for r in tau2_bridge.load_tasks("airline")]
 

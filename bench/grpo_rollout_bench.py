@@ -81,6 +81,7 @@ def warm_model(tmp: Path, recs, steps: int, lr: float = 5e-3) -> str:
 
 
 def ours(model: str, recs, tmp: Path, group: int, max_new: int, rounds: int, batched: bool = True) -> dict:
+    from toolkit.train import advantages as ADV
     from toolkit.train import grpo as G
 
     cfg = {"use_cpu": True, "max_new_tokens": max_new, "max_turns": 2, "tool_schema": "compact",
@@ -100,7 +101,7 @@ def ours(model: str, recs, tmp: Path, group: int, max_new: int, rounds: int, bat
                 g, _ = await run.rollouts.group(r, step)
                 eps += g.items
             run.opts.num_generations = group
-            out.append((G.ADV.Group(r.id, [e.reward for e in eps], eps), None))
+            out.append((ADV.Group(r.id, [e.reward for e in eps], eps), None))
         return out
 
     asyncio.run(one_round(-1))  # warm-up (first generate call, env compile)
@@ -158,7 +159,7 @@ def trl_loop(model_path: str, recs, tmp: Path, group: int, max_new: int, rounds:
                           args=args, train_dataset=ds, processing_class=tok, tools=[insert_ticket])
     # render the prompt with exactly the tool schemas our episodes send (compact, from the sqlite env);
     # the callable stays the executor (_sync_tool_dicts)
-    from toolkit.train.export import prepare_tools
+    from toolkit.formats.tools import prepare_tools
 
     trainer.tools = prepare_tools(env.tools("agent"), "compact")
     batch = [p for p in prompts for _ in range(group)]

@@ -17,7 +17,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from toolkit import tau2_bridge as B  # noqa: E402
+from toolkit import tau2 as B  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(args.repeat):
         t, off = timed(B.score_official)
         off_t.append(t)
-        B._GOLD.clear()
+        B.scoring._GOLD.clear()
         t, fast = timed(B.score_fast)
         fast_cold_t.append(t)
         t, fast2 = timed(B.score_fast)

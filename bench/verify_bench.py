@@ -1,6 +1,6 @@
 """verify benchmark: `state_diff` throughput — DIFF(final state, target) verifications per second on
-one core, the indexed target (toolkit.train.rewards.TargetIndex) against the naive per-pair DIFF
-(toolkit.envs.base.diff) in the same run. Target: >= 20,000 verifications/s per core.
+one core, the indexed target (toolkit.scoring.rewards.TargetIndex) against the naive per-pair DIFF
+(toolkit.scoring.state.diff) in the same run. Target: >= 20,000 verifications/s per core.
 
     python bench/verify_bench.py            # ~30 s of CPU
     python bench/verify_bench.py --quick    # ~5 s
@@ -37,8 +37,8 @@ import time
 # VERIFY_BENCH_SRC: another checkout's root (e.g. the code before a change) to measure instead
 sys.path.insert(0, os.environ.get("VERIFY_BENCH_SRC") or os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from toolkit.envs.base import diff as naive_diff  # noqa: E402
-from toolkit.train.rewards import TargetIndex  # noqa: E402
+from toolkit.scoring.state import diff as naive_diff  # noqa: E402
+from toolkit.scoring.rewards import TargetIndex  # noqa: E402
 
 TABLES, ROWS = 5, 50
 TECH = ["updated_at"]  # declared technical column (only declared columns are left out of DIFF)

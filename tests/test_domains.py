@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from toolkit.domains import domain_path, list_domains, load_tasks, replay
-from toolkit.envs import load_env, state_hash
+from toolkit.envs import load_env
 from toolkit.schema import Record
 
 DOMAINS = ("airline", "clinic")

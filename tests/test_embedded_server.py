@@ -31,7 +31,7 @@ def test_model_name_is_the_real_model(tmp_path, monkeypatch):
     monkeypatch.setenv("TOOLKIT_EMBEDDED_MODEL", str(other))
     assert embedded.embedded_model_name() == "qwen2.5-0.5b-instruct-q4_k_m"
     # the LLM client keys requests (and so its cache) on that name, not on SmolLM2's
-    from toolkit.llm.client import LLMClient, LLMConfig
+    from toolkit.llm import LLMClient, LLMConfig
 
     assert LLMClient(LLMConfig())._model == "qwen2.5-0.5b-instruct-q4_k_m"
     assert embedded._same_model({"model_path": str(other)}, str(other))

@@ -519,7 +519,7 @@ def test_authorizer_blocks_ddl_on_env_connection(air):
 def test_cached_state_hash_tracks_every_change():
     """state_hash() is cached; it must always equal the hash of a fresh snapshot."""
     from toolkit.domains import load_tasks
-    from toolkit.envs.base import state_hash
+    from toolkit.scoring.state import state_hash
 
     for rec in load_tasks("airline"):
         env = load_env(rec["env"])

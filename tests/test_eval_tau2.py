@@ -55,7 +55,7 @@ def test_embedded_agent_and_user_end_to_end(tmp_path):
 
 def test_failure_attribution_judge_over_http():
     import asyncio
-    from toolkit import tau2_bridge as tb
+    from toolkit import tau2 as tb
     from toolkit.llm import LLMConfig, get_client
     from toolkit.llm.testserver import ScriptedServer
     from toolkit.schema import Record, Trajectory, Verdict

@@ -9,7 +9,7 @@ import pytest
 
 from toolkit.schema import Record
 from toolkit.stages.verify import build
-from toolkit.train.rewards import answer_tokens, contains_answer
+from toolkit.scoring.rewards import answer_tokens, contains_answer
 
 
 @pytest.mark.parametrize("text,answer", [

@@ -9,7 +9,8 @@ import json
 import pytest
 
 from toolkit.llm.testserver import ScriptedServer
-from toolkit.roles.judge import MalformedJudgeOutput, parse
+from toolkit.roles.judge import parse
+from toolkit.roles.reply import MalformedJudgeOutput
 from toolkit.schema import Record
 
 DIMS = ("conversation_quality", "function_correctness", "policy_compliance", "intent_alignment", "data_consistency")

@@ -219,7 +219,7 @@ def tau2_script(req):
 
 @tau2_only
 def test_tau2_airline_feasible_vs_hand_made_infeasible_copies():
-    from toolkit import tau2_bridge as B
+    from toolkit import tau2 as B
 
     recs = {r["id"]: r for r in B.load_tasks("airline", task_ids=["3", "6"])}
     ok3, ok6 = recs["tau2-airline-3"], recs["tau2-airline-6"]

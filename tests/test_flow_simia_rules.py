@@ -16,6 +16,7 @@ from toolkit.flows.simia.rules import Dropped, clean_messages, tool_index
 from toolkit.io import StageError
 from toolkit.llm.testserver import ScriptedServer
 from toolkit.schema import Record
+from toolkit.formats.rows import export_row
 from toolkit.train import export as X
 
 NAMES = list(EXPECTED)
@@ -142,7 +143,7 @@ def test_hermes_export_is_the_training_export(pipeline):
         msgs = [{k: v for k, v in m.items() if v is not None} for m in t["messages"]]
         hermes = F.to_hermes(msgs, TOOLS)
         [row] = chat_rows(rec)
-        assert chatml(hermes) == X.export_row(row, "hermes")["text"], rid
+        assert chatml(hermes) == export_row(row, "hermes")["text"], rid
     t = kept["seed-1-sim0"]["trajectories"][0]
     msgs = [{k: v for k, v in m.items() if v is not None} for m in t["messages"]]
     hermes = F.to_hermes(msgs, TOOLS)

@@ -84,7 +84,7 @@ def test_openai_is_bounded_and_the_http_package_is_the_sdks_own():
     assert re.search(r'"openai>=[0-9.]+,<\d+"', text), "openai needs an upper bound"
     import openai
 
-    from toolkit.llm.client import _http
+    from toolkit.llm.transport import _http
 
     http = _http()
     assert http.__name__ in ("httpx", "httpx2")

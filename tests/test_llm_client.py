@@ -342,8 +342,8 @@ def test_vllm_inprocess_batches_with_fake_engine(monkeypatch):
     fake.LLM = FakeLLM
     fake.SamplingParams = lambda **kw: kw
     monkeypatch.setitem(sys.modules, "vllm", fake)
-    from toolkit.llm import client as client_mod
-    monkeypatch.setattr(client_mod._VLLMInProcess, "_engines", {})
+    from toolkit.llm import vllm_inproc
+    monkeypatch.setattr(vllm_inproc._VLLMInProcess, "_engines", {})
 
     client = LLMClient(LLMConfig(base_url="vllm-inprocess", model="fake/model", concurrency=16))
 

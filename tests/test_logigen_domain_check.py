@@ -136,7 +136,7 @@ def test_cli_exit_codes_and_streams(tmp_path):
 
 
 def test_find_violating_call_one_step_from_a_state():
-    from toolkit.flows.logigen.domain_check import find_violating_call
+    from toolkit.flows.logigen.provoke import find_violating_call
 
     env = load_env({"backend": "sqlite", "path": str(LIBRARY)})
     hit = find_violating_call(env, "loan_limit")

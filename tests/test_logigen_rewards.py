@@ -1,5 +1,5 @@
 """Dense reward penalties for invalid calls and target rebuilding with an expected violation
-(LOGIGEN items in verify state_diff / toolkit.train.rewards). Expected values by hand in comments."""
+(LOGIGEN items in verify state_diff / toolkit.scoring.rewards). Expected values by hand in comments."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from toolkit.io import StageError
 from toolkit.schema import Record
 from toolkit.stages.verify import build
-from toolkit.train import rewards as R
+from toolkit.scoring import rewards as R
 
 EPS = 1e-6
 
@@ -105,7 +105,7 @@ def test_unrecoverable_arguments_penalized(env):
 
 
 def test_target_rebuilt_from_actions_with_expected_violation(env):
-    from toolkit.envs.base import state_hash
+    from toolkit.scoring.state import state_hash
 
     gt = {"actions": [{"name": "update_account", "arguments": {"account_id": "A2", "balance": -1},
                        "expect_error": "POLICY_VIOLATION"},

@@ -4,8 +4,8 @@ import random
 
 import pytest
 
-from toolkit.envs.base import diff as base_diff
-from toolkit.train.rewards import (
+from toolkit.scoring.state import diff as base_diff
+from toolkit.scoring.rewards import (
     TargetIndex,
     action_matches,
     binary_success,

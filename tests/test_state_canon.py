@@ -9,9 +9,9 @@ import pytest
 
 from toolkit.domains import load_tasks
 from toolkit.envs import load_env
-from toolkit.envs.base import StateKeys, diff, state_hash
+from toolkit.scoring.state import StateKeys, diff, state_hash
 from toolkit.envs.sqlite import DomainError, SqliteEnvironment
-from toolkit.train.rewards import TargetIndex, state_diff
+from toolkit.scoring.rewards import TargetIndex, state_diff
 
 BOOK_A = ("insert_reservation", {"user_id": "mia_li_3668", "flight_id": "HAT172-2024-05-20",
                                  "cabin": "economy", "passenger_count": 1})
@@ -173,7 +173,7 @@ def test_canonical_fast_path_equals_snapshot_path():
                 snap = env.snapshot()
                 assert env.state_hash() == state_hash(snap, keys)
                 fast = {t: sorted(tc.keys) for t, tc in env.canonical().items()}
-                from toolkit.envs.base import CanonicalState
+                from toolkit.scoring.state import CanonicalState
 
                 cs = CanonicalState(snap, keys)
                 assert fast == {t: sorted(cs.table(t).keys) for t in snap}
@@ -191,7 +191,7 @@ def test_incremental_canonical_matches_snapshot_on_random_calls():
     equals the canonical form of a fresh snapshot, across successful, refused and invalid calls."""
     import random
 
-    from toolkit.envs.base import CanonicalState
+    from toolkit.scoring.state import CanonicalState
 
     rng = random.Random(3)
     calls = [a for rec in load_tasks("airline") for a in rec["task"]["ground_truth"]["actions"]]
@@ -224,7 +224,7 @@ def test_records_hashed_by_older_versions_still_verify():
     tasks.jsonl of the previous commit) are still accepted."""
     import asyncio
 
-    from toolkit.envs.base import legacy_state_hash
+    from toolkit.scoring.state import legacy_state_hash
     from toolkit.schema import Record
     from toolkit.stages.verify import build
 
@@ -259,7 +259,7 @@ TREE = {
 def test_reference_cycles_are_order_independent():
     """A self-reference (parent_id) is on a cycle: not resolved, and the canonical form is the same
     whichever table is computed first (dict path, env path)."""
-    from toolkit.envs.base import CanonicalState
+    from toolkit.scoring.state import CanonicalState
 
     env = SqliteEnvironment.from_spec(TREE)
     try:

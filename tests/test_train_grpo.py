@@ -98,10 +98,11 @@ def test_episode_calls_env_verify_rewards_and_masks(tiny_model, tmp_path):
     assert rec.task.instruction in context and rec.task.instruction not in policy
     # the token stream is the conversation: decoding it gives the chat template's rendering
     from toolkit.train import grpo as G
-    from toolkit.train.export import prepare_system, prepare_tools
+    from toolkit.formats.tools import prepare_tools
+    from toolkit.train.export import prepare_system
 
     msgs = prepare_system([m.model_dump(exclude_none=True) for m in good.traj.messages[:-1]], "drop")
-    rendered = tok.apply_chat_template(G._render_copy(msgs), tools=prepare_tools(good.traj.tools, "compact"),
+    rendered = tok.apply_chat_template(G.agent._render_copy(msgs), tools=prepare_tools(good.traj.tools, "compact"),
                                        tokenize=False)
     assert tok.decode(good.ids) + "\n" == rendered
     # no re-tokenization: turn 2 was sampled from the stream itself (prefix of the final ids)
@@ -280,9 +281,9 @@ def test_strict_tool_calls_never_repair_malformed_json(tiny_model, tmp_path):
 
     from toolkit.train import grpo as G
 
-    assert G._strictly_valid(call_text("insert_ticket", {"code": "red"}))
-    assert not G._strictly_valid("<tool_call>\n{'name': 'insert_ticket', 'arguments': {'code': 'red'}}\n</tool_call>")
-    assert not G._strictly_valid('<tool_call>\n{"name": "insert_ticket", "arguments": "{}"}\n</tool_call>')
+    assert G.agent._strictly_valid(call_text("insert_ticket", {"code": "red"}))
+    assert not G.agent._strictly_valid("<tool_call>\n{'name': 'insert_ticket', 'arguments': {'code': 'red'}}\n</tool_call>")
+    assert not G.agent._strictly_valid('<tool_call>\n{"name": "insert_ticket", "arguments": "{}"}\n</tool_call>')
     recs = ticket_tasks(tmp_path, ["red"])
     sloppy = "<tool_call>\n{'name': 'insert_ticket', 'arguments': {'code': 'red'}}\n</tool_call><|im_end|>"
     scripts = {f"tk-red-s0-g{k}": [sloppy, DONE] for k in (0, 1)}

@@ -110,7 +110,7 @@ def test_state_diff_dense_rewards_with_policy_violation(mini_env):
 
 
 def test_state_diff_target_from_actions_and_ref_check(mini_env):
-    from toolkit.envs.base import state_hash
+    from toolkit.scoring.state import state_hash
 
     gt = {"actions": [{"name": "update_account", "arguments": {"account_id": "A2", "balance": 50}},
                       {"name": "insert_note", "arguments": {"account_id": "A2", "text": "closed"}}]}
@@ -528,7 +528,7 @@ def test_tau2_strategy_without_the_package(monkeypatch):
 
 def test_tau2_strategy_oracle():
     pytest.importorskip("tau2")
-    from toolkit import tau2_bridge
+    from toolkit import tau2 as tau2_bridge
 
     recs = tau2_bridge.load_tasks("airline")[1:3]
     fn = build({"strategy": ["tau2", "actions"], "require": ["tau2"]}, None)

@@ -4,17 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-from toolkit.envs.base import (  # noqa: F401
-    Environment,
-    ToolResult,
-    backends,
-    canonical_dump,
-    canonicalize,
-    diff,
-    load_env,
-    register_backend,
-    state_hash,
-)
+from toolkit.envs.base import Environment, ToolResult, backends, load_env, register_backend  # noqa: F401
 
 # module name -> backend(s) it registers; import failures (missing extras) are tolerated
 _BUILTIN = ("toolkit.envs.sqlite", "toolkit.envs.python", "toolkit.envs.simulated", "toolkit.envs.tau2")

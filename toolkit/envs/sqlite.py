@@ -49,21 +49,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from toolkit.envs.base import (
+from toolkit.scoring.state import (
     DEFAULT_EXCLUDE_KEYS,
     CanonicalState,
-    Environment,
     Ref,
     StateKeys,
     TableCanon,
-    ToolResult,
     hash_tables,
-    register_backend,
     state_hash,
 )
-from toolkit.envs.base import (
-    diff as _state_diff,
-)
+from toolkit.envs.base import Environment, ToolResult, register_backend
+from toolkit.scoring.state import diff as _state_diff
 
 MAX_STRING = 10_000  # longest string argument accepted (characters)
 MAX_QUERY_LIMIT = 200  # largest `limit` of a query_* call
@@ -553,7 +549,7 @@ def _write_sets(tables: dict[str, Table], triggers: list[TriggerInfo], tools: di
 
 
 def state_keys_for(spec: DomainSpec, tables: dict[str, Table], declared: tuple[str, ...] = ()) -> StateKeys:
-    """Technical keys decided from the schema (toolkit.envs.base "Canonical state"):
+    """Technical keys decided from the schema (toolkit.scoring.state "Canonical state"):
 
     - technical columns: every rowid alias (a column declared INTEGER PRIMARY KEY, with or without
       AUTOINCREMENT: SQLite assigns it in creation order) and every declared technical column
@@ -1276,7 +1272,7 @@ class SqliteEnvironment(Environment):
 
     def canonical(self) -> dict[str, TableCanon]:
         """{table: TableCanon} of the current state: the canonical form of `snapshot()` under
-        `state_keys()` (toolkit.envs.base), without building the snapshot.
+        `state_keys()` (toolkit.envs.base, toolkit.scoring.state), without building the snapshot.
 
         Incremental: after a tool call only the tables it may write (`_write_sets`: its table, the
         tables its triggers write, foreign-key dependents) are re-read, as tuples (in C); a table's

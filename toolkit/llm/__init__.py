@@ -10,8 +10,8 @@ See docs/llm.md for backends (OpenAI-compatible endpoint, embedded llama.cpp, in
 the request cache and cost accounting.
 """
 
-from .client import (EMBEDDED, VLLM_INPROCESS, ChatResult, LLMClient, LLMConfig, LLMError, Meter,
-                     close_all_clients, get_client)
+from .base import EMBEDDED, VLLM_INPROCESS, ChatResult, LLMConfig, LLMError, Meter
+from .client import LLMClient, close_all_clients, get_client
 from .toolcalls import parse_tool_calls, render_tools_hermes, repair_json, to_hermes_messages
 
 __all__ = ["LLMConfig", "ChatResult", "Meter", "LLMClient", "LLMError", "get_client",

@@ -26,6 +26,8 @@ import re
 import uuid
 from typing import Any
 
+from toolkit.formats.tools import compact_tool, tool_function
+
 __all__ = [
     "render_tools_hermes",
     "parse_tool_calls",
@@ -42,48 +44,12 @@ __all__ = [
 # Rendering
 
 
-def _tool_function(tool: dict) -> dict:
-    """The `function` part of an OpenAI tool schema (accepts bare function dicts too)."""
-    if isinstance(tool, dict) and tool.get("type") == "function" and isinstance(tool.get("function"), dict):
-        return tool["function"]
-    return tool
-
-
-def _first_sentence(text: str, limit: int = 160) -> str:
-    text = " ".join(str(text or "").split())
-    cut = text.find(". ")
-    text = text[: cut + 1] if 0 <= cut < limit else text
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def compact_tool(tool: dict) -> dict:
-    """A small-context rendering of a tool: first sentence of the description and each parameter
-    reduced to its type (anyOf → first non-null alternative), enum and required list. Used for
-    small embedded models whose context cannot hold logic-exposed tool descriptions."""
-    fn = _tool_function(tool)
-    params = fn.get("parameters") or {}
-    props = {}
-    for k, v in (params.get("properties") or {}).items():
-        v = v if isinstance(v, dict) else {}
-        alts = v.get("anyOf") or v.get("oneOf")
-        if alts:
-            v = next((a for a in alts if isinstance(a, dict) and a.get("type") not in ("null", None)), alts[0])
-        t = v.get("type", "string")
-        if isinstance(t, list):
-            t = next((x for x in t if x != "null"), "string")
-        props[k] = {"type": t, **({"enum": v["enum"]} if v.get("enum") else {})}
-    out = {"type": "object", "properties": props}
-    if params.get("required"):
-        out["required"] = params["required"]
-    return {"name": fn.get("name"), "description": _first_sentence(fn.get("description", "")), "parameters": out}
-
-
 def render_tools_hermes(tools: list[dict], compact: bool = False) -> str:
     """System-prompt block describing `tools` and the exact Hermes tool-call format.
     `compact` shrinks each schema (see compact_tool) for small-context models."""
     lines = []
     for tool in tools or []:
-        fn = _tool_function(tool)
+        fn = tool_function(tool)
         if compact:
             lines.append(json.dumps({"type": "function", "function": compact_tool(fn)}, ensure_ascii=False))
             continue
@@ -106,7 +72,7 @@ def render_tools_hermes(tools: list[dict], compact: bool = False) -> str:
         "</tool_call>\n\n"
         "Example:\n"
         "<tool_call>\n"
-        '{"name": "' + (str(_tool_function(tools[0]).get("name")) if tools else "function_name")
+        '{"name": "' + (str(tool_function(tools[0]).get("name")) if tools else "function_name")
         + '", "arguments": {}}\n'
         "</tool_call>\n\n"
         "Use double quotes for all JSON strings. Results of function calls are given back to you "
@@ -177,7 +143,7 @@ def _example_value(schema: Any) -> Any:
 
 def example_tool_call(tool: dict) -> dict:
     """A schema-valid example call of `tool` ({"name", "arguments"}), required params filled."""
-    fn = _tool_function(tool)
+    fn = tool_function(tool)
     params = fn.get("parameters") or {}
     props = params.get("properties") or {}
     required = params.get("required") or list(props)[:1]

@@ -3,17 +3,25 @@
 Flow prompts live in a subfolder per flow and are named with it: `load("logigen/architect")`
 reads `toolkit/prompts/logigen/architect.v<N>.txt`.
 
-Placeholders are `{{name}}` (so JSON braces in prompts need no escaping). `load(name)` returns the
+Templates are jinja2 (StrictUndefined): placeholders are `{{name}}` (so JSON braces in prompts
+need no escaping; a literal `{{`, `{%` or `{#` would need `{{ '{{' }}`), and a prompt that needs a loop
+or a conditional writes it in the template, with the `tools_text` filter for tool lists. `load(name)` returns the
 newest version; `load(name, 1)` a given one. `reflect` writes new versions next to user copies in
 $TOOLKIT_PROMPTS (searched first), never over the shipped ones.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+
+import jinja2
+import jinja2.meta
+
+from toolkit.formats.tools import tools_text
 
 _HERE = Path(__file__).parent
 _PAT = re.compile(r"^(?P<name>[a-z0-9_]+)\.v(?P<ver>\d+)\.txt$")
@@ -30,13 +38,36 @@ class Prompt:
         return f"{self.name}.v{self.version}"
 
     def render(self, **values: object) -> str:
-        def sub(m: re.Match) -> str:
-            key = m.group(1)
-            if key not in values:
-                raise KeyError(f"prompt {self.id}: missing value for {{{{{key}}}}}")
-            return str(values[key])
+        """The prompt with its `{{name}}` placeholders filled (jinja2, StrictUndefined: a missing
+        value raises KeyError naming it). Loops, conditionals and the `tools_text` filter
+        (toolkit.formats.tools.tools_text) are available to templates that need them."""
+        tpl = _compiled(self.text)
+        missing = [k for k in _variables(self.text) if k not in values]
+        if missing:
+            raise KeyError(f"prompt {self.id}: missing value for {{{{{missing[0]}}}}}")
+        try:
+            return tpl.render(**values)
+        except jinja2.UndefinedError as e:
+            raise KeyError(f"prompt {self.id}: {e.message}") from None
 
-        return re.sub(r"\{\{\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*\}\}", sub, self.text)
+
+# jinja2 with the settings that keep `{{var}}` files rendering exactly as the old regex did: no
+# HTML escaping, the trailing newline kept, no whitespace trimming.
+_ENV = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+_ENV.filters["tools_text"] = tools_text
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(text: str) -> jinja2.Template:
+    return _ENV.from_string(text)
+
+
+@functools.lru_cache(maxsize=256)
+def _variables(text: str) -> tuple[str, ...]:
+    """Top-level names the template reads, in order of first appearance."""
+    names = jinja2.meta.find_undeclared_variables(_ENV.parse(text))
+    first = {n: text.find(n) for n in names}
+    return tuple(sorted(names, key=lambda n: first[n]))
 
 
 SHIPPED = _HERE
@@ -69,3 +100,27 @@ def load(name: str, version: int | None = None, dirs: list | None = None) -> Pro
     if v not in vs:
         raise KeyError(f"prompt {name!r} has no version {v} (have {sorted(vs)})")
     return Prompt(name, v, vs[v].read_text(encoding="utf-8"))
+
+
+# Prompt templates, loaded once per (name, prompt directories' mtimes) instead of a directory
+# listing and a file read per episode and per user turn. A new version written by `reflect`
+# changes its directory's mtime and is picked up.
+_PROMPTS: dict[tuple, Prompt] = {}
+
+
+def cached(name: str) -> Prompt:
+    """`load(name)` (newest version), cached until a prompt directory changes."""
+    dirs = _dirs()
+    stamp = []
+    for d in dirs:
+        try:
+            stamp.append(os.stat(d).st_mtime_ns)
+        except OSError:
+            stamp.append(None)
+    key = (name, tuple(str(d) for d in dirs), tuple(stamp))
+    p = _PROMPTS.get(key)
+    if p is None:
+        if len(_PROMPTS) > 64:
+            _PROMPTS.clear()
+        p = _PROMPTS[key] = load(name)
+    return p

@@ -15,6 +15,8 @@ from typing import Any
 
 from toolkit import prompts
 from toolkit.envs.base import ToolResult
+from toolkit.llm.toolcalls import repair_json
+from toolkit.roles.structured import RoleRejected, ask_structured, new_usage
 
 FAULTS = (
     ("TIMEOUT", "The request timed out after 30 seconds. Please try again later."),
@@ -57,8 +59,6 @@ def render_history(messages: list[dict], limit_chars: int = 12000) -> str:
 
 
 def _parse(text: str | None) -> dict:
-    from toolkit.llm.toolcalls import repair_json
-
     if not text or not text.strip():
         raise ValueError("empty reply")
     s = text.strip()
@@ -85,8 +85,6 @@ async def simulate_call(client: Any, *, policy: str, tools: list[dict], history:
                         tool_call: dict, reference: str = "", attempts: int = 3,
                         fault_rate: float = 0.0, fault_key: str = "") -> tuple[ToolResult, dict]:
     """Simulate one tool call. Returns (result, usage dict {prompt_tokens, completion_tokens, cost})."""
-    from toolkit.roles.structured import RoleRejected, ask_structured, new_usage  # (judge imports this module)
-
     usage = new_usage()
     fault = inject_fault(fault_rate, fault_key or json.dumps(tool_call, sort_keys=True))
     if fault is not None:

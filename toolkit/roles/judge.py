@@ -29,7 +29,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolkit import prompts
+from toolkit.formats.tools import tools_text
 from toolkit.roles.env_simulator import render_history
+from toolkit.roles.reply import MalformedJudgeOutput, extract_json_object
+from toolkit.roles.structured import RoleRejected, ask_structured
 
 RUBRICS = ("simia", "sea", "astra", "eigendata")
 ATTRIBUTIONS = ("task", "trajectory", "user_simulator", "infrastructure")
@@ -40,10 +43,6 @@ CRITICAL = ("function_error", "data_fabrication", "policy_violation", "goal_fail
 ASTRA_DIMS = ("query_understanding", "query_planning", "tool_context_understanding",
               "tool_context_planning", "tool_call_status", "tool_conciseness", "final_answer_quality")
 MALFORMED = "malformed judge output"
-
-
-class MalformedJudgeOutput(ValueError):
-    pass
 
 
 @dataclass
@@ -63,33 +62,6 @@ class Judgment:
 
 # ----------------------------------------------------------------------------------------------
 # strict parsing
-
-
-def extract_json_object(text: str | None) -> dict:
-    """The single JSON object of a reply: the whole reply, or the body of one ``` fence, or the
-    span from the first '{' to the last '}'. No repair: invalid JSON raises."""
-    if text is None or not str(text).strip():
-        raise MalformedJudgeOutput("empty reply")
-    s = str(text).strip()
-    if "```" in s:
-        parts = s.split("```")
-        if len(parts) >= 3:
-            body = parts[1]
-            if body.lstrip().lower().startswith("json"):
-                body = body.lstrip()[4:]
-            s = body.strip()
-    if not s.startswith("{"):
-        a, b = s.find("{"), s.rfind("}")
-        if a < 0 or b < a:
-            raise MalformedJudgeOutput("no JSON object in the reply")
-        s = s[a:b + 1]
-    try:
-        obj = json.loads(s)
-    except json.JSONDecodeError as e:
-        raise MalformedJudgeOutput(f"invalid JSON: {e.msg} at char {e.pos}") from None
-    if not isinstance(obj, dict):
-        raise MalformedJudgeOutput("the reply's JSON is not an object")
-    return obj
 
 
 def _need(obj: dict, key: str) -> Any:
@@ -257,12 +229,6 @@ def parse(rubric: str, text: str | None, threshold: float = 0.5) -> Judgment:
 # prompts
 
 
-def _tools_text(tools: list[dict]) -> str:
-    if not tools:
-        return "(not given)"
-    return json.dumps([t.get("function", t) for t in tools], ensure_ascii=False, indent=1)
-
-
 def build_prompt(rubric: str, *, policy: str, task: str, messages: list[dict], tools: list[dict],
                  evaluation_rules: str = "") -> tuple[str, str]:
     """(prompt id, rendered prompt) for one trajectory."""
@@ -272,7 +238,7 @@ def build_prompt(rubric: str, *, policy: str, task: str, messages: list[dict], t
                         history=render_history(messages, 24000) or "(empty)")
     elif rubric == "sea":
         p = prompts.load("judge_sea")
-        text = p.render(task_description=policy or "(none)", env_tools=_tools_text(tools),
+        text = p.render(task_description=policy or "(none)", env_tools=tools_text(tools, indent=1, empty="(not given)"),
                         synthetic_task=task or "(see the conversation)",
                         rollout=render_history(messages, 24000) or "(empty)",
                         eval_rules=evaluation_rules or "(none given: judge task quality and trajectory success "
@@ -283,10 +249,10 @@ def build_prompt(rubric: str, *, policy: str, task: str, messages: list[dict], t
         traj = json.dumps({"messages": body}, ensure_ascii=False)
         if len(traj) > 24000:
             traj = traj[:12000] + " ...(truncated)... " + traj[-12000:]
-        text = p.render(task=task or "(the first user message)", tools=_tools_text(tools), trajectory=traj)
+        text = p.render(task=task or "(the first user message)", tools=tools_text(tools, indent=1, empty="(not given)"), trajectory=traj)
     elif rubric == "eigendata":
         p = prompts.load("eigendata/trajectory_validation")
-        text = p.render(policy=policy or "(none)", tools=_tools_text(tools), task=task or "(see the conversation)",
+        text = p.render(policy=policy or "(none)", tools=tools_text(tools, indent=1, empty="(not given)"), task=task or "(see the conversation)",
                         rubrics=evaluation_rules or "(none given)",
                         history=render_history(messages, 24000) or "(empty)")
     else:
@@ -301,8 +267,6 @@ async def judge_trajectory(client: Any, rubric: str, *, policy: str, task: str, 
                            tools: list[dict], evaluation_rules: str = "", attempts: int = 3,
                            threshold: float = 0.5) -> Judgment:
     """Grade one trajectory. Never raises for a bad reply (LLM transport errors do propagate)."""
-    from toolkit.roles.structured import RoleRejected, ask_structured
-
     pid, prompt = build_prompt(rubric, policy=policy, task=task, messages=messages, tools=tools,
                                evaluation_rules=evaluation_rules)
     try:

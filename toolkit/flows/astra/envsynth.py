@@ -10,7 +10,7 @@ are skipped:
   5.   checks: static (compiles, defines the tool's function with the document's parameters,
        imports only standard-library modules and none of the process/network ones), then the
        invocation runs in the sandbox (`toolkit.sandbox`, wall/CPU/memory limits); success iff the
-       result contains a_i (`toolkit.train.rewards.contains_answer`, the same test the F1 reward
+       result contains a_i (`toolkit.scoring.rewards.contains_answer`, the same test the F1 reward
        uses). Otherwise back to step 3, at most `impl_attempts` (3) times; a node that never
        succeeds fails the record.
 Merging (B4): the LLM groups homogeneous sub-questions; per group a seeded random member is the
@@ -131,7 +131,7 @@ def run_calls(tools: list[Tool], checks: list[tuple[str, dict, Any]], limits: di
     """Execute each (tool, arguments, expected answer) in the sandbox; [] when all contain their answer."""
     from toolkit.envs.python import PythonEnvironment
     from toolkit.sandbox import SandboxLimits, operator_limits
-    from toolkit.train.rewards import contains_answer
+    from toolkit.scoring.rewards import contains_answer
 
     source = "".join(wrapper_source(t.name, t.inner, t.src) for t in tools)
     # the operator's flags (sandbox_wall_seconds ...): a SandboxLimits is not clamped like data

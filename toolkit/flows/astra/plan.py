@@ -22,12 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.io import StageError, add_provenance, log
+from toolkit.formats.tools import tools_text
 from toolkit.schema import Plan, Record
 from toolkit.stages.registry import StageContext, strategy
-
-
-def _tools_text(tools: list[dict]) -> str:
-    return json.dumps(tools, ensure_ascii=False, indent=1)
 
 
 def parse_pairs(known: set[str], max_len: int):
@@ -113,7 +110,7 @@ def build(cfg: dict, ctx: StageContext):
             raise StageError("no usable server: " + "; ".join(d.line() for d in drops), field="extra.tool_docs")
         client = ctx.llm()
         usage = new_usage()
-        tools_txt = _tools_text(server.tools)
+        tools_txt = tools_text(server.tools, unwrap=False, indent=1)
         scenery = server.description or f"The {server.name} service."
         known = {t["function"]["name"] for t in server.tools}
         # 1. LLM: (task, chain) pairs

@@ -48,21 +48,6 @@ def tool_names(env: Any, sides: tuple[str, ...] = ("agent", "user")) -> list[str
     return out
 
 
-def tools_text(tools: list[dict], limit: int = 12000) -> str:
-    """One line per tool: name(param: type, ...) - first sentence of the description."""
-    lines = []
-    for t in tools:
-        f = t.get("function") or t
-        props = ((f.get("parameters") or {}).get("properties") or {})
-        req = set((f.get("parameters") or {}).get("required") or [])
-        ps = ", ".join(f"{k}{'' if k in req else '?'}: {(v or {}).get('type', 'any')}" for k, v in props.items())
-        desc = " ".join(str(f.get("description") or "").split())
-        desc = desc.split(". ")[0][:200]
-        lines.append(f"- {f.get('name')}({ps}): {desc}")
-    s = "\n".join(lines)
-    return s if len(s) <= limit else s[:limit] + "\n...(truncated)"
-
-
 def policy_text(env: Any, limit: int = 8000) -> str:
     try:
         p = env.policy() or ""

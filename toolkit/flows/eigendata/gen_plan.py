@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 
 from toolkit.flows.eigendata import common as C
+from toolkit.formats.tools import tools_text
 from toolkit.io import StageError, add_provenance
 from toolkit.roles.structured import (Malformed, RoleRejected, add_usage, ask_structured, new_usage, parse_tagged_json,
                                       tagged_text)
@@ -39,7 +40,7 @@ def _view(record: Record) -> dict:
         tools = C.tool_schemas(env, "agent") + C.tool_schemas(env, "user")
         if not tools:
             raise StageError("the environment exposes no tools", field="env")
-        return {"policy": C.policy_text(env, 4000), "tools": C.tools_text(tools), "state": C.state_summary(env)}
+        return {"policy": C.policy_text(env, 4000), "tools": tools_text(tools, "signatures", limit=12000), "state": C.state_summary(env)}
     finally:
         env.close()
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 
 from toolkit.flows.eigendata import common as C
+from toolkit.formats.tools import tools_text
 from toolkit.flows.eigendata.random_pool import parse_pool, select
 from toolkit.flows.eigendata.user_intent import make_parser, to_task
 from toolkit.io import StageError, add_provenance, log
@@ -36,7 +37,7 @@ def build(cfg: dict, ctx):
             names = C.tool_names(env)
             if not names:
                 raise StageError("the environment exposes no tools", field="env")
-            view = {"policy": C.policy_text(env, 4000), "tools": C.tools_text(tools),
+            view = {"policy": C.policy_text(env, 4000), "tools": tools_text(tools, "signatures", limit=12000),
                     "state": C.state_summary(env)}
         finally:
             env.close()
@@ -152,7 +153,7 @@ def build_sea(cfg: dict, ctx):
             p = C.role_prompt("task_synthesis", record)
             for k in range(n):
                 env.reset()
-                text = p.render(task_description=C.policy_text(env), synthesis_plan=plan, env_tools=C.tools_text(tools),
+                text = p.render(task_description=C.policy_text(env), synthesis_plan=plan, env_tools=tools_text(tools, "signatures", limit=12000),
                                 guidance=C.guidance(record, "task_synthesis"))
                 try:
                     res = await tool_loop(ctx.llm("generator"), [{"role": "user", "content": text}], env, tools,

@@ -61,7 +61,7 @@ def reference_calls(record: Record) -> tuple[list[dict], str]:
 
 
 def skip_keys(record: Record, env: Any) -> tuple:
-    from toolkit.train import rewards as R
+    from toolkit.scoring import rewards as R
 
     keys = list(R.DEFAULT_EXCLUDE_KEYS) + list(getattr(env, "exclude_keys", ()) or ())
     keys += [str(k) for k in ((record.env.config or {}).get("exclude_keys") or [])]

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 
 from toolkit.flows.eigendata import common as C
+from toolkit.formats.tools import tools_text
 from toolkit.flows.eigendata.user_intent import primary_objective
 from toolkit.io import StageError, add_provenance, log
 from toolkit.roles.structured import Malformed, RoleRejected, ask_structured, need_enum, parse_json_object
@@ -220,7 +221,7 @@ def build(cfg: dict, ctx):
             gt = record.task.ground_truth
             p = C.role_prompt("modify", record)
             text = p.render(mode=mode, round=round_, max_rounds=max_rounds, policy=C.policy_text(env, 4000),
-                            tools=C.tools_text(C.tool_schemas(env, "agent") + C.tool_schemas(env, "user")),
+                            tools=tools_text(C.tool_schemas(env, "agent") + C.tool_schemas(env, "user"), "signatures", limit=12000),
                             failures=fail_text, task=task_text(record),
                             trajectory=render_history([m.model_dump(mode="json", exclude_none=True) for m in traj.messages],
                                                       16000) if traj else "(not used in TASK mode)",

@@ -22,6 +22,7 @@ import json
 import re
 
 from toolkit.flows.eigendata import common as C
+from toolkit.formats.tools import tools_text
 from toolkit.flows.eigendata.tool_loop import tool_loop
 from toolkit.io import StageError, add_provenance
 from toolkit.roles.structured import (Malformed, RoleRejected, add_usage, need_enum, new_usage, parse_json_object,
@@ -210,7 +211,7 @@ def build_eigendata(cfg: dict, ctx):
                                            attribution=None if ok else "task"))
             tools = C.tool_schemas(env, "agent")
             p = C.role_prompt("task_validation", record)
-            text = p.render(policy=C.policy_text(env), tools=C.tools_text(tools), task=task_text(record),
+            text = p.render(policy=C.policy_text(env), tools=tools_text(tools, "signatures", limit=12000), task=task_text(record),
                             guidance=C.guidance(record, "task_validation"))
             env.reset()
             h0 = C.safe_hash(env)
@@ -263,7 +264,7 @@ def build_sea(cfg: dict, ctx):
                      "(none given: judge executability, clarity, checkability and policy consistency)")
             p = C.role_prompt("task_quality", record)
             text = p.render(task_description=C.policy_text(env), synthetic_task=task_text(record), eval_rules=rules,
-                            env_tools=C.tools_text(tools), guidance=C.guidance(record, "task_quality"))
+                            env_tools=tools_text(tools, "signatures", limit=12000), guidance=C.guidance(record, "task_quality"))
 
             def parse(t, tr):
                 return parse_sea_report(t, tr, o["min_calls"])

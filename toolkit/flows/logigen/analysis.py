@@ -744,3 +744,12 @@ def evaluate(env: Any, sql: str | None, new: dict | None = None, old: dict | Non
     except sqlite3.Error:
         return None
     return bool(r[0]) if r else None
+
+
+def domain_analysis(env: Any):
+    """The trigger analysis of the domain (`analyze`), None when it fails: boundary search then
+    falls back to executing calls."""
+    try:
+        return analyze(env)
+    except Exception:
+        return None

@@ -413,7 +413,7 @@ class SymbolicExplorer:
         call that violates it from s_origin itself (no setup call)."""
         try:
             from toolkit.flows.logigen.analysis import analyze
-            from toolkit.flows.logigen.domain_check import find_violating_call
+            from toolkit.flows.logigen.provoke import find_violating_call
         except Exception:
             return
         try:
@@ -602,7 +602,7 @@ class SymbolicExplorer:
 
     def _analysis(self):
         if not hasattr(self, "_an"):
-            from toolkit.flows.logigen.set_designer import domain_analysis
+            from toolkit.flows.logigen.analysis import domain_analysis
 
             self._an = domain_analysis(self.env_base)
         return self._an
@@ -662,8 +662,6 @@ class SymbolicExplorer:
             was = row.get(col)
             row[col] = t.boundary
             try:
-                from toolkit.flows.logigen.gentask import canonical_state
-
                 origin = canonical_state(self.env_base, origin)
             except Exception:
                 continue
@@ -754,5 +752,15 @@ def boundary_check(env_base: Any, origin: dict, goal: dict, crossing: list[dict]
         if not r2.ok:
             return False, f"the boundary goal {goal['name']} fails on s_origin: {(r2.error or {}).get('code')}"
         return True, f"crossing step rejected ({rule}), goal at the boundary accepted"
+    finally:
+        env.close()
+
+
+def canonical_state(env_base: Any, state: dict) -> dict:
+    from toolkit.envs.sqlite import SqliteEnvironment
+
+    env = SqliteEnvironment(env_base.domain, state=state, config=env_base.config)
+    try:
+        return env.snapshot()
     finally:
         env.close()

@@ -59,16 +59,6 @@ def load_sqlite_env(record: Record):
         raise StageError(f"cannot build the environment: {type(e).__name__}: {e}", field="env") from None
 
 
-def canonical_state(env_base: Any, state: dict) -> dict:
-    from toolkit.envs.sqlite import SqliteEnvironment
-
-    env = SqliteEnvironment(env_base.domain, state=state, config=env_base.config)
-    try:
-        return env.snapshot()
-    finally:
-        env.close()
-
-
 class Designer:
     """Draws task drafts from one base state (symbolic exploration + Set Designer)."""
 
@@ -108,6 +98,8 @@ class Designer:
         if rng.random() < self.inject_share:
             strat = STRATEGIES[(i + rng.randint(0, 3)) % len(STRATEGIES)]
             apply_injection(self.view, self.env, d, strat, rng)
+        from toolkit.flows.logigen.explorer import canonical_state  # (lazy: keeps --help cheap)
+
         d.origin = canonical_state(self.env, d.origin)
         try:
             d.target, d.results = execute(self.env, d.origin, d.actions)
@@ -332,4 +324,4 @@ def _symbolic_drafts(designer: Designer, n: int, max_tries: int) -> list:
     return drafts
 
 
-__all__ = ["build", "Designer", "canonical_state", "load_sqlite_env", "project", "to_record"]
+__all__ = ["build", "Designer", "load_sqlite_env", "project", "to_record"]

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolkit.flows.logigen.explorer import (
+    canonical_state,
     WRITE_KINDS,
     Boundary,
     Probe,
@@ -45,6 +46,7 @@ from toolkit.flows.logigen.explorer import (
     boundary_rule,
     execute,
 )
+from toolkit.formats.tools import tools_text
 from toolkit.roles.structured import (
     Malformed,
     RoleRejected,
@@ -169,15 +171,6 @@ def _tables_text(view: Any, state: dict, tables: list[str], max_rows: int = 15) 
     return "\n".join(out)
 
 
-def _tools_text(view: Any, names: list[str]) -> str:
-    out = []
-    for n in names:
-        params = ((view.tools[n].schema.get("function") or {}).get("parameters") or {})
-        req = set(params.get("required") or [])
-        out.append(f"- {n}: " + ", ".join(f"{p}{'*' if p in req else ''}" for p in params.get("properties") or {}))
-    return "\n".join(out)
-
-
 def relevant_tables(view: Any, rcs: list) -> list[str]:
     """The rule's table, the tables its condition names, and the rule table's references."""
     out: list[str] = []
@@ -205,7 +198,7 @@ def prompt_for(explorer: Any, rule: str, policy: str) -> str:
     return prompts.load("logigen/boundary_seeder").render(
         rule=rule, message=rc.message, event=rc.event, table=rc.table,
         condition="\n".join(f"  {r.sql}" for r in rcs), policy=policy.strip() or "(none)",
-        tools=_tools_text(view, tools), tables=_tables_text(view, explorer.base, tables))
+        tools=tools_text([view.tools[n].schema for n in tools], "params"), tables=_tables_text(view, explorer.base, tables))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -264,8 +257,6 @@ def parse_proposal(text: str | None, rule: str, view: Any, state: dict) -> dict:
 
 def verify_proposal(explorer: Any, p: dict) -> tuple[tuple[Boundary, dict] | None, str]:
     """Execute the proposal from s_origin: ((boundary, seeded s_origin), "") or (None, reason)."""
-    from toolkit.flows.logigen.gentask import canonical_state
-
     env_base, view = explorer.env_base, explorer.view
     origin = copy.deepcopy(explorer.base)
     seeded = []
@@ -417,8 +408,6 @@ def parse_injection(text: str | None, view: Any, state: dict) -> list[dict]:
 def verify_injection(env_base: Any, draft: Any, rows: list[dict]) -> tuple[dict | None, str]:
     """(new s_origin, "") when the rows load and the reference path behaves as before, else
     (None, reason)."""
-    from toolkit.flows.logigen.gentask import canonical_state
-
     state = copy.deepcopy(draft.origin)
     for r in rows:
         t = env_base.domain.tables[r["table"]]

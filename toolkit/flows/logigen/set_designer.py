@@ -186,16 +186,3 @@ def complexity(draft: Draft, delta_tables: list[str]) -> tuple[dict, str]:
     if draft.boundary is not None:
         cx["boundary"] = draft.boundary.as_dict()
     return cx, level
-
-
-def domain_analysis(env: Any):
-    """The trigger analysis of the domain (toolkit.flows.logigen.analysis.analyze), None when it
-    is unavailable or fails: boundary search then falls back to executing calls."""
-    try:
-        from toolkit.flows.logigen.analysis import analyze
-    except Exception:
-        return None
-    try:
-        return analyze(env)
-    except Exception:
-        return None

@@ -7,7 +7,7 @@ Reusable by any exporter (e.g. the sft exporter):
                                              # <tool_response> user turns, the tool list in the system prompt
     native = to_native(text_msgs)            # and back (fresh deterministic call ids)
 
-`to_hermes` is the training Hermes export (`toolkit.train.template.hermes_messages`, which
+`to_hermes` is the training Hermes export (`toolkit.formats.hermes.hermes_messages`, which
 `render_hermes` / `sft --export hermes` frame in ChatML): one implementation, so these turns
 rendered as ChatML are byte for byte the toolkit chat template's text (tests check it).
 `to_native` parses with the Simia transcript parser (`transcript.to_messages`, repair on: broken
@@ -83,11 +83,12 @@ def to_native(messages: list[dict], id_prefix: str = "call") -> list[dict]:
 
 def to_hermes(messages: list[dict], tools: list[dict] | None = None) -> list[dict]:
     """Plain role/content messages with Hermes `<tool_call>` / `<tool_response>` text and the tool
-    list in the system prompt: the training Hermes export (`toolkit.train.template.hermes_messages`,
+    list in the system prompt: the training Hermes export (`toolkit.formats.hermes.hermes_messages`,
     the turns `sft --export hermes` and the toolkit chat template write), after
-    `toolkit.train.export.chat_messages` (JSON-string arguments decoded to dicts, once).
+    `toolkit.formats.chat.chat_messages` (JSON-string arguments decoded to dicts, once).
     Raises toolkit.io.StageError when a call's arguments are not a JSON object."""
-    from toolkit.train.export import chat_messages, prepare_tools
-    from toolkit.train.template import hermes_messages
+    from toolkit.formats.chat import chat_messages
+    from toolkit.formats.tools import prepare_tools
+    from toolkit.formats.hermes import hermes_messages
 
     return hermes_messages(chat_messages(messages), prepare_tools(tools) if tools else None)

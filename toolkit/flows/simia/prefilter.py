@@ -35,6 +35,7 @@ from typing import Any
 from toolkit.flows.simia import transcript as T
 from toolkit.io import StageError, add_provenance
 from toolkit.schema import Record, Verdict
+from toolkit.formats.tools import tools_text
 from toolkit.stages.registry import StageContext, strategy
 
 CHECKS = ("roles_alternate", "tool_call_parses", "tool_is_listed", "tool_result_present", "task_finishes")
@@ -103,18 +104,13 @@ def env_policy(record: Record, messages: list[dict]) -> str:
     return ""
 
 
-def tools_text(tools: list[dict], cfg: dict) -> str:
+def prompt_tools(tools: list[dict], cfg: dict) -> str:
     """The tool list for a prompt: full OpenAI function schemas, or compact ones
-    (`toolkit.llm.toolcalls.compact_tool`: first sentence, parameter types, enums, required) when
+    (`toolkit.formats.tools.compact_tool`: first sentence, parameter types, enums, required) when
     `compact_tools` is true, or "auto" (default) and the full list is over 12,000 characters — the
     bundled airline domain's 11 tools are 35 KB in full, more than a small model's context."""
-    full = json.dumps([t.get("function", t) for t in tools], ensure_ascii=False)
-    mode = cfg.get("compact_tools", "auto")
-    if mode is True or str(mode).lower() == "true" or (str(mode).lower() == "auto" and len(full) > 12000):
-        from toolkit.llm.toolcalls import compact_tool
-
-        return json.dumps([compact_tool(t) for t in tools], ensure_ascii=False)
-    return full
+    mode = str(cfg.get("compact_tools", "auto")).lower()
+    return tools_text(tools, compact=True if mode == "true" else "auto" if mode == "auto" else False)
 
 
 def _kind(t: T.Turn) -> str:
@@ -221,7 +217,7 @@ def build(cfg: dict, ctx: StageContext):
             policy = env_policy(record, msgs or [{"role": "system", "content": t.text}
                                                  for t in turns if t.role == T.SYSTEM])
             text = p.render(policy=policy or "(none)",
-                            tools=tools_text(tools, cfg),
+                            tools=prompt_tools(tools, cfg),
                             trajectory=T.render(T.to_messages(turns).messages))
             try:
                 res = await ask_structured(ctx.llm("judge"), [

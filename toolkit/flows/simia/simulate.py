@@ -48,7 +48,7 @@ def temperatures(cfg: dict, n: int) -> list[float]:
 def build(cfg: dict, meter: Any):
     from toolkit import prompts
     from toolkit.config import llm_config
-    from toolkit.flows.simia.prefilter import env_policy, seed_of, tools_text
+    from toolkit.flows.simia.prefilter import env_policy, prompt_tools, seed_of
     from toolkit.llm import LLMError, get_client
     from toolkit.roles.structured import add_usage, new_usage
 
@@ -112,7 +112,7 @@ def build(cfg: dict, meter: Any):
         policy = env_policy(record, msgs or ([{"role": "system", "content": system}] if system else []))
         text_prompt = prompt.render(
             sample_text=T.render(conv.messages, assistant_label=FAMILIES[family]),
-            available_tools=tools_text(tools, cfg),
+            available_tools=prompt_tools(tools, cfg),
             policy=policy or "(none)")
         results = await asyncio.gather(*(one(record, k, text_prompt, system, tools) for k in range(n)),
                                        return_exceptions=True)

@@ -9,7 +9,7 @@ LOGIGEN (arXiv 2603.00540, §4.2 "Deterministic and Dense Reward Mechanism")
 --------------------------------------------------------------------------
     DIFF(s_a, s_b) = Σ_{T ∈ tables} |rows(T, s_a) △ rows(T, s_b)|
         rows are canonicalized and technical keys (auto-increment ids) are excluded: here the
-        canonical form of `toolkit.envs.base` (one definition for the state hash and DIFF: booleans
+        canonical form of `toolkit.scoring.state` (one definition for the state hash and DIFF: booleans
         are 0/1, floats rounded to 9 digits and integral results ints), with `StateKeys` naming the
         technical columns (a sqlite domain derives them from its schema: rowid aliases / INTEGER
         PRIMARY KEY / AUTOINCREMENT, plus the columns declared in domain.yaml) and the columns that
@@ -57,7 +57,7 @@ from itertools import compress
 from operator import itemgetter, ne
 from typing import Any, Iterable, Sequence
 
-from toolkit.envs.base import (
+from toolkit.scoring.state import (
     DEFAULT_EXCLUDE_KEYS,
     CanonicalState,
     StateKeys,
@@ -66,7 +66,7 @@ from toolkit.envs.base import (
     canon_json,
     canon_value,
 )
-from toolkit.envs.base import diff as base_diff
+from toolkit.scoring.state import diff as base_diff
 
 DEFAULT_EPSILON = 1e-9
 
@@ -75,13 +75,13 @@ DEFAULT_EPSILON = 1e-9
 
 
 def _canon(v: Any) -> Any:
-    """Canonical value (the one definition: `toolkit.envs.base.canon_value`)."""
+    """Canonical value (the one definition: `toolkit.scoring.state.canon_value`)."""
     return canon_value(v)
 
 
 def row_key(row: Any, exclude: frozenset | set = frozenset()) -> str:
     """Canonical JSON of a row minus the excluded keys (the identity of a row in DIFF, for tables
-    without references; see `toolkit.envs.base.CanonicalState`)."""
+    without references; see `toolkit.scoring.state.CanonicalState`)."""
     if isinstance(row, dict):
         row = {str(k): canon_value(v) for k, v in row.items() if k not in exclude}
     else:
@@ -369,7 +369,7 @@ class _RefTableIndex:
 class TargetIndex:
     """A target state indexed once, then compared with many states: `DIFF(state, target)`.
 
-    `keys` (StateKeys) names technical columns and references (see toolkit.envs.base); tables
+    `keys` (StateKeys) names technical columns and references (see toolkit.scoring.state); tables
     without references use the tiered `_TableIndex`, tables with references compare canonical
     keys. `diff_canonical` takes per-table `TableCanon`s (what `SqliteEnvironment.canonical()`
     returns, cached per table content) and skips every table whose digest equals the target's.

@@ -1,0 +1,172 @@
+"""The layer contract of `toolkit/` and its checker (run by tests/test_layers.py, hence by `.ci/run`).
+
+Layers point down (docs/architecture.md): a module may import modules of its own layer or of a
+lower one, never of a higher one; and no module takes part in an import cycle. Every import
+counts, function-local ones included (they are how upward imports used to hide). The checker
+reads the source with `ast`; nothing is imported.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+# lowest first; the names are the first component under `toolkit.` ("" is toolkit/__init__.py)
+LAYERS: list[tuple[str, ...]] = [
+    ("", "schema", "io", "config", "prompts", "scoring", "formats", "stats", "yieldtable"),
+    ("envs", "llm", "sandbox", "roles", "domains", "tau2"),
+    ("stages",),
+    ("flows",),
+    ("train",),
+    ("cli", "doctor"),
+]
+
+# Known upward imports allowed for now, each with the reason; the list only shrinks.
+IGNORED: dict[tuple[str, str], str] = {
+    # stages → flows: i18-registry replaces these with registration (flows register into stages);
+    # the lead empties these entries after merging that branch.
+    ("toolkit.stages.verify", "toolkit.flows.simia.grounding"): "pending i18-registry (verify scorer registry)",
+    ("toolkit.stages.rollout", "toolkit.flows.astra.mixing"): "pending i18-registry (rollout tool mixing)",
+    ("toolkit.stages.simulate_env", "toolkit.flows.simia.simulate"): "pending i18-registry (simulate-env strategy)",
+    # config → llm: `config.llm_config` builds an `llm.LLMConfig`; config.py belongs to i18-options
+    # (typed options), after which the lead moves `llm_config` into toolkit/llm.
+    ("toolkit.config", "toolkit.llm"): "pending i18-options (llm_config moves to toolkit.llm)",
+}
+
+
+@dataclass(frozen=True)
+class Import:
+    source: str  # importing module
+    target: str  # imported toolkit module (the longest existing module name)
+    line: int
+    local: bool  # inside a function/class/block (not at module top level)
+
+    def __str__(self) -> str:
+        where = "function-local " if self.local else ""
+        return f"{self.source}:{self.line} {where}import of {self.target}"
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def scan(root: Path) -> list[Import]:
+    """Every import of a `toolkit` module by a module under `root` (the toolkit package dir)."""
+    files = {module_name(p, root): p for p in sorted(root.rglob("*.py"))}
+    mods = set(files)
+
+    def resolve(name: str) -> str | None:
+        while name and name not in mods:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    out: list[Import] = []
+    for mod, path in files.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        top = {id(n) for n in tree.body}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = mod.split(".") if path.name == "__init__.py" else mod.split(".")[:-1]
+                    base = base[: len(base) - (node.level - 1)]
+                    pkg = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    pkg = node.module or ""
+                # `from pkg import sub` imports the submodule; `from pkg import name` the package
+                names = [f"{pkg}.{a.name}" if f"{pkg}.{a.name}" in mods else pkg for a in node.names]
+            else:
+                continue
+            for name in dict.fromkeys(names):
+                if name == root.name or name.startswith(root.name + "."):
+                    target = resolve(name)
+                    if target and target != mod:
+                        out.append(Import(mod, target, node.lineno, id(node) not in top))
+    return out
+
+
+def layer_of(module: str) -> int | None:
+    parts = module.split(".")
+    first = parts[1] if len(parts) > 1 else ""
+    for i, names in enumerate(LAYERS):
+        if first in names:
+            return i
+    return None
+
+
+def _ignored(imp: Import, ignored: dict) -> bool:
+    return any(imp.source == s and (imp.target == t or imp.target.startswith(t + ".")) for s, t in ignored)
+
+
+def upward(imports: list[Import], ignored: dict = IGNORED) -> list[str]:
+    errors = []
+    for imp in imports:
+        a, b = layer_of(imp.source), layer_of(imp.target)
+        if a is None:
+            errors.append(f"{imp.source} is in no layer (add it to tests/layering.py LAYERS)")
+        elif b is None:
+            errors.append(f"{imp.target} is in no layer (add it to tests/layering.py LAYERS)")
+        elif b > a and not _ignored(imp, ignored):
+            errors.append(f"upward import: {imp} (layer {a} {LAYERS[a][0] or 'core'} → layer {b} {LAYERS[b][0]})")
+    return sorted(set(errors))
+
+
+def cycles(imports: list[Import], ignored: dict = IGNORED) -> list[list[str]]:
+    """Strongly connected components (> 1 module) of the module import graph. An import of one's
+    own ancestor package is left out (Python has already imported it before the module runs)."""
+    graph: dict[str, set[str]] = {}
+    for imp in imports:
+        if _ignored(imp, ignored) or imp.source.startswith(imp.target + "."):
+            continue
+        graph.setdefault(imp.source, set()).add(imp.target)
+        graph.setdefault(imp.target, set())
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def check(root: Path, ignored: dict = IGNORED) -> list[str]:
+    """Every breach of the contract, as readable lines ([] = the contract holds)."""
+    imports = scan(root)
+    return upward(imports, ignored) + [f"import cycle: {' ↔ '.join(c)}" for c in cycles(imports, ignored)]
+
+
+def stale_ignores(root: Path, ignored: dict = IGNORED) -> list[tuple[str, str]]:
+    """Entries of the ignore list that no import uses any more (to be deleted)."""
+    imports = scan(root)
+    return [k for k in ignored if not any(_ignored(i, {k: ""}) for i in imports)]

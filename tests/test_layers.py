@@ -1,0 +1,66 @@
+"""The layer contract (tests/layering.py): toolkit's imports point down and form no cycle."""
+
+import shutil
+from pathlib import Path
+
+import layering
+
+ROOT = Path(__file__).resolve().parent.parent / "toolkit"
+
+
+def test_toolkit_imports_point_down_without_cycles():
+    assert layering.check(ROOT) == []
+
+
+def test_ignore_list_has_no_stale_entries():
+    assert layering.stale_ignores(ROOT) == []
+
+
+def _copy(tmp_path: Path) -> Path:
+    dst = tmp_path / "toolkit"
+    shutil.copytree(ROOT, dst, ignore=shutil.ignore_patterns("__pycache__", "*.txt", "*.json", "*.sql", "*.md"))
+    return dst
+
+
+def _append(path: Path, text: str) -> int:
+    """Append `text` to a module; returns the line number of its first line."""
+    old = path.read_text(encoding="utf-8")
+    path.write_text(old + ("" if old.endswith("\n") else "\n") + text, encoding="utf-8")
+    return old.count("\n") + 1 + (0 if old.endswith("\n") else 1)
+
+
+def test_planted_function_local_upward_import_fails(tmp_path):
+    pkg = _copy(tmp_path)
+    assert layering.check(pkg) == []
+    line = _append(pkg / "scoring" / "rewards.py",
+                   "def _planted():\n    from toolkit.train import sft  # noqa: F401\n") + 1
+    errors = layering.check(pkg)
+    assert errors == [f"upward import: toolkit.scoring.rewards:{line} function-local import of "
+                      "toolkit.train.sft (layer 0 core → layer 4 train)"]
+
+
+def test_planted_relative_upward_import_and_cycle_fail(tmp_path):
+    pkg = _copy(tmp_path)
+    # stages → flows through a relative import: upward (flows sit above stages)
+    line = _append(pkg / "stages" / "registry.py", "from ..flows.astra import mixing  # noqa: F401,E402\n")
+    # schema ↔ io: same layer, but a cycle
+    _append(pkg / "schema.py", "def _planted():\n    import toolkit.io  # noqa: F401\n")
+    errors = layering.check(pkg)
+    assert f"upward import: toolkit.stages.registry:{line} import of toolkit.flows.astra.mixing " \
+           "(layer 2 stages → layer 3 flows)" in errors
+    assert any(e.startswith("import cycle: ") and "toolkit.io" in e and "toolkit.schema" in e for e in errors)
+    assert len(errors) == 2, errors
+
+
+def test_ignored_edge_is_allowed_only_where_listed(tmp_path):
+    pkg = _copy(tmp_path)
+    # the same kind of import as an ignored one, from another module: reported
+    _append(pkg / "stages" / "eval_tau2.py", "def _planted():\n    from toolkit.flows.simia import grounding  # noqa\n")
+    errors = layering.check(pkg)
+    assert len(errors) == 1 and "toolkit.stages.eval_tau2" in errors[0] and "toolkit.flows.simia.grounding" in errors[0]
+
+
+def test_unlisted_package_is_reported(tmp_path):
+    pkg = _copy(tmp_path)
+    (pkg / "newthing.py").write_text("from toolkit import schema  # noqa: F401\n", encoding="utf-8")
+    assert layering.check(pkg) == ["toolkit.newthing is in no layer (add it to tests/layering.py LAYERS)"]

@@ -1,0 +1,101 @@
+"""OpenAI tool schemas in the shapes prompts and chat templates take: the `function` part, the
+compact small-context rendering, the tool list of a training row or a GRPO prompt, and the one
+tool-list renderer for prompts (`tools_text`, also a filter in prompt templates)."""
+
+from __future__ import annotations
+
+import json
+
+TOOL_SCHEMAS = ("full", "compact")
+
+
+def tool_function(tool: dict) -> dict:
+    """The `function` part of an OpenAI tool schema (accepts bare function dicts too)."""
+    if isinstance(tool, dict) and tool.get("type") == "function" and isinstance(tool.get("function"), dict):
+        return tool["function"]
+    return tool
+
+
+def first_sentence(text: str, limit: int = 160) -> str:
+    text = " ".join(str(text or "").split())
+    cut = text.find(". ")
+    text = text[: cut + 1] if 0 <= cut < limit else text
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def compact_tool(tool: dict) -> dict:
+    """A small-context rendering of a tool: first sentence of the description and each parameter
+    reduced to its type (anyOf → first non-null alternative), enum and required list. Used for
+    small embedded models whose context cannot hold logic-exposed tool descriptions."""
+    fn = tool_function(tool)
+    params = fn.get("parameters") or {}
+    props = {}
+    for k, v in (params.get("properties") or {}).items():
+        v = v if isinstance(v, dict) else {}
+        alts = v.get("anyOf") or v.get("oneOf")
+        if alts:
+            v = next((a for a in alts if isinstance(a, dict) and a.get("type") not in ("null", None)), alts[0])
+        t = v.get("type", "string")
+        if isinstance(t, list):
+            t = next((x for x in t if x != "null"), "string")
+        props[k] = {"type": t, **({"enum": v["enum"]} if v.get("enum") else {})}
+    out = {"type": "object", "properties": props}
+    if params.get("required"):
+        out["required"] = params["required"]
+    return {"name": fn.get("name"), "description": first_sentence(fn.get("description", "")), "parameters": out}
+
+
+def prepare_tools(tools: list, mode: str = "full") -> list[dict]:
+    """The tool list as the chat template gets it, in SFT rows and in GRPO prompts alike:
+    full = the OpenAI schemas as offered; compact = compact_tool (first
+    sentence of each description, parameter names/types/enums; ~5x shorter for the sqlite domains)."""
+    if mode not in TOOL_SCHEMAS:
+        raise ValueError(f"tool_schema must be one of {TOOL_SCHEMAS}")
+    out = [t.model_dump(exclude_none=True) if hasattr(t, "model_dump") else dict(t) for t in tools]
+    if mode == "compact":
+        out = [{"type": "function", "function": compact_tool(t)} for t in out]
+    return out
+
+
+TOOLS_TEXT_STYLES = ("json", "signatures", "params")
+
+
+def tools_text(tools: list, style: str = "json", *, indent: int | None = None, compact: bool | str = False,
+               unwrap: bool = True, limit: int | None = None, empty: str | None = None) -> str:
+    """The tool list as prompt text (also the `tools_text` filter of prompt templates):
+    json        the schemas as JSON (`unwrap`: the `function` parts; `compact`: compact_tool each,
+                "auto" = compact when the full JSON is over 12,000 characters), `indent` as json.dumps
+    signatures  one line per tool, `- name(param: type, optional?: type): first sentence`
+    params      one line per tool, `- name: required*, optional`
+    `limit` cuts the text there and marks it "...(truncated)"; `empty` is the text for no tools."""
+    if not tools and empty is not None:
+        return empty
+    if style == "json":
+        fns = [tool_function(t) if unwrap else t for t in tools]
+        s = json.dumps(fns, ensure_ascii=False, indent=indent)
+        if compact is True or (compact == "auto" and len(s) > 12000):
+            s = json.dumps([compact_tool(f) for f in fns], ensure_ascii=False, indent=indent)
+    elif style == "signatures":
+        lines = []
+        for t in tools:
+            f = tool_function(t)
+            props = (f.get("parameters") or {}).get("properties") or {}
+            req = set((f.get("parameters") or {}).get("required") or [])
+            ps = ", ".join(f"{k}{'' if k in req else '?'}: {(v or {}).get('type', 'any')}" for k, v in props.items())
+            desc = " ".join(str(f.get("description") or "").split()).split(". ")[0][:200]
+            lines.append(f"- {f.get('name')}({ps}): {desc}")
+        s = "\n".join(lines)
+    elif style == "params":
+        lines = []
+        for t in tools:
+            f = tool_function(t)
+            params = f.get("parameters") or {}
+            req = set(params.get("required") or [])
+            lines.append(f"- {f.get('name')}: " + ", ".join(f"{p}{'*' if p in req else ''}"
+                                                          for p in params.get("properties") or {}))
+        s = "\n".join(lines)
+    else:
+        raise ValueError(f"tools_text style must be one of {TOOLS_TEXT_STYLES}, got {style!r}")
+    if limit is not None and len(s) > limit:
+        s = s[:limit] + "\n...(truncated)"
+    return s

@@ -1,0 +1,108 @@
+"""Episodes and groups: G episodes per task through rollout's engine, scored by verify."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from toolkit.schema import Record, Trajectory
+from toolkit.train import advantages as ADV
+from toolkit.train.grpo.agent import PolicyAgent
+from toolkit.train.grpo.options import VARIANTS, GRPOOptions
+
+# ----------------------------------------------------------------------------------------------
+# episodes and groups
+
+
+@dataclass
+class Episode:
+    record_id: str
+    traj: Trajectory
+    ids: list[int]
+    mask: list[int]
+    turn_of: list[int]
+    calls_per_turn: list[int]
+    prompt_len: int
+    format_errors: int
+    reward: float = 0.0
+    turn_rewards: list[float] = field(default_factory=list)
+
+    @property
+    def policy_tokens(self) -> int:
+        return sum(self.mask)
+
+
+class Rollouts:
+    """Runs groups of episodes and verifies them (rollout's engine + verify's strategies)."""
+
+    def __init__(self, cfg: dict, opts: GRPOOptions, tok, generator, meter: Any = None):
+        from toolkit.stages import verify
+
+        self.opts, self.tok, self.generator = opts, tok, generator
+        # the policy's --model is a checkpoint path, never the simulator's / judge's model name
+        side_cfg = {k: v for k, v in cfg.items() if k not in ("model", "base_url")}
+        self.side_cfg = side_cfg
+        self.meter = meter
+        vcfg = {**side_cfg, "strategy": list(opts.verify_strategy), "lambda_err": opts.lambda_err,
+                "filter": "all", "require": cfg.get("require"),
+                "judge_rubric": cfg.get("judge_rubric") or VARIANTS[opts.variant].get("judge_rubric")}
+        self.verify_fn = verify.build(vcfg, meter)
+        self._user_client = None
+
+    def user_client(self):
+        if self._user_client is None:
+            from toolkit.config import llm_config
+            from toolkit.llm import get_client
+
+            self._user_client = get_client(llm_config(self.side_cfg, role="user"), self.meter)
+        return self._user_client
+
+    async def episode(self, record: Record, k: int, step: int) -> Episode:
+        from toolkit.envs import load_env
+        from toolkit.stages.rollout import EpisodeLimits, LLMUser, distractor_tools, run_episode, scenario_text
+
+        key = f"{record.id}-s{step}-g{k}"
+        agent = PolicyAgent(self.tok, self.generator, self.opts, key=key)
+        env = load_env(record.env)
+        try:
+            env.reset(record.env.state if record.env and record.env.state else None)
+            if hasattr(env, "bind_llm"):
+                from toolkit.config import llm_config
+                from toolkit.llm import get_client
+
+                env.bind_llm(get_client(llm_config(self.side_cfg, role="env"), self.meter))
+            user = None
+            if record.task and record.task.user_scenario:
+                usp = env.user_simulator_system_prompt() if hasattr(env, "user_simulator_system_prompt") else None
+                user = LLMUser(self.user_client(), scenario_text(record), sample_index=step * 1000 + k,
+                               system_prompt=usp)
+            extra = (distractor_tools(record, env.tools("agent"), self.opts.distractor_tools, step * 1000 + k)
+                     if self.opts.distractor_tools else [])
+            limits = EpisodeLimits(max_turns=self.opts.max_turns, max_tool_errors=self.opts.max_tool_errors,
+                                   max_context_tokens=10**9)
+            traj = await run_episode(record, env, agent, user, key, limits, extra_tools=extra,
+                                     agent_model="policy", user_model="user-simulator" if user else None)
+        finally:
+            env.close()
+        if agent.truncated:
+            traj.termination = "context_length"
+        return Episode(record.id, traj, agent.ids, agent.mask, agent.turn_of, agent.calls_per_turn,
+                       agent.prompt_len, agent.format_errors)
+
+    async def group(self, record: Record, step: int) -> tuple[ADV.Group, Record]:
+        eps = await asyncio.gather(*(self.episode(record, k, step) for k in range(self.opts.num_generations)))
+        rec = record.model_copy(deep=True)
+        rec.trajectories = [e.traj for e in eps]
+        scored = await self.verify_fn(rec)
+        for e, t in zip(eps, scored.trajectories):
+            e.traj = t
+            e.reward = float(t.reward) if t.reward is not None else 0.0
+            agent_steps = [s for s in t.steps if s.side == "agent"]
+            step_turns = [ti for ti, n in enumerate(e.calls_per_turn) for _ in range(n)]
+            if len(agent_steps) == len(step_turns):
+                e.turn_rewards = ADV.turn_dense_rewards([s.reward for s in agent_steps], step_turns,
+                                                        len(e.calls_per_turn))
+            else:  # an episode cut short mid-turn: no dense signal rather than a misaligned one
+                e.turn_rewards = [0.0] * len(e.calls_per_turn)
+        return ADV.Group(record.id, [e.reward for e in eps], list(eps)), scored

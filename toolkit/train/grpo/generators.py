@@ -1,0 +1,169 @@
+"""Generation backends for GRPO: ids in, sampled completion ids out (HF generate, TRL's vLLM
+server client, a scripted one for tests)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from toolkit.train.grpo.options import GRPOOptions
+
+# ----------------------------------------------------------------------------------------------
+# generation backends: ids in -> sampled completion ids out
+
+
+class HFGenerator:
+    """transformers `generate` on the training model. Concurrent episodes' requests are batched
+    (left-padded) into one `generate` call when they arrive together."""
+
+    def __init__(self, model, tok, temperature: float = 1.0, top_p: float = 1.0, seed: int = 0):
+        self.model, self.tok = model, tok
+        self.temperature, self.top_p = temperature, top_p
+        self.pending: list[tuple[list[int], int, asyncio.Future]] = []
+        self.flushing = False
+        self.generated_tokens = 0
+        self.seconds = 0.0
+        self.calls = 0
+        import torch
+
+        self.gen = torch.Generator().manual_seed(seed)
+
+    async def generate(self, ids: list[int], max_new_tokens: int) -> list[int]:
+        fut = asyncio.get_running_loop().create_future()
+        self.pending.append((ids, max_new_tokens, fut))
+        if not self.flushing:
+            self.flushing = True
+            asyncio.get_running_loop().create_task(self._flush())
+        return await fut
+
+    async def _flush(self) -> None:
+        try:
+            while True:  # let every runnable episode reach its generate() call
+                n = len(self.pending)
+                for _ in range(3):
+                    await asyncio.sleep(0)
+                if len(self.pending) == n:
+                    break
+            batch, self.pending = self.pending, []
+            try:
+                outs = self._run([b[0] for b in batch], max(b[1] for b in batch))
+            except Exception as e:  # pragma: no cover - surfaced to every waiting episode
+                for *_, f in batch:
+                    f.set_exception(e)
+                return
+            for (ids, mx, f), o in zip(batch, outs):
+                f.set_result(o[:mx])
+        finally:
+            self.flushing = False
+            if self.pending:
+                self.flushing = True
+                asyncio.get_running_loop().create_task(self._flush())
+
+    def _run(self, prompts: list[list[int]], max_new: int) -> list[list[int]]:
+        import torch
+
+        t0 = time.time()
+        pad = self.tok.pad_token_id
+        eos = self.tok.eos_token_id
+        L = max(len(p) for p in prompts)
+        input_ids = torch.tensor([[pad] * (L - len(p)) + p for p in prompts])
+        attn = torch.tensor([[0] * (L - len(p)) + [1] * len(p) for p in prompts])
+        was_training = self.model.training
+        self.model.eval()
+        # torch's global RNG drives sampling; fork it so generation is seeded and training's RNG is not consumed
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=self.gen)))
+            out = self.model.generate(input_ids=input_ids.to(self.model.device), attention_mask=attn.to(self.model.device),
+                                      do_sample=True, temperature=self.temperature, top_p=self.top_p, top_k=0,
+                                      max_new_tokens=max_new, eos_token_id=eos, pad_token_id=pad)
+        if was_training:
+            self.model.train()
+        res = []
+        for row in out[:, L:].tolist():
+            if eos in row:
+                row = row[: row.index(eos) + 1]
+            res.append(row)
+            self.generated_tokens += len(row)
+        self.seconds += time.time() - t0
+        self.calls += 1
+        return res
+
+    def sync_weights(self) -> None:  # same model object: nothing to do
+        pass
+
+
+class VLLMGenerator:
+    """Generation on a TRL vLLM server (`trl vllm-serve --model PATH` on its own GPU): prompts are
+    sent as token ids, completions come back as token ids; weights are pushed after every update
+    through TRL's NCCL communicator. Not exercised by the CPU tests (no GPU here)."""
+
+    def __init__(self, model, tok, opts: GRPOOptions, is_main: bool = True):
+        from trl.generation.vllm_client import VLLMClient
+
+        self.model, self.tok, self.opts, self.is_main = model, tok, opts, is_main
+        self.client = VLLMClient(host=opts.vllm_server_host, server_port=opts.vllm_server_port)
+        if is_main:  # one weight-sync communicator: DDP keeps every rank's weights equal
+            self.client.init_communicator(device=getattr(model, "device", 0))
+        self.pending: list[tuple[list[int], int, asyncio.Future]] = []
+        self.flushing = False
+        self.generated_tokens = 0
+        self.seconds = 0.0
+        self.calls = 0
+
+    generate = HFGenerator.generate
+    _flush = HFGenerator._flush
+
+    def _run(self, prompts: list[list[int]], max_new: int) -> list[list[int]]:
+        t0 = time.time()
+        out = self.client.generate(prompts=prompts, n=1, temperature=self.opts.temperature, top_p=self.opts.top_p,
+                                   max_tokens=max_new, logprobs=0)
+        res = [list(c) for c in out["completion_ids"]]
+        self.generated_tokens += sum(len(r) for r in res)
+        self.seconds += time.time() - t0
+        self.calls += 1
+        return res
+
+    def sync_weights(self) -> None:
+        if not self.is_main:
+            return
+        model = self.model
+        if hasattr(model, "merge_adapter"):  # peft: push merged weights
+            model.merge_adapter()
+            try:
+                for name, p in model.named_parameters():
+                    name = name.replace("base_model.model.", "").replace(".base_layer", "")
+                    if "lora_" in name:
+                        continue
+                    self.client.update_named_param(name, p.data)
+            finally:
+                model.unmerge_adapter()
+        else:
+            for name, p in model.named_parameters():
+                self.client.update_named_param(name, p.data)
+        self.client.reset_prefix_cache()
+
+
+class ScriptedGenerator:
+    """Returns pre-written completions (tests, and to replay a fixed policy): texts are tokenized
+    once and returned as ids, in order, per episode key."""
+
+    def __init__(self, tok, scripts: dict[str, list[str]] | list[str]):
+        self.tok = tok
+        self.scripts = scripts
+        self.generated_tokens = 0
+        self.seconds = 0.0
+        self.calls = 0
+
+    async def generate(self, ids: list[int], max_new_tokens: int, key: str = "") -> list[int]:
+        seq = self.scripts if isinstance(self.scripts, list) else self.scripts[key]
+        i = self._i = getattr(self, "_i", {})
+        k = i.get(key, 0)
+        i[key] = k + 1
+        text = seq[min(k, len(seq) - 1)]
+        out = self.tok(text, add_special_tokens=False)["input_ids"][:max_new_tokens]
+        self.generated_tokens += len(out)
+        self.calls += 1
+        return out
+
+    def sync_weights(self) -> None:
+        pass

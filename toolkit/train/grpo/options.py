@@ -1,0 +1,98 @@
+"""GRPO options (`GRPOOptions`) and the paper variants that preset them (`VARIANTS`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from toolkit.io import UsageError
+from toolkit.train import advantages as ADV
+
+# ----------------------------------------------------------------------------------------------
+# options
+
+
+VARIANTS: dict[str, dict] = {
+    # plain GRPO (DeepSeek): per-sequence mean, (R-μ)/σ, no filtering
+    "grpo": {"loss_type": "grpo", "advantage": "grpo", "filter": "none", "beta": 0.0},
+    # EigenData [E] §5: trajectory-level advantage, token-level normalization over the group, dynamic filtering
+    "eigendata": {"loss_type": "group_token", "advantage": "grpo", "filter": "dynamic", "beta": 0.0},
+    # ASTRA [A] §3.2.2: adaptive batch filling Std(R) > δ with a buffer, batch-level token mean, no KL
+    "astra": {"loss_type": "dapo", "advantage": "grpo", "filter": "adaptive", "beta": 0.0, "delta": 0.0},
+    # LOGIGEN [L] §4.3: A_it = A_i + min(r_t, 0), 1/G turn-level objective, β = 0, state_diff reward
+    "ta-grpo": {"loss_type": "turn", "advantage": "ta_grpo", "filter": "none", "beta": 0.0,
+                "verify_strategy": ["state_diff"]},
+    # Simia [M] App. B.2: simulated env + LLM judge reward, KL 0.001, clip-high 0.28
+    "simia": {"loss_type": "grpo", "advantage": "grpo", "filter": "none", "beta": 0.001, "epsilon_high": 0.28,
+              "verify_strategy": ["judge"], "judge_rubric": "simia"},
+}
+
+
+@dataclass
+class GRPOOptions:
+    variant: str = "grpo"
+    num_generations: int = 4           # G
+    tasks_per_step: int = 2            # groups per step (ASTRA: the batch size n, in groups)
+    max_steps: int = 10
+    learning_rate: float = 1e-6
+    lr_scheduler_type: str = "constant"  # any transformers scheduler name (constant, cosine, linear ...)
+    warmup_ratio: float = 0.0
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_turns: int = 8
+    max_tool_errors: int = 5
+    max_new_tokens: int = 256          # per agent turn
+    max_total_tokens: int = 4096       # per episode (context)
+    num_iterations: int = 1            # policy updates per batch (μ); >1 uses importance ratios
+    beta: float = 0.0                  # KL to the reference model (k3 estimator); 0 = no reference model
+    epsilon: float = 0.2               # clip low
+    epsilon_high: float | None = None  # clip high (DAPO clip-higher); None = epsilon
+    loss_type: str = "grpo"
+    advantage: str = "grpo"            # grpo | ta_grpo
+    scale_rewards: bool = True         # divide by σ (False: Dr. GRPO)
+    filter: str = "none"               # none | dynamic | adaptive
+    delta: float = 0.0                 # Std(R) > δ
+    max_fill_rounds: int = 4           # adaptive: rollout rounds per step before giving up
+    verify_strategy: list = field(default_factory=lambda: ["state_diff"])
+    lambda_err: float = 0.1
+    micro_batch: int = 1               # sequences per forward/backward
+    save_steps: int = 0                # 0 = only at the end
+    seed: int = 0
+    tool_schema: str = "full"
+    system_prompt: str = "keep"
+    distractor_tools: int = 0          # ASTRA irrelevant-tool mixing from the rollout side
+    generation: str = "transformers"   # transformers | vllm (TRL's `trl vllm-serve`)
+    vllm_server_host: str = "127.0.0.1"
+    vllm_server_port: int = 8000
+    log_completions: bool = False
+    strict_tool_calls: bool = False    # a <tool_call> block must be valid JSON as generated (no repair)
+
+    @classmethod
+    def from_config(cls, cfg: dict) -> "GRPOOptions":
+        variant = cfg.get("variant") or "grpo"
+        if variant not in VARIANTS:
+            raise UsageError(f"unknown --variant {variant!r}; choose from {', '.join(VARIANTS)}")
+        vals: dict[str, Any] = {"variant": variant, **VARIANTS[variant]}
+        names = {f for f in cls.__dataclass_fields__}
+        for k, v in cfg.items():
+            if k in names and v is not None and v != () and k != "variant":
+                vals[k] = v
+        if isinstance(vals.get("verify_strategy"), (str, tuple)):
+            vs = vals["verify_strategy"]
+            vals["verify_strategy"] = [vs] if isinstance(vs, str) else list(vs)
+        o = cls(**{k: v for k, v in vals.items() if k in names})
+        if o.loss_type not in ADV.LOSS_TYPES:
+            raise UsageError(f"loss_type must be one of {', '.join(ADV.LOSS_TYPES)}")
+        if o.advantage not in ("grpo", "ta_grpo"):
+            raise UsageError("advantage must be grpo or ta_grpo")
+        if o.filter not in ("none", "dynamic", "adaptive"):
+            raise UsageError("filter must be none, dynamic or adaptive")
+        if o.num_generations < 2:
+            raise UsageError("num_generations (G) must be >= 2: advantages are relative to the group")
+        return o
+
+    @property
+    def eps_high(self) -> float:
+        return self.epsilon if self.epsilon_high is None else float(self.epsilon_high)
