@@ -34,10 +34,11 @@ import copy
 import json
 from typing import Any, Iterable
 
+from toolkit import registry
 from toolkit.io import StageError
 from toolkit.schema import Record, Trajectory
 
-FORMATS = ("chat", "openai", "sharegpt", "hermes")
+FORMATS = ("chat", "openai", "sharegpt", "hermes")  # the built-in ones; registry.names("exporters") has all
 ROLES = ("assistant", "user")
 FILTERS = ("all", "passed", "failed")
 
@@ -243,6 +244,17 @@ def record_rows(record: Record, role: str = "assistant", filter: str = "all",
 # formats
 
 
+def exporter(name: str, help: str = "", flow: str | None = None):
+    """Register `fn(row) -> dict` (one output JSONL object per training row) as `sft --export name`."""
+    return registry.register("exporters", name, help=help, flow=flow)
+
+
+@exporter("chat", help="the training row itself (HF chat-template ready: dict arguments)")
+def to_chat(row: dict) -> dict:
+    return row
+
+
+@exporter("openai", help="OpenAI fine-tuning JSONL: messages + tools, arguments as JSON strings")
 def to_openai(row: dict) -> dict:
     msgs = copy.deepcopy(row["messages"])
     for m in msgs:
@@ -256,6 +268,7 @@ def to_openai(row: dict) -> dict:
     return out
 
 
+@exporter("sharegpt", help="LLaMA-Factory ShareGPT conversations (function_call / observation turns)")
 def to_sharegpt(row: dict) -> dict:
     system = ""
     conv: list[dict] = []
@@ -289,6 +302,7 @@ def to_sharegpt(row: dict) -> dict:
     return out
 
 
+@exporter("hermes", help='{"text"} rendered with the toolkit Hermes template (ChatML + <tool_call>)')
 def to_hermes(row: dict) -> dict:
     from toolkit.train.template import render_hermes
 
@@ -296,15 +310,10 @@ def to_hermes(row: dict) -> dict:
 
 
 def export_row(row: dict, fmt: str) -> dict:
-    if fmt == "chat":
-        return row
-    if fmt == "openai":
-        return to_openai(row)
-    if fmt == "sharegpt":
-        return to_sharegpt(row)
-    if fmt == "hermes":
-        return to_hermes(row)
-    raise ValueError(f"unknown export format {fmt!r}; choose from {', '.join(FORMATS)}")
+    e = registry.lookup("exporters", fmt)
+    if e is None:
+        raise ValueError(f"unknown export format {fmt!r}; choose from {', '.join(registry.names('exporters'))}")
+    return e.obj(row)
 
 
 def iter_rows(records: Iterable[Record], role: str = "assistant", filter: str = "all",
