@@ -108,9 +108,6 @@ class Entry:
     def command(self) -> str | None:
         return self.scope
 
-    def label(self) -> str:
-        return f"{self.name} (flow: {self.flow or '-'})" + (f" — {self.help}" if self.help else "")
-
     def as_dict(self) -> dict:
         return {"kind": self.kind, "name": self.name, "scope": self.scope, "flow": self.flow,
                 "package": self.package, "module": self.module, "source": self.source, "help": self.help,
@@ -138,6 +135,7 @@ class UnknownEntry(LookupError):
 # kind -> scope -> name -> Entry. The strategies table is shared with toolkit.stages.registry._REGISTRY.
 _ENTRIES: dict[str, dict[str | None, dict[str, Entry]]] = {k: {} for k in KINDS}
 _loaded: set[str] = set()
+_in_progress: dict[str, int] = {}  # kind -> id of the thread importing its modules
 _errors: list[LoadError] = []
 _fallbacks: list[tuple[str, str, str]] = []   # (kind, name, module) imported from BUILTINS
 _conflicts: list[str] = []
@@ -221,13 +219,14 @@ def register(kind: str, name: str, obj: Any = None, *, help: str = "", flow: str
         src = _loading[-1][0] if _loading else "import"
         e = Entry(kind=kind, name=name, obj=o, help=help, flow=flow or _flow_of(mod), scope=scope, module=mod,
                   package=_package_of(mod), source=src, meta=dict(meta))
-        with _lock:
-            table = _ENTRIES[kind].setdefault(scope, {})
-            old = table.get(name)
-            if old is not None and old.package != e.package:
-                _conflicts.append(f"{kind} {name!r}" + (f" ({scope})" if scope else "")
-                                  + f": {e.package or e.module} replaces {old.package or old.module}")
-            table[name] = e
+        # no lock here: registration runs inside imports (a lock taken here and in load() could
+        # deadlock against the import lock of a module another thread is importing)
+        table = _ENTRIES[kind].setdefault(scope, {})
+        old = table.get(name)
+        if old is not None and old.package != e.package:
+            _conflicts.append(f"{kind} {name!r}" + (f" ({scope})" if scope else "")
+                              + f": {e.package or e.module} replaces {old.package or old.module}")
+        table[name] = e
         return o
 
     if obj is None:
@@ -305,6 +304,8 @@ def _import_module(kind: str, ep_name: str, module: str, package: str | None, so
 
 
 def _record_error(kind: str, ep_name: str, module: str, package: str | None, error: str) -> None:
+    if package == DISTRIBUTION and module not in {m for _, _, m in BUILTINS}:
+        error += f" (the installed {DISTRIBUTION} metadata names a module this checkout lacks: `pip install -e .`)"
     err = LoadError(kind, ep_name, module, package, error)
     _errors.append(err)
     _log(err.line())
@@ -315,27 +316,35 @@ def load(kind: str) -> None:
     _check_kind(kind)
     if kind in _loaded:
         return
-    with _lock:
-        if kind in _loaded:
-            return
-        _loaded.add(kind)  # first: a module that looks its own kind up while importing sees a partial table
-        own = [ep for ep in _own_entry_points() if ep.group == GROUP_PREFIX + kind]
-        declared = {ep.value for ep in own}
-        for ep in own:
-            _import_module(kind, ep.name, ep.value, DISTRIBUTION, "entry-point")
-        missing = [(n, m) for k, n, m in BUILTINS if k == kind and m not in declared]
-        if missing:
-            if not _fallbacks:
-                _log(f"toolkit: the installed {DISTRIBUTION} metadata does not declare its built-in plugin modules "
-                     f"(an install older than this checkout?): importing them from toolkit.registry.BUILTINS; "
-                     f"`pip install -e .` refreshes the entry points")
-            for n, m in missing:
-                _fallbacks.append((kind, n, m))
-                _import_module(kind, n, m, DISTRIBUTION, "builtin-fallback")
-        for ep in _third_party_entry_points(kind):
-            dist = getattr(ep, "dist", None)
-            _import_module(kind, ep.name, ep.value, getattr(dist, "name", None) if dist is not None else None,
-                           "entry-point")
+    with _lock:  # another thread waits here until the kind is complete
+        if kind in _loaded or _in_progress.get(kind) == threading.get_ident():
+            return  # (a module that looks its own kind up while being imported sees a partial table)
+        _in_progress[kind] = threading.get_ident()
+        try:
+            _load(kind)
+        finally:
+            _loaded.add(kind)
+            _in_progress.pop(kind, None)
+
+
+def _load(kind: str) -> None:
+    own = [ep for ep in _own_entry_points() if ep.group == GROUP_PREFIX + kind]
+    declared = {ep.value for ep in own}
+    for ep in own:
+        _import_module(kind, ep.name, ep.value, DISTRIBUTION, "entry-point")
+    missing = [(n, m) for k, n, m in BUILTINS if k == kind and m not in declared]
+    if missing:
+        if not _fallbacks:
+            _log(f"toolkit: the installed {DISTRIBUTION} metadata does not declare its built-in plugin modules "
+                 f"(an install older than this checkout?): importing them from toolkit.registry.BUILTINS; "
+                 f"`pip install -e .` refreshes the entry points")
+        for n, m in missing:
+            _fallbacks.append((kind, n, m))
+            _import_module(kind, n, m, DISTRIBUTION, "builtin-fallback")
+    for ep in _third_party_entry_points(kind):
+        dist = getattr(ep, "dist", None)
+        _import_module(kind, ep.name, ep.value, getattr(dist, "name", None) if dist is not None else None,
+                       "entry-point")
 
 
 def load_all() -> None:
@@ -354,14 +363,9 @@ def entries(kind: str, scope: str | None = None) -> dict[str, Entry]:
 
 
 def all_entries(kind: str) -> list[Entry]:
-    """Every entry of a kind across scopes, sorted by (scope, name)."""
+    """Every entry of a kind across scopes, sorted by (scope, name) (used by report())."""
     load(kind)
     return [e for s in sorted(_ENTRIES[kind], key=lambda x: x or "") for _, e in sorted(_ENTRIES[kind][s].items())]
-
-
-def scopes(kind: str) -> list[str | None]:
-    load(kind)
-    return sorted(_ENTRIES[kind], key=lambda x: x or "")
 
 
 def names(kind: str, scope: str | None = None) -> list[str]:
@@ -396,10 +400,6 @@ def describe(kind: str, scope: str | None = None, width: int = 12) -> str:
 
 def errors() -> list[LoadError]:
     return list(_errors)
-
-
-def fallbacks() -> list[tuple[str, str, str]]:
-    return list(_fallbacks)
 
 
 def report() -> dict:
