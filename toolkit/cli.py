@@ -166,13 +166,53 @@ def not_yet(command: str, issue: str) -> Callable[[dict], int]:
 
 
 # ----------------------------------------------------------------------------------------------
+# choices and --help sections read from the registry (toolkit.registry)
+
+
+class RegistryChoice(click.Choice):
+    """A choice whose values are whatever the registry holds for a kind (read when first needed)."""
+
+    def __init__(self, kind: str, scope: str | None = None):
+        self.kind, self.scope = kind, scope
+        super().__init__([], case_sensitive=True)
+
+    @property  # type: ignore[override]
+    def choices(self):  # noqa: D401
+        from toolkit import registry
+
+        return registry.names(self.kind, self.scope)
+
+    @choices.setter
+    def choices(self, value):  # click assigns in __init__
+        pass
+
+
+class RegistryHelp(click.Command):
+    """A command whose --help ends with one section per registry kind it takes a choice from:
+    `name (flow: x) — help` per entry."""
+
+    def __init__(self, *args: Any, sections: tuple = (), **kw: Any):
+        self.sections = sections  # ((title, kind, scope), ...)
+        super().__init__(*args, **kw)
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        from toolkit import registry
+
+        for title, kind, scope in self.sections:
+            with formatter.section(title):
+                formatter.write_text("\b\n" + registry.describe(kind, scope))
+        super().format_epilog(ctx, formatter)
+
+
+# ----------------------------------------------------------------------------------------------
 # the commands
 
 EPILOG = "Reads JSONL records (toolkit.record/v1) on stdin or --input; writes JSONL on stdout or --output."
 
 
-def _cmd(name: str, help: str) -> Callable:
-    return click.command(name, help=help, epilog=EPILOG, context_settings={"max_content_width": 110})
+def _cmd(name: str, help: str, sections: tuple = ()) -> Callable:
+    return click.command(name, cls=RegistryHelp, sections=sections, help=help, epilog=EPILOG,
+                         context_settings={"max_content_width": 110})
 
 
 @_cmd("simulate-env", """Simulate tool results with an LLM (Simia environment feedback; ASTRA emulator).
@@ -191,14 +231,14 @@ Strategies: simia (Simia appendix D environment-feedback prompt), astra (emulato
 Example:
   jq -c . tests/data/pending_tool_call.jsonl | simulate-env --cache .toolkit-cache/llm.sqlite \\
     | jq -r '.trajectories[-1].messages[-1].content'
-""")
+""", sections=(("Modes (--mode)", "strategies", "simulate-env:mode"),))
 @io_options
 @config_options
 @llm_options()
 @click.option("--strategy", type=click.Choice(["simia", "astra"]), default="simia", show_default=True)
 @click.option("--fault-rate", type=float, default=0.0, show_default=True,
               help="Probability of an injected timeout/unreachable error per call (ASTRA uses 0.2).")
-@click.option("--mode", type=click.Choice(["call", "trajectory"]), default="call", show_default=True,
+@click.option("--mode", type=RegistryChoice("strategies", "simulate-env:mode"), default="call", show_default=True,
               help="call: answer pending tool calls; trajectory: Simia one-call simulation of whole new "
                    "trajectories from each seed record (-n per seed).")
 @click.option("-n", "n", type=int, default=None, help="--mode trajectory: trajectories (passes) per seed.")
@@ -222,16 +262,16 @@ Strategies: state_diff (LOGIGEN DIFF, R, proximity, dense r_t), actions (tau2-st
 \b
 Example:
   rollout --agent replay < tasks.jsonl | verify --strategy state_diff --filter passed > good.jsonl
-""")
+""", sections=(("Scorers (--strategy)", "scorers", None), ("Judge rubrics (--judge-rubric)", "rubrics", None)))
 @io_options
 @config_options
 @llm_options()
 @llm_options("judge", "Judge")
-@click.option("--judge-rubric", type=click.Choice(["sea", "simia", "astra", "eigendata"]), default="sea", show_default=True,
+@click.option("--judge-rubric", type=RegistryChoice("rubrics"), default="sea", show_default=True,
               help="judge strategy rubric: SEA trajectory verdict with attribution, Simia reward, ASTRA 7-dim, "
                    "EigenData five dimensions + decision rule.")
 @click.option("--strategy", "strategy", multiple=True, default=["state_diff"], show_default=True,
-              help="Repeatable: state_diff, actions, f1, code, judge, tau2, grounding.")
+              help="Repeatable (or comma-separated): the registered scorers below.")
 @click.option("--require", multiple=True, help="Strategies that decide pass/fail (default: all run).")
 @click.option("--filter", "filter_", type=click.Choice(["all", "passed", "failed"]), default="all",
               show_default=True, help="Keep only records whose trajectories all pass / any fail.")
@@ -277,7 +317,8 @@ User  : an LLM user simulator (--user-model/--user-base-url) following task.user
 \b
 Example:
   toolkit tasks airline | rollout -n 2 | verify --strategy state_diff | jq -c '[.id, [.trajectories[].reward]]'
-""")
+""", sections=(("Environment backends (record.env.backend)", "backends", None),
+               ("Distractor sources (--distractor-mode)", "distractors", None)))
 @io_options
 @config_options
 @llm_options()
@@ -293,7 +334,7 @@ Example:
                                       "user simulator write the opening (tau2 style).")
 @click.option("--distractor-tools", type=int, default=0, show_default=True,
               help="Mix in this many irrelevant tools from other bundled domains (bands: up to this many per band).")
-@click.option("--distractor-mode", type=click.Choice(["random", "astra-random", "bands"]), default="random",
+@click.option("--distractor-mode", type=RegistryChoice("distractors"), default="random",
               show_default=True, help="random: N tools; astra-random: 5-9 tools (ASTRA baseline); bands: ASTRA "
                                       "similarity bands >0.85 / 0.4-0.85 / <0.4 (recipe key distractor_pool adds tools).")
 @click.option("--embed-base-url", help="OpenAI-compatible /v1/embeddings endpoint for --distractor-mode bands "
@@ -349,31 +390,12 @@ def eval_tau2(cfg: dict) -> int:
     return stage.main(cfg)
 
 
-class StrategyChoice(click.Choice):
-    """--strategy whose choices are whatever the registry holds (read when first needed)."""
+class StrategyChoice(RegistryChoice):
+    """--strategy whose choices are the command's registered strategies."""
 
     def __init__(self, command: str):
         self.command = command
-        super().__init__([], case_sensitive=True)
-
-    @property  # type: ignore[override]
-    def choices(self):  # noqa: D401
-        from toolkit.stages.registry import names
-
-        return names(self.command)
-
-    @choices.setter
-    def choices(self, value):  # click assigns in __init__
-        pass
-
-
-class _StrategyHelp(click.Command):
-    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        from toolkit.stages.registry import describe
-
-        with formatter.section("Strategies"):
-            formatter.write_text("\b\n" + describe(self.name))
-        super().format_epilog(ctx, formatter)
+        super().__init__("strategies", command)
 
 
 def strategy_command(name: str, help: str, *extra: Callable, filter_help: str | None = None,
@@ -402,8 +424,7 @@ def strategy_command(name: str, help: str, *extra: Callable, filter_help: str | 
 
     body.__name__ = name.replace("-", "_")
     cmd = _compose(*opts)(stage_command(body))
-    return click.command(name, cls=_StrategyHelp, help=help, epilog=EPILOG,
-                         context_settings={"max_content_width": 110})(cmd)
+    return _cmd(name, help, sections=(("Strategies", "strategies", name),))(cmd)
 
 
 def _placeholder(name: str, help: str, issue: str) -> click.Command:
@@ -502,7 +523,8 @@ Config: every key of the recipe's `sft:` section that is a trl.SFTConfig / Train
 \b
 Example:
   toolkit tasks airline | rollout --agent replay | verify | sft --filter passed --model ./Qwen2.5-0.5B-Instruct --output-dir ckpt/sft
-  verify --filter passed < r.jsonl | sft --export sharegpt > train.sharegpt.jsonl""")
+  verify --filter passed < r.jsonl | sft --export sharegpt > train.sharegpt.jsonl""",
+      sections=(("Export formats (--export)", "exporters", None),))
 @train_io_options
 @config_options
 @click.option("-o", "--output", "output", metavar="FILE", help="With --export: write rows here (default stdout).")
@@ -511,7 +533,7 @@ Example:
 @click.option("--filter", "filter", type=click.Choice(["all", "passed", "failed"]), default="all", show_default=True,
               help="Keep trajectories verify passed / failed (scores.verify.passed, else their verify verdicts).")
 @click.option("--min-reward", type=float, default=None, help="Keep trajectories with reward >= this.")
-@click.option("--export", "export", type=click.Choice(["chat", "openai", "sharegpt", "hermes"]), default=None,
+@click.option("--export", "export", type=RegistryChoice("exporters"), default=None,
               help="Write training rows in this format instead of training.")
 @click.option("--lora/--no-lora", "lora", default=None, help="Train LoRA adapters (peft; recipe `lora:` sets r, alpha ...).")
 @click.option("--epochs", "num_train_epochs", type=float, default=None, help="Epochs (TRL num_train_epochs).")
@@ -537,12 +559,13 @@ Config: recipe `grpo:` section (see docs/training.md for every key)
 
 \b
 Example:
-  toolkit tasks airline | grpo --model ckpt/sft --output-dir ckpt/grpo --variant ta-grpo --recipe recipes/logigen.yaml""")
+  toolkit tasks airline | grpo --model ckpt/sft --output-dir ckpt/grpo --variant ta-grpo --recipe recipes/logigen.yaml""",
+      sections=(("Variants (--variant)", "variants", None),))
 @train_io_options
 @config_options
 @llm_options("user", "User simulator")
 @llm_options("judge", "Judge")
-@click.option("--variant", type=click.Choice(["grpo", "eigendata", "astra", "ta-grpo", "simia"]), default=None,
+@click.option("--variant", type=RegistryChoice("variants"), default=None,
               help="Preset of advantage / filtering / loss settings from one paper (recipe keys override).")
 @click.option("--group-size", "num_generations", type=int, default=None, help="Episodes per task (G).")
 @click.option("--tasks-per-step", type=int, default=None, help="Tasks (groups) per optimizer step.")
@@ -569,7 +592,7 @@ COMMANDS: dict[str, click.Command] = {
 # umbrella: toolkit <utility>
 
 
-@click.group("toolkit", help="Utilities: schema export/check, doctor, embedded server, bundled domains.")
+@click.group("toolkit", help="Utilities: schema export/check, doctor, plugins, embedded server, bundled domains.")
 @click.version_option(__version__)
 def toolkit_group() -> None:
     pass
@@ -703,6 +726,39 @@ def tasks(domain: str | None, list_: bool) -> None:
 
     for rec in domains.load_tasks(domain):
         click.echo(Record.model_validate(rec).model_dump_json(by_alias=True))
+
+
+@toolkit_group.command("plugins", help="""List every registered kind (strategies, scorers, backends, domains, rubrics,
+variants, exporters, distractors) with each entry's flow and package, and the plugin modules that
+failed to load. Entries come from the `toolkit.<kind>` entry points (the toolkit's own included).
+Exit 1 when a plugin failed to load.
+
+\b
+Example: toolkit plugins --json | jq '.kinds.scorers[] | [.name, .package]'""")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout instead of the table.")
+def plugins_cmd(as_json: bool) -> None:
+    from toolkit import registry
+
+    rep = registry.report()
+    if as_json:
+        click.echo(json.dumps(rep, ensure_ascii=False, sort_keys=True))
+    else:
+        for kind, rows in rep["kinds"].items():
+            click.echo(f"{kind} ({registry.KINDS[kind]}): {len(rows)}")
+            for e in rows:
+                name = f"{e['scope']}: {e['name']}" if e["scope"] else e["name"]
+                click.echo(f"  {name:<28} flow={e['flow'] or '-':<10} package={e['package'] or '-'}"
+                           + (f"  [{e['source']}]" if e["source"] == "builtin-fallback" else "")
+                           + (f"  {e['help']}" if e["help"] else ""))
+        click.echo(f"load errors: {len(rep['errors'])}")
+        for e in rep["errors"]:
+            click.echo(f"  {e['line']}")
+        if rep["builtin_fallback"]:
+            click.echo(f"built-in modules imported without entry points (reinstall to refresh): "
+                       f"{len(rep['builtin_fallback'])}")
+        for c in rep["conflicts"]:
+            click.echo(f"  conflict: {c}")
+    sys.exit(1 if rep["errors"] else 0)
 
 
 @toolkit_group.group("domain", help="Sqlite policy domains (LOGIGEN): deterministic checks.")

@@ -14,22 +14,49 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
+
+from toolkit import registry
 
 DOMAINS_DIR = Path(__file__).resolve().parent
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 
 
+def register_domain(name: str, path: str | Path, help: str = "", flow: str | None = None) -> Path:
+    """Register a sqlite domain directory (the layout above) as `name`: `load_env({"backend":
+    "sqlite", "id": name})`, `toolkit tasks name` and the distractor pools then find it. A plugin
+    module doing this is listed under the `toolkit.domains` entry-point group."""
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise ValueError(f"domain name {str(name)[:80]!r} must match {_NAME_RE.pattern}")
+    p = Path(path).resolve()
+    if not (p / "schema.sql").is_file():
+        raise ValueError(f"domain {name!r}: {p} has no schema.sql")
+    if not help:
+        pol = p / "policy.md"
+        first = pol.read_text(encoding="utf-8").lstrip().splitlines()[:1] if pol.is_file() else []
+        help = first[0].lstrip("# ").strip() if first else ""
+    registry.register("domains", name, p, scope="sqlite", help=help, flow=flow,
+                      module=sys._getframe(1).f_globals.get("__name__"))
+    return p
+
+
+for _d in sorted(DOMAINS_DIR.iterdir()):  # the bundled domains
+    if _d.is_dir() and (_d / "schema.sql").is_file():
+        register_domain(_d.name, _d)
+
+
 def list_domains() -> list[str]:
-    """Names of the bundled domains (directories holding a schema.sql)."""
-    return sorted(p.name for p in DOMAINS_DIR.iterdir() if p.is_dir() and (p / "schema.sql").is_file())
+    """Names of the registered sqlite domains (the bundled ones and any a plugin registers)."""
+    return registry.names("domains", "sqlite")
 
 
 def domain_path(name: str) -> Path:
-    """Directory of a bundled domain; KeyError (listing the known ones) when there is none."""
-    if not isinstance(name, str) or not _NAME_RE.match(name) or not (DOMAINS_DIR / name / "schema.sql").is_file():
+    """Directory of a registered sqlite domain; KeyError (listing the known ones) when there is none."""
+    e = registry.lookup("domains", name, "sqlite") if isinstance(name, str) and _NAME_RE.match(name) else None
+    if e is None or not (Path(e.obj) / "schema.sql").is_file():
         raise KeyError(f"unknown bundled sqlite domain {str(name)[:80]!r}; known: {list_domains()}")
-    return DOMAINS_DIR / name
+    return Path(e.obj)
 
 
 def load_tasks(name: str) -> list[dict]:
@@ -87,4 +114,4 @@ def rebuild_targets(name: str, write: bool = False) -> list[dict]:
     return records
 
 
-__all__ = ["DOMAINS_DIR", "domain_path", "list_domains", "load_tasks", "rebuild_targets", "replay"]
+__all__ = ["DOMAINS_DIR", "domain_path", "list_domains", "load_tasks", "rebuild_targets", "register_domain", "replay"]

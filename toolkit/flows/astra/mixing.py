@@ -25,6 +25,8 @@ import random
 import threading
 from typing import Any, Iterable
 
+from toolkit.stages.rollout import distractor_source
+
 HIGH, LOW = 0.85, 0.4
 BANDS = ("high", "medium", "low")
 
@@ -228,3 +230,36 @@ def default_pool(extra_specs: Iterable[str] = ()) -> list[tuple[dict, str]]:
         for s in import_paths(specs, min_tools=1).servers:
             pool += [(t, s.domain or s.name) for t in s.tools]
     return pool
+
+
+# ----------------------------------------------------------------------------------------------
+# rollout --distractor-mode astra-random | bands (kind "distractors")
+
+_POOLS: dict[tuple, list] = {}
+
+
+def _pool(specs: tuple) -> list:
+    """The default pool plus the recipe's `distractor_pool` specs, built once per process."""
+    if specs not in _POOLS:
+        _POOLS[specs] = default_pool(specs)
+    return _POOLS[specs]
+
+
+def _context(record: Any, cfg: dict) -> tuple[list, str]:
+    pool = _pool(tuple(cfg.get("distractor_pool") or ()))
+    astra = (record.extra or {}).get("astra") or {}
+    return pool, astra.get("domain") or (record.env.id if record.env else None) or ""
+
+
+@distractor_source("astra-random", help="ASTRA's Random baseline: 5-9 tools from other domains")
+def astra_random_distractors(record: Any, own: list[dict], n: int, seed: int, cfg: dict) -> list[dict]:
+    pool, domain = _context(record, cfg)
+    return random_mix(own, domain, pool, seed=f"{record.id}:{seed}")
+
+
+@distractor_source("bands", help="ASTRA similarity bands >0.85 / 0.4-0.85 / <0.4, up to N per band "
+                                 "(--embed-base-url, else offline all-MiniLM-L6-v2)")
+def band_distractors(record: Any, own: list[dict], n: int, seed: int, cfg: dict) -> list[dict]:
+    pool, domain = _context(record, cfg)
+    emb = get_embedder(cfg.get("embed_base_url"), cfg.get("embed_model"))
+    return mix_by_band(own, domain, pool, emb, k=max(1, n), seed=f"{record.id}:{seed}")["tools"]

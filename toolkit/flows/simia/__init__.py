@@ -11,4 +11,5 @@ from toolkit.flows.simia import (
     prefilter,  # noqa: F401  (registers validate-task simia)
     rl,  # noqa: F401  (registers gen-task simia: Simia-RL tasks)
     rules,  # noqa: F401  (registers repair rules)
+    simulate,  # noqa: F401  (registers simulate-env --mode trajectory)
 )

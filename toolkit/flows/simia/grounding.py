@@ -30,6 +30,7 @@ import json
 from typing import Any
 
 from toolkit.io import StageError
+from toolkit.stages.verify import Outcome, Scoring, scorer, trajectory_calls
 
 MATCH_MODES = ("exact", "subset")
 
@@ -113,7 +114,6 @@ def real_env_ref(record: Any) -> Any:
 def ground(record: Any, traj: Any, mode: str = "exact") -> dict:
     """Replay `traj`'s calls in the record's real environment; {"share", "matched", "total", "mismatches"}."""
     from toolkit.envs import load_env
-    from toolkit.stages.verify import trajectory_calls
 
     if mode not in MATCH_MODES:
         raise StageError(f"grounding_match must be one of {', '.join(MATCH_MODES)} (got {mode!r})")
@@ -147,10 +147,14 @@ def ground(record: Any, traj: Any, mode: str = "exact") -> dict:
             "mismatches": mismatches[:20]}
 
 
+@scorer("grounding", verdict_kind="rule",
+        help="Simia: replay the calls in the real env, share of simulated observations that match")
+def score_grounding(s: Scoring) -> Outcome:
+    return run_grounding(s.record, s.traj, s.cfg)
+
+
 def run_grounding(record: Any, traj: Any, cfg_or_opts: Any = None):
     """verify's strategy entry: an Outcome for one trajectory."""
-    from toolkit.stages.verify import Outcome
-
     get = (cfg_or_opts.get if isinstance(cfg_or_opts, dict) else (lambda k, d=None: getattr(cfg_or_opts, k, d)))
     mode = str(get("grounding_match", None) or "exact")
     thr = get("grounding_threshold", None)

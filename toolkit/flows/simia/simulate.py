@@ -28,6 +28,7 @@ from typing import Any
 from toolkit.flows.simia import transcript as T
 from toolkit.io import StageError, UsageError, add_provenance
 from toolkit.schema import Message, Provenance, Record, Task, Trajectory, Usage
+from toolkit.stages.registry import StageContext, strategy
 
 FAMILIES = {"apigen": "ASSISTANT", "officebench": "GPT"}
 
@@ -43,6 +44,12 @@ def temperatures(cfg: dict, n: int) -> list[float]:
         return [top]
     lo = max(0.0, top - spread)
     return [round(lo + (top - lo) * k / (n - 1), 4) for k in range(n)]
+
+
+@strategy("simulate-env:mode", "trajectory",
+          help="Simia appendix C: -n whole new trajectories per seed record in one call each")
+def build_mode(cfg: dict, ctx: StageContext):
+    return build(cfg, ctx.meter)
 
 
 def build(cfg: dict, meter: Any):

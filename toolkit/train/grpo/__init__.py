@@ -27,7 +27,7 @@ number of rollout rounds per optimizer step and carries samples over steps, Eige
 group-token (EigenData) and turn-level (LOGIGEN) normalizations are not among its loss types. We
 reuse TRL's `selective_log_softmax` and its vLLM server client (`trl vllm-serve`) for generation.
 
-Modules: `options` (GRPOOptions, VARIANTS), `generators` (HF, vLLM server, scripted), `agent`
+Modules: `options` (GRPOOptions, variant_preset), `generators` (HF, vLLM server, scripted), `agent`
 (PolicyAgent: the token list), `episodes` (Rollouts), `loss` (advantages, policy loss), `loop`
 (GRPORun); this module is the `grpo` command.
 """
@@ -44,9 +44,9 @@ from toolkit.train.grpo.episodes import Episode, Rollouts
 from toolkit.train.grpo.generators import HFGenerator, ScriptedGenerator, VLLMGenerator
 from toolkit.train.grpo.loop import GRPORun
 from toolkit.train.grpo.loss import compute_old_logps, policy_loss, sequence_advantages
-from toolkit.train.grpo.options import VARIANTS, GRPOOptions
+from toolkit.train.grpo.options import GRPOOptions, variant_preset
 
-__all__ = ["VARIANTS", "Episode", "GRPOOptions", "GRPORun", "HFGenerator", "PolicyAgent", "Rollouts",
+__all__ = ["variant_preset", "Episode", "GRPOOptions", "GRPORun", "HFGenerator", "PolicyAgent", "Rollouts",
            "ScriptedGenerator", "VLLMGenerator", "compute_old_logps", "main", "policy_loss", "read_tasks",
            "sequence_advantages"]
 

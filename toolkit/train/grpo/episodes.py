@@ -9,7 +9,7 @@ from typing import Any
 from toolkit.schema import Record, Trajectory
 from toolkit.train import advantages as ADV
 from toolkit.train.grpo.agent import PolicyAgent
-from toolkit.train.grpo.options import VARIANTS, GRPOOptions
+from toolkit.train.grpo.options import GRPOOptions, variant_preset
 
 # ----------------------------------------------------------------------------------------------
 # episodes and groups
@@ -46,7 +46,7 @@ class Rollouts:
         self.meter = meter
         vcfg = {**side_cfg, "strategy": list(opts.verify_strategy), "lambda_err": opts.lambda_err,
                 "filter": "all", "require": cfg.get("require"),
-                "judge_rubric": cfg.get("judge_rubric") or VARIANTS[opts.variant].get("judge_rubric")}
+                "judge_rubric": cfg.get("judge_rubric") or variant_preset(opts.variant).get("judge_rubric")}
         self.verify_fn = verify.build(vcfg, meter)
         self._user_client = None
 

@@ -1,10 +1,11 @@
-"""GRPO options (`GRPOOptions`) and the paper variants that preset them (`VARIANTS`)."""
+"""GRPO options (`GRPOOptions`) and the paper variants that preset them (registered, kind "variants")."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
+from toolkit import registry
 from toolkit.io import UsageError
 from toolkit.train import advantages as ADV
 
@@ -12,20 +13,32 @@ from toolkit.train import advantages as ADV
 # options
 
 
-VARIANTS: dict[str, dict] = {
-    # plain GRPO (DeepSeek): per-sequence mean, (R-μ)/σ, no filtering
-    "grpo": {"loss_type": "grpo", "advantage": "grpo", "filter": "none", "beta": 0.0},
-    # EigenData [E] §5: trajectory-level advantage, token-level normalization over the group, dynamic filtering
-    "eigendata": {"loss_type": "group_token", "advantage": "grpo", "filter": "dynamic", "beta": 0.0},
-    # ASTRA [A] §3.2.2: adaptive batch filling Std(R) > δ with a buffer, batch-level token mean, no KL
-    "astra": {"loss_type": "dapo", "advantage": "grpo", "filter": "adaptive", "beta": 0.0, "delta": 0.0},
-    # LOGIGEN [L] §4.3: A_it = A_i + min(r_t, 0), 1/G turn-level objective, β = 0, state_diff reward
-    "ta-grpo": {"loss_type": "turn", "advantage": "ta_grpo", "filter": "none", "beta": 0.0,
-                "verify_strategy": ["state_diff"]},
-    # Simia [M] App. B.2: simulated env + LLM judge reward, KL 0.001, clip-high 0.28
-    "simia": {"loss_type": "grpo", "advantage": "grpo", "filter": "none", "beta": 0.001, "epsilon_high": 0.28,
-              "verify_strategy": ["judge"], "judge_rubric": "simia"},
-}
+# GRPO variants (kind "variants"): presets of GRPOOptions fields; recipe keys and flags override them.
+# A plugin registers its own the same way: registry.register("variants", name, {...}, help=...).
+registry.register("variants", "grpo", {"loss_type": "grpo", "advantage": "grpo", "filter": "none", "beta": 0.0},
+                  help="plain GRPO (DeepSeek): per-sequence mean, (R-mu)/sigma, no filtering")
+registry.register("variants", "eigendata",
+                  {"loss_type": "group_token", "advantage": "grpo", "filter": "dynamic", "beta": 0.0}, flow="eigendata",
+                  help="EigenData §5: token-level normalization over the group, dynamic filtering")
+registry.register("variants", "astra",
+                  {"loss_type": "dapo", "advantage": "grpo", "filter": "adaptive", "beta": 0.0, "delta": 0.0},
+                  flow="astra", help="ASTRA §3.2.2: adaptive batch filling Std(R) > delta with a buffer, no KL")
+registry.register("variants", "ta-grpo",
+                  {"loss_type": "turn", "advantage": "ta_grpo", "filter": "none", "beta": 0.0,
+                   "verify_strategy": ["state_diff"]}, flow="logigen",
+                  help="LOGIGEN §4.3: A_it = A_i + min(r_t, 0), turn-level objective, state_diff reward")
+registry.register("variants", "simia",
+                  {"loss_type": "grpo", "advantage": "grpo", "filter": "none", "beta": 0.001, "epsilon_high": 0.28,
+                   "verify_strategy": ["judge"], "judge_rubric": "simia"}, flow="simia",
+                  help="Simia App. B.2: LLM judge reward (simia rubric), KL 0.001, clip-high 0.28")
+
+
+def variant_preset(name: str) -> dict:
+    """The registered preset of a GRPO variant (UsageError naming the registered ones)."""
+    e = registry.lookup("variants", name)
+    if e is None:
+        raise UsageError(f"unknown --variant {name!r}; choose from {', '.join(registry.names('variants'))}")
+    return dict(e.obj)
 
 
 @dataclass
@@ -72,9 +85,7 @@ class GRPOOptions:
     @classmethod
     def from_config(cls, cfg: dict) -> "GRPOOptions":
         variant = cfg.get("variant") or "grpo"
-        if variant not in VARIANTS:
-            raise UsageError(f"unknown --variant {variant!r}; choose from {', '.join(VARIANTS)}")
-        vals: dict[str, Any] = {"variant": variant, **VARIANTS[variant]}
+        vals: dict[str, Any] = {"variant": variant, **variant_preset(variant)}
         names = {f for f in cls.__dataclass_fields__}
         for k, v in cfg.items():
             if k in names and v is not None and v != () and k != "variant":
