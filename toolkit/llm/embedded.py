@@ -105,7 +105,8 @@ def _no_logprobs(body, match):
                 "token (n_ctx x vocabulary float32, 1.5 GiB for SmolLM2 at 8k); start it with "
                 "TOOLKIT_EMBEDDED_LOGITS_ALL=1 to have them",
         type="invalid_request_error", param="logprobs", code="logprobs_not_supported")
-_E.RouteErrorHandler.pattern_and_formatters[_re.compile(r"logprobs is not supported")] = _no_logprobs
+if isinstance(getattr(_E.RouteErrorHandler, "pattern_and_formatters", None), dict):
+    _E.RouteErrorHandler.pattern_and_formatters[_re.compile(r"logprobs is not supported")] = _no_logprobs
 # Idle timeout: exit after TOOLKIT_EMBEDDED_IDLE_TIMEOUT seconds without a /v1 request.
 _idle = float(os.environ.get("TOOLKIT_EMBEDDED_IDLE_TIMEOUT") or 0)
 if _idle > 0:
