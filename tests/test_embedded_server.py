@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -124,3 +125,139 @@ def test_soak_200_requests_keeps_rss_flat_and_under_2gb(private_home, monkeypatc
     print(f"soak RSS MB: after 1 {rss[0]}, after 20 {early}, max {max(rss)}, after 200 {late}")
     assert max(rss) < 2048
     assert late - early < 150, rss[::20]  # flat: no per-request growth after warm-up
+
+
+def test_server_env_keeps_only_what_the_server_needs(tmp_path, monkeypatch):
+    monkeypatch.setenv("TOOLKIT_HOME", str(tmp_path / "home"))
+    caller = {"PATH": "/usr/bin:/bin", "HOME": "/home/u", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+              "TMPDIR": "/var/tmp", "OMP_NUM_THREADS": "2", "TOOLKIT_EMBEDDED_THREADS": "2",
+              "GGML_SCHED_MAX_COPIES": "1", "LD_LIBRARY_PATH": "/opt/lib",
+              "OPENAI_API_KEY": "sk-secret-test", "FOO_TOKEN": "tok", "AWS_SECRET_ACCESS_KEY": "x",
+              "HF_TOKEN": "hf_x", "HTTPS_PROXY": "http://proxy:3128", "GITHUB_TOKEN": "ghp_x",
+              # llama_cpp.server reads these itself: they would move it off loopback / our port
+              "HOST": "0.0.0.0", "PORT": "8000", "CONFIG_FILE": "/tmp/other.json",
+              "TOOLKIT_CACHE": "/tmp/c", "VIRTUAL_ENV": "/venv"}
+    env = embedded.server_env(caller)
+    assert {k: env[k] for k in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "OMP_NUM_THREADS",
+                                "TOOLKIT_EMBEDDED_THREADS", "GGML_SCHED_MAX_COPIES",
+                                "LD_LIBRARY_PATH")} == {k: caller[k] for k in (
+        "PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "OMP_NUM_THREADS", "TOOLKIT_EMBEDDED_THREADS",
+        "GGML_SCHED_MAX_COPIES", "LD_LIBRARY_PATH")}
+    assert env["TOOLKIT_HOME"] == str(tmp_path / "home") and env["OMP_WAIT_POLICY"] == "PASSIVE"
+    for k in ("OPENAI_API_KEY", "FOO_TOKEN", "AWS_SECRET_ACCESS_KEY", "HF_TOKEN", "HTTPS_PROXY",
+              "GITHUB_TOKEN", "HOST", "PORT", "CONFIG_FILE", "TOOLKIT_CACHE", "VIRTUAL_ENV"):
+        assert k not in env, k
+    assert set(env) == set(caller) - {"OPENAI_API_KEY", "FOO_TOKEN", "AWS_SECRET_ACCESS_KEY",
+                                      "HF_TOKEN", "HTTPS_PROXY", "GITHUB_TOKEN", "HOST", "PORT",
+                                      "CONFIG_FILE", "TOOLKIT_CACHE",
+                                      "VIRTUAL_ENV"} | {"TOOLKIT_HOME", "OMP_WAIT_POLICY"}
+    assert embedded.server_env({})["PATH"]  # a PATH even when the caller has none
+
+
+def _environ(pid: int) -> dict[str, str]:
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        items = [e.decode(errors="replace") for e in f.read().split(b"\0") if e]
+    return dict(e.split("=", 1) for e in items)
+
+
+@needs_server
+@pytest.mark.embedded
+def test_server_starts_with_a_minimal_environment_on_loopback(private_home, monkeypatch):
+    """The audit found the caller's API keys in the server's /proc environ.  HOST / PORT, which
+    llama_cpp.server reads from the environment over its arguments, must not move it either."""
+    monkeypatch.delenv("TOOLKIT_EMBEDDED_MODEL", raising=False)
+    monkeypatch.delenv("TOOLKIT_EMBEDDED_LOGITS_ALL", raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-test")
+    monkeypatch.setenv("FOO_TOKEN", "dummy-foo-token")
+    monkeypatch.setenv("HOST", "0.0.0.0")
+    monkeypatch.setenv("PORT", str(embedded._free_port()))
+    monkeypatch.setenv("TOOLKIT_EMBEDDED_START_TIMEOUT", "90")
+    base = embedded.ensure_embedded_server()
+    st = embedded.embedded_status()
+    pid = st["pid"]
+    env = _environ(pid)
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        raw = f.read()
+    assert b"sk-secret-test" not in raw and b"dummy-foo-token" not in raw
+    assert "OPENAI_API_KEY" not in env and "FOO_TOKEN" not in env
+    assert "HOST" not in env and "PORT" not in env
+    assert env["TOOLKIT_HOME"] == private_home and env["PATH"] == os.environ["PATH"]
+    # it answers where the state file says, on loopback
+    assert base == f"http://127.0.0.1:{st['port']}/v1"
+    assert _chat(base, st["model"], "Hi")["choices"][0]["message"]["role"] == "assistant"
+
+
+@needs_server
+@pytest.mark.embedded
+def test_logits_are_not_kept_for_every_token(private_home, monkeypatch):
+    """llama_cpp.server's default logits_all=True keeps an n_ctx x vocabulary float32 array (1.5 GiB
+    at 8k for SmolLM2): the toolkit starts it with --logits_all False, and a logprobs request
+    then gets a 400 saying why (a 500 would be retried by every client)."""
+    monkeypatch.delenv("TOOLKIT_EMBEDDED_MODEL", raising=False)
+    monkeypatch.delenv("TOOLKIT_EMBEDDED_LOGITS_ALL", raising=False)
+    base = embedded.ensure_embedded_server()
+    st = embedded.embedded_status()
+    with open(f"/proc/{st['pid']}/cmdline", "rb") as f:
+        argv = f.read().split(b"\0")
+    assert argv[argv.index(b"--logits_all") + 1] == b"False" and st["logits_all"] is False
+    body = json.dumps({"model": st["model"], "messages": [{"role": "user", "content": "Hi"}],
+                       "max_tokens": 2, "logprobs": True, "top_logprobs": 2}).encode()
+    req = urllib.request.Request(base + "/chat/completions", data=body,
+                                 headers={"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as ei:
+        urllib.request.urlopen(req, timeout=120)
+    assert ei.value.code == 400
+    err = json.loads(ei.value.read())["error"]
+    assert err["code"] == "logprobs_not_supported" and "TOOLKIT_EMBEDDED_LOGITS_ALL=1" in err["message"]
+
+
+def _facts(start: int, n: int) -> str:
+    return " ".join(f"Fact {i}: reservation R{i:05d} belongs to passenger {i * 7919 % 10007}, "
+                    f"seat {i % 40}{'ABCDEF'[i % 6]}, flying to city {i % 97}."
+                    for i in range(start, start + n))
+
+
+def _vm(pid: int, field: str) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError(f"no {field} for {pid}")
+
+
+@needs_server
+@pytest.mark.embedded
+@pytest.mark.slow
+def test_full_context_conversation_peaks_under_2gb(private_home, monkeypatch):
+    """The audit: 2.27 GB RSS at the 8k context, ~185 KB more per token.  One conversation grown to
+    ~2k, ~5k and ~7.5k prompt tokens (the full-size bench is bench/embedded_bench.py)."""
+    monkeypatch.delenv("TOOLKIT_EMBEDDED_MODEL", raising=False)
+    monkeypatch.delenv("TOOLKIT_EMBEDDED_LOGITS_ALL", raising=False)
+    monkeypatch.delenv("TOOLKIT_EMBEDDED_CACHE_MB", raising=False)
+    monkeypatch.setenv("TOOLKIT_EMBEDDED_N_CTX", "8192")
+    base = embedded.ensure_embedded_server()
+    st = embedded.embedded_status()
+    pid, model = st["pid"], st["model"]
+    msgs, start, seen = [], 0, []
+    per_fact = 26.0  # tokens per fact sentence, re-measured after the first request
+    for target in (2000, 5000, 7500):
+        have = seen[-1][0] if seen else 0
+        n = int((target - have - 40) / per_fact)
+        msgs.append({"role": "user", "content": _facts(start, n) + f"\nWhere does R{start + 3:05d} fly?"})
+        start += n
+        body = json.dumps({"model": model, "messages": msgs, "max_tokens": 8, "temperature": 0.0}).encode()
+        req = urllib.request.Request(base + "/chat/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=1800) as r:
+            out = json.loads(r.read())
+        msgs.append({"role": "assistant", "content": out["choices"][0]["message"]["content"] or ""})
+        tokens = out["usage"]["prompt_tokens"]
+        if not seen:
+            per_fact = (tokens - 30) / n
+        seen.append((tokens, _vm(pid, "VmRSS"), _vm(pid, "VmHWM")))
+    print("prompt tokens, RSS MB, peak MB:", [(t, round(r), round(h)) for t, r, h in seen])
+    assert seen[-1][0] > 7000, seen
+    assert seen[-1][2] < 1907, seen  # 2 GB = 2e9 bytes, in MiB
+    # bounded, not just under the line: well under the 192 KiB of logits per token of before
+    per_token_kb = (seen[-1][1] - seen[0][1]) * 1024 / (seen[-1][0] - seen[0][0])
+    assert per_token_kb < 40, (per_token_kb, seen)

@@ -14,7 +14,9 @@ TOOLKIT_EMBEDDED_PORT, TOOLKIT_EMBEDDED_CHAT_FORMAT (default chatml), TOOLKIT_EM
 (default 8192: SmolLM2's trained context), TOOLKIT_EMBEDDED_THREADS (default: all cores), TOOLKIT_EMBEDDED_START_TIMEOUT
 (seconds, default 180), TOOLKIT_EMBEDDED_IDLE_TIMEOUT (seconds without a /v1 request after which
 the server exits, default 900; 0 = never), TOOLKIT_EMBEDDED_CACHE_MB (prompt-state cache, counted
-by real memory: KV state + the saved logits array; default 0 = off, see docs/llm.md).
+by real memory: KV state + the saved logits array; default 0 = off, see docs/llm.md),
+TOOLKIT_EMBEDDED_LOGITS_ALL=1 (keep every token's logits so logprobs work; costs n_ctx x vocab x 4
+bytes, 1.5 GiB at 8k: off by default).  The server gets a minimal environment (`server_env`).
 
 The model name the server answers to (and that request caches are keyed on) is the real model:
 "SmolLM2-135M-Instruct" for the bundled GGUF, else the GGUF file name without `.gguf`.
@@ -48,6 +50,7 @@ __all__ = [
     "embedded_status",
     "embedded_model_name",
     "toolkit_home",
+    "server_env",
 ]
 
 EMBEDDED_MODEL_NAME = "SmolLM2-135M-Instruct"
@@ -92,6 +95,18 @@ if os.environ.get("TOOLKIT_EMBEDDED_EXTRA_BUFTS") != "1":
         return p
     _C.llama_model_default_params = _params
 """ + _CACHE_PATCH + """
+# Started with --logits_all False (see _start), a logprobs request fails inside llama_cpp with a
+# ValueError the stock server turns into a 500, which clients retry: answer 400 saying why.
+import re as _re
+import llama_cpp.server.errors as _E
+def _no_logprobs(body, match):
+    return 400, _E.ErrorResponse(
+        message="logprobs are off on the toolkit's embedded server: they need the logits of every "
+                "token (n_ctx x vocabulary float32, 1.5 GiB for SmolLM2 at 8k); start it with "
+                "TOOLKIT_EMBEDDED_LOGITS_ALL=1 to have them",
+        type="invalid_request_error", param="logprobs", code="logprobs_not_supported")
+if isinstance(getattr(_E.RouteErrorHandler, "pattern_and_formatters", None), dict):
+    _E.RouteErrorHandler.pattern_and_formatters[_re.compile(r"logprobs is not supported")] = _no_logprobs
 # Idle timeout: exit after TOOLKIT_EMBEDDED_IDLE_TIMEOUT seconds without a /v1 request.
 _idle = float(os.environ.get("TOOLKIT_EMBEDDED_IDLE_TIMEOUT") or 0)
 if _idle > 0:
@@ -320,6 +335,34 @@ def _log_tail(path: str, n: int = 25) -> str:
 # Start / stop
 
 
+# What the server process may see of the caller's environment: the basics a process needs, the
+# thread-count and library-location knobs of OpenMP/BLAS/ggml/llama.cpp, and the toolkit's own
+# embedded settings.  Nothing else -- no API keys, tokens, proxies, and not llama_cpp.server's own
+# HOST / PORT / CONFIG_FILE variables, which would override the loopback host and port we pass.
+_ENV_KEEP = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TEMP", "TMP",
+    "PYTHONPATH", "PYTHONHOME", "LD_LIBRARY_PATH", "LLAMA_CPP_LIB_PATH",
+    "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES",
+    "OMP_NUM_THREADS", "OMP_WAIT_POLICY", "OMP_PROC_BIND", "OMP_PLACES", "KMP_BLOCKTIME",
+    "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "GOTO_NUM_THREADS", "BLIS_NUM_THREADS",
+})
+_ENV_KEEP_PREFIXES = ("LC_", "TOOLKIT_EMBEDDED_", "GGML_")
+
+
+def server_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The minimal environment the embedded server is started with (see `_ENV_KEEP`)."""
+    src = os.environ if environ is None else environ
+    env = {k: v for k, v in src.items()
+           if k in _ENV_KEEP or k.startswith(_ENV_KEEP_PREFIXES)}
+    env.setdefault("PATH", os.defpath)
+    env["TOOLKIT_HOME"] = toolkit_home()
+    # ggml's OpenMP workers spin-wait by default; on a small shared CPU box (other toolkit
+    # processes, tests) that collapses throughput 5-10x.  Passive waiting costs little here.
+    if not env.get("OMP_WAIT_POLICY"):
+        env["OMP_WAIT_POLICY"] = "PASSIVE"
+    return env
+
+
 def _start(port: int, model_path: str, timeout: float) -> dict:
     home = toolkit_home()
     log_path = os.path.join(home, LOG_FILE)
@@ -329,20 +372,22 @@ def _start(port: int, model_path: str, timeout: float) -> dict:
     name = embedded_model_name(model_path)
     cache_mb = int(float(os.environ.get("TOOLKIT_EMBEDDED_CACHE_MB", DEFAULT_CACHE_MB) or 0))
     idle = float(os.environ.get("TOOLKIT_EMBEDDED_IDLE_TIMEOUT", DEFAULT_IDLE_TIMEOUT) or 0)
+    logits_all = os.environ.get("TOOLKIT_EMBEDDED_LOGITS_ALL") == "1"
     cmd = [sys.executable, "-c", _BOOTSTRAP, "--model", model_path,
            "--model_alias", name, "--host", "127.0.0.1", "--port", str(port),
            "--chat_format", chat_format, "--n_ctx", n_ctx, "--n_threads", threads,
-           "--n_threads_batch", threads, "--interrupt_requests", "False", "--verbose", "False"]
+           "--n_threads_batch", threads, "--interrupt_requests", "False", "--verbose", "False",
+           # llama_cpp.server defaults to logits_all=True: a Python-side n_ctx x vocabulary float32
+           # array (1.5 GiB for SmolLM2 at 8k, filled ~192 KiB per evaluated token and never given
+           # back) plus an n_batch x vocabulary output buffer, needed only for logprobs.  Sampling
+           # reads the last token's logits inside llama.cpp: completions are identical without it.
+           "--logits_all", "True" if logits_all else "False"]
     if cache_mb > 0:
         # a prompt-state cache bounded by the real memory it holds (see _BOOTSTRAP); off by
         # default: measured, it does not pay for itself here (docs/llm.md)
         cmd += ["--cache", "True", "--cache_size", str(cache_mb << 20)]
-    env = dict(os.environ)
+    env = server_env()
     env["TOOLKIT_EMBEDDED_IDLE_TIMEOUT"] = str(idle)
-    # ggml's OpenMP workers spin-wait by default; on a small shared CPU box (other toolkit
-    # processes, tests) that collapses throughput 5-10x.  Passive waiting costs little here.
-    if not env.get("OMP_WAIT_POLICY"):
-        env["OMP_WAIT_POLICY"] = "PASSIVE"
     t0 = time.monotonic()
     with open(log_path, "ab") as log:
         shown = " ".join(["python -m llama_cpp.server"] + cmd[3:])
@@ -370,7 +415,7 @@ def _start(port: int, model_path: str, timeout: float) -> dict:
     state = {"pid": proc.pid, "port": port, "base_url": base + "/v1", "model": name,
              "model_path": model_path, "chat_format": chat_format, "log": log_path,
              "started_at": time.time(), "startup_s": round(time.monotonic() - t0, 3),
-             "idle_timeout_s": idle, "prompt_cache_mb": cache_mb}
+             "idle_timeout_s": idle, "prompt_cache_mb": cache_mb, "logits_all": logits_all}
     _write_state(state)
     return state
 
@@ -497,6 +542,7 @@ def embedded_status() -> dict[str, Any]:
         "rss_mb": _rss_mb(int(state["pid"])) if running else None,
         "idle_timeout_s": state.get("idle_timeout_s") if running else None,
         "prompt_cache_mb": state.get("prompt_cache_mb") if running else None,
+        "logits_all": state.get("logits_all") if running else None,
         "startup_s": state.get("startup_s") if running else None,
         "log": os.path.join(toolkit_home(), LOG_FILE),
         "home": toolkit_home(),
