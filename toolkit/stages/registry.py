@@ -36,6 +36,7 @@ class StrategyInfo:
     factory: Callable[[dict, "StageContext"], Any]
     help: str = ""
     flow: str | None = None
+    options: Any = None  # a toolkit.options.Options subclass: the strategy's own keys and defaults
 
 
 _REGISTRY: dict[str, dict[str, StrategyInfo]] = {}
@@ -43,12 +44,13 @@ _loaded = False
 _load_errors: list[str] = []
 
 
-def strategy(command: str, name: str, help: str = "", flow: str | None = None) -> Callable:
-    """Decorator registering `factory(cfg, ctx) -> per-record fn` for `command --strategy name`."""
+def strategy(command: str, name: str, help: str = "", flow: str | None = None, options: Any = None) -> Callable:
+    """Decorator registering `factory(cfg, ctx) -> per-record fn` for `command --strategy name`;
+    `options` (a toolkit.options.Options subclass) declares the strategy's recipe keys."""
 
     def deco(factory: Callable) -> Callable:
         fl = flow or (factory.__module__.split(".")[2] if factory.__module__.startswith("toolkit.flows.") else None)
-        _REGISTRY.setdefault(command, {})[name] = StrategyInfo(command, name, factory, help, fl)
+        _REGISTRY.setdefault(command, {})[name] = StrategyInfo(command, name, factory, help, fl, options)
         return factory
 
     return deco
@@ -97,6 +99,13 @@ def get(command: str, name: str | None) -> StrategyInfo:
     if name not in known:
         raise UsageError(f"{command}: unknown strategy {name!r}; registered: {', '.join(sorted(known))}")
     return known[name]
+
+
+def options_models(command: str) -> tuple:
+    """The options models the registered strategies of `command` declare (sorted by strategy)."""
+    load_all()
+    rows = _REGISTRY.get(command, {})
+    return tuple(rows[n].options for n in sorted(rows) if rows[n].options is not None)
 
 
 def describe(command: str) -> str:

@@ -33,9 +33,10 @@ from typing import Any, Protocol
 from toolkit import prompts
 from toolkit.config import llm_config
 from toolkit.envs import Environment, load_env
-from toolkit.io import StageError, UsageError, add_provenance
+from toolkit.io import StageError, add_provenance
+from toolkit.options import RolloutOptions, typed_options
 from toolkit.schema import Message, Record, Step, Trajectory, Usage
-from toolkit.stages import make_meter  # noqa: F401  (CLI imports it from here)
+from toolkit.stages import FnStage, make_meter  # noqa: F401  (CLI imports it from here)
 
 _ENV_FAIL = "environment could not be built: "
 
@@ -478,20 +479,20 @@ def _valid_messages(messages: list[dict]) -> list[Message]:
 
 
 def distractor_tools(record: Record, own: list[dict], n: int, seed: int, mode: str = "random",
-                     cfg: dict | None = None) -> list[dict]:
+                     cfg: Any = None) -> list[dict]:
     """random: n tools from other bundled domains; astra-random: ASTRA's baseline (5-9 tools from
     other domains); bands: ASTRA similarity bands, up to n per band (toolkit.flows.astra.mixing)."""
     if mode in ("bands", "astra-random"):
         from toolkit.flows.astra import mixing
 
-        cfg = cfg or {}
-        pool = _distractor_pool(tuple(cfg.get("distractor_pool") or ()))
+        o = RolloutOptions.of(cfg)
+        pool = _distractor_pool(tuple(o.distractor_pool or ()))
         astra = (record.extra or {}).get("astra") or {}
         domain = astra.get("domain") or (record.env.id if record.env else None) or ""
         key = f"{record.id}:{seed}"
         if mode == "astra-random":
             return mixing.random_mix(own, domain, pool, seed=key)
-        emb = mixing.get_embedder(cfg.get("embed_base_url"), cfg.get("embed_model"))
+        emb = mixing.get_embedder(o.embed_base_url, o.embed_model)
         return mixing.mix_by_band(own, domain, pool, emb, k=max(1, n), seed=key)["tools"]
     if n <= 0:
         return []
@@ -545,20 +546,20 @@ def _tune_gc() -> None:
         gc.set_threshold(GC_GEN0_THRESHOLD, t1, t2)
 
 
-def build(cfg: dict, meter: Any):
-    n = int(cfg.get("n") or 1)
-    if n < 1:
-        raise UsageError("-n must be >= 1")
-    kind = cfg.get("agent_kind") or "llm"
-    limits = EpisodeLimits(max_turns=int(cfg.get("max_turns") or 30),
-                           max_tool_errors=int(cfg.get("max_tool_errors") or 5),
-                           max_context_tokens=int(cfg.get("max_context_tokens") or 16000))
-    n_distract = int(cfg.get("distractor_tools") or 0)
-    d_mode = cfg.get("distractor_mode") or "random"
-    first_message = cfg.get("first_message") or "auto"
+def build(cfg: dict | RolloutOptions, meter: Any):
+    """The per-record rollout function from the typed options (or a merged config dict)."""
+    o = typed_options(RolloutOptions, cfg)
+    cfg = cfg if isinstance(cfg, dict) else cfg.cfg()  # role-prefixed LLM keys for llm_config
+    n = o.n
+    kind = o.agent_kind
+    limits = EpisodeLimits(max_turns=o.max_turns, max_tool_errors=o.max_tool_errors,
+                           max_context_tokens=o.max_context_tokens)
+    n_distract = o.distractor_tools
+    d_mode = o.distractor_mode
+    first_message = o.first_message
     if first_message == "auto":
         first_message = "instruction"
-    base_seed = cfg.get("seed")
+    base_seed = o.seed
     agent_client = user_client = None
     agent_cfg = user_cfg = None
     if kind == "llm":
@@ -599,7 +600,7 @@ def build(cfg: dict, meter: Any):
                 usp = env.user_simulator_system_prompt() if hasattr(env, "user_simulator_system_prompt") else None
                 user = LLMUser(_user_client(), scenario_text(record), sample_index=idx,
                                overrides=overrides, system_prompt=usp) if has_scenario else None
-            extra = (distractor_tools(record, env.tools("agent"), n_distract, idx, mode=d_mode, cfg=cfg)
+            extra = (distractor_tools(record, env.tools("agent"), n_distract, idx, mode=d_mode, cfg=o)
                      if n_distract > 0 or d_mode != "random" else [])
             return await run_episode(
                 record, env, agent, user, tid, limits, extra_tools=extra,
@@ -630,7 +631,16 @@ def build(cfg: dict, meter: Any):
             total.cost += t.usage.cost
         add_provenance(record, "rollout", strategy=kind,
                        model=None if kind == "replay" else (agent_cfg.model or "embedded"),
-                       recipe_hash=cfg.get("recipe_hash"), usage=total.model_dump())
+                       recipe_hash=o.recipe_hash, usage=total.model_dump())
         return record
 
     return fn
+
+
+class Rollout(FnStage):
+    """rollout as a stage object: `Rollout(RolloutOptions(agent_kind="replay", n=2))`."""
+
+    command = "rollout"
+
+    def build(self) -> Any:
+        return build(self.opts, self.meter)

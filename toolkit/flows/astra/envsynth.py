@@ -45,6 +45,7 @@ from typing import Any
 from toolkit.io import StageError, add_provenance
 from toolkit.schema import Action, EnvRef, Record, SubQuestion, Verdict, Verifier
 from toolkit.stages.registry import StageContext, strategy
+from toolkit.flows.astra import options as O
 
 # standard-library modules a generated tool may not import (processes, network, files, native code)
 DENIED_MODULES = frozenset({
@@ -247,7 +248,7 @@ def parse_merge(spec: dict):
 # the strategy
 
 
-@strategy("make-verifier", "astra", help="ASTRA pipeline B: QA instance → sandbox-checked python env + F1 verifier")
+@strategy("make-verifier", "astra", options=O.EnvSynthOptions, help="ASTRA pipeline B: QA instance → sandbox-checked python env + F1 verifier")
 def build(cfg: dict, ctx: StageContext):
     from toolkit import prompts
     from toolkit.roles.structured import RoleRejected, ask_prompt, new_usage

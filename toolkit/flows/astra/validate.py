@@ -23,6 +23,7 @@ from typing import Any
 from toolkit.io import add_provenance
 from toolkit.schema import Record, Verdict
 from toolkit.stages.registry import StageContext, strategy
+from toolkit.flows.astra import options as O
 
 
 def leaves(sub_questions: list) -> set[int]:
@@ -141,7 +142,7 @@ def record_tools(record: Record) -> list[dict]:
         return []
 
 
-@strategy("validate-task", "astra", help="ASTRA: tool-necessity rule + QS (QA tasks) or S_qq/S_sr/S_tn (tasks)")
+@strategy("validate-task", "astra", options=O.ValidateOptions, help="ASTRA: tool-necessity rule + QS (QA tasks) or S_qq/S_sr/S_tn (tasks)")
 def build(cfg: dict, ctx: StageContext):
     from toolkit import prompts
     from toolkit.roles.structured import RoleRejected, ask_prompt, new_usage

@@ -35,6 +35,7 @@ from toolkit.io import StageError, UsageError, add_provenance
 from toolkit.roles.structured import Malformed, RoleRejected, add_usage, ask_structured, new_usage
 from toolkit.schema import Record, Verdict, Verifier
 from toolkit.stages.registry import strategy
+from toolkit.flows.eigendata import options as O
 
 STAGE = "make-verifier"
 
@@ -189,7 +190,7 @@ def parse_source(text: str | None) -> str:
     return src
 
 
-@strategy("make-verifier", "eigendata", help="EigenData VerificationFunctionAgent + sandbox self-test against automatic perturbations")
+@strategy("make-verifier", "eigendata", options=O.MakeVerifierOptions, help="EigenData VerificationFunctionAgent + sandbox self-test against automatic perturbations")
 def build(cfg: dict, ctx):
     src_mode = str(cfg.get("verifier_source") or "llm")
     fallback = str(cfg.get("verifier_fallback") or "template")

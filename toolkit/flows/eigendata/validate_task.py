@@ -28,6 +28,7 @@ from toolkit.roles.structured import (Malformed, RoleRejected, add_usage, need_e
                                       tagged_text)
 from toolkit.schema import Record, Verdict
 from toolkit.stages.registry import strategy
+from toolkit.flows.eigendata import options as O
 
 STAGE = "validate-task"
 CATEGORIES = ("missing_resource", "contradictory_constraints", "policyViolation")
@@ -194,7 +195,7 @@ def _claimed_not_run(claimed: list, transcript: list[dict]) -> list[str]:
     return out
 
 
-@strategy("validate-task", "eigendata", help="EigenData TaskValidationAgent: mechanical checks + tool-executing FEASIBLE/INFEASIBLE agent")
+@strategy("validate-task", "eigendata", options=O.ValidateTaskOptions, help="EigenData TaskValidationAgent: mechanical checks + tool-executing FEASIBLE/INFEASIBLE agent")
 def build_eigendata(cfg: dict, ctx):
     o = _opts(cfg)
 
@@ -249,7 +250,7 @@ def build_eigendata(cfg: dict, ctx):
     return fn
 
 
-@strategy("validate-task", "sea", help="AReaL-SEA Task Verification: tool loop (≤1 call/response) → TASK QUALITY VERDICT ACCEPT/REJECT")
+@strategy("validate-task", "sea", options=O.ValidateTaskOptions, help="AReaL-SEA Task Verification: tool loop (≤1 call/response) → TASK QUALITY VERDICT ACCEPT/REJECT")
 def build_sea(cfg: dict, ctx):
     o = _opts(cfg)
 

@@ -26,6 +26,7 @@ from typing import Any
 from toolkit.io import StageError, add_provenance
 from toolkit.schema import Record, Verdict
 from toolkit.stages.registry import StageContext, strategy
+from toolkit.flows.logigen import options as O
 
 STAGE = "validate-task"
 
@@ -161,7 +162,7 @@ def check_record(record: Record, seen: dict, lock: threading.Lock, cache: Any) -
         ctx.close()
 
 
-@strategy("validate-task", "logigen",
+@strategy("validate-task", "logigen", options=O.ValidateTaskOptions,
           help="LOGIGEN: replay reaches the target (DIFF 0), Δ0 > 0, no leaks in the user view, "
                "no duplicates, boundary holds, tags filled")
 def build(cfg: dict, ctx: StageContext):

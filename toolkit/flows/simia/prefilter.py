@@ -36,6 +36,7 @@ from toolkit.flows.simia import transcript as T
 from toolkit.io import StageError, add_provenance
 from toolkit.schema import Record, Verdict
 from toolkit.stages.registry import StageContext, strategy
+from toolkit.flows.simia import options as O
 
 CHECKS = ("roles_alternate", "tool_call_parses", "tool_is_listed", "tool_result_present", "task_finishes")
 COMPLETENESS = ("tool_result_present", "task_finishes")
@@ -189,7 +190,7 @@ def parse_grade(text: str | None) -> dict:
         "reason": str(obj.get("reason") or "")}
 
 
-@strategy("validate-task", "simia", help="Simia seed pre-filter: rule checks (roles, call JSON, listed tools, "
+@strategy("validate-task", "simia", options=O.PrefilterOptions, help="Simia seed pre-filter: rule checks (roles, call JSON, listed tools, "
                                          "results, ending) + LLM completeness/logic/format")
 def build(cfg: dict, ctx: StageContext):
     use_llm = cfg.get("prefilter_llm", True) not in (False, "false", "no", 0)
