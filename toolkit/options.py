@@ -142,12 +142,19 @@ Filter = Literal["all", "passed", "failed"]
 # commands
 
 
-class StrategyCommandOptions(StreamOpts):
-    """gen-plan, gen-task, validate-task, repair, reflect, make-verifier."""
+class StrategyOptions(Options):
+    """Base of a strategy's own options model: the keys every registry-driven command has, so
+    `Model.of(cfg)` gives a strategy typed access to them too."""
 
     strategy: Optional[str] = None
     n: Optional[int] = None          # per strategy: each has its own default
-    attempts: int = Field(3, ge=1)
+    attempts: int = Field(3, ge=1)   # tries per LLM role call
+    seed: Optional[int] = None
+    recipe_hash: Optional[str] = None
+
+
+class StrategyCommandOptions(StrategyOptions, StreamOpts):
+    """gen-plan, gen-task, validate-task, repair, reflect, make-verifier."""
 
 
 class GenPlanOptions(StrategyCommandOptions):

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 
-from toolkit.options import Options
+from toolkit.options import StrategyOptions
 
 
-class PlanOptions(Options):
+class PlanOptions(StrategyOptions):
     """gen-plan --strategy astra."""
 
     chain_pairs: int = 8
@@ -21,13 +21,13 @@ class PlanOptions(Options):
     min_description_words: int = 3
 
 
-class TasksOptions(Options):
+class TasksOptions(StrategyOptions):
     """gen-task --strategy astra."""
 
     augment: Optional[list[str]] = None  # default: every axis
 
 
-class QAOptions(Options):
+class QAOptions(StrategyOptions):
     """gen-task --strategy astra-qa (a record's extra overrides these)."""
 
     domain: Optional[str] = None
@@ -36,13 +36,16 @@ class QAOptions(Options):
     max_hops: Optional[int] = None
 
 
-class ValidateOptions(Options):
-    """validate-task --strategy astra (min_qs and theta_* are validate-task flags)."""
+class ValidateOptions(StrategyOptions):
+    """validate-task --strategy astra (min_qs and theta_* are also validate-task flags)."""
 
-    tools: Optional[list[Any]] = None
+    min_qs: float = 1.0
+    theta_qq: float = 3
+    theta_sr: float = 3
+    theta_tn: float = 3
 
 
-class EnvSynthOptions(Options):
+class EnvSynthOptions(StrategyOptions):
     """make-verifier --strategy astra."""
 
     impl_attempts: int = 3
@@ -51,3 +54,4 @@ class EnvSynthOptions(Options):
     sandbox_wall_seconds: float = 5
     sandbox_cpu_seconds: float = 5
     sandbox_memory_mb: int = 512
+    out_dir: Optional[str] = None  # also a make-verifier flag (--out-dir)

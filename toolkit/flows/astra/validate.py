@@ -147,9 +147,10 @@ def build(cfg: dict, ctx: StageContext):
     from toolkit import prompts
     from toolkit.roles.structured import RoleRejected, ask_prompt, new_usage
 
-    attempts = int(cfg.get("attempts") or 3)
-    min_qs = float(cfg.get("min_qs") if cfg.get("min_qs") is not None else 1.0)
-    th = {k: float(cfg.get(f"theta_{k}") if cfg.get(f"theta_{k}") is not None else 3) for k in ("qq", "sr", "tn")}
+    o = O.ValidateOptions.of(cfg)
+    attempts = o.attempts
+    min_qs = o.min_qs
+    th = {"qq": o.theta_qq, "sr": o.theta_sr, "tn": o.theta_tn}
     p_need, p_qs, p_scores = (prompts.load("astra/tool_necessity"), prompts.load("astra/qa_quality"),
                               prompts.load("astra/task_scores"))
 
@@ -221,7 +222,7 @@ def build(cfg: dict, ctx: StageContext):
         else:
             await task_scores(record, usage)
         add_provenance(record, "validate-task", strategy="astra", model=ctx.model_name(),
-                       recipe_hash=cfg.get("recipe_hash"), usage=usage)
+                       recipe_hash=o.recipe_hash, usage=usage)
         return record
 
     return fn

@@ -6,14 +6,14 @@ from typing import ClassVar, Literal, Optional
 
 from pydantic import Field
 
-from toolkit.options import Options
+from toolkit.options import StrategyOptions
 
 
-class GenPlanOptions(Options):
+class GenPlanOptions(StrategyOptions):
     llm_roles: ClassVar[tuple[str, ...]] = ("planner",)
 
 
-class GenTaskOptions(Options):
+class GenTaskOptions(StrategyOptions):
     llm_roles: ClassVar[tuple[str, ...]] = ("generator",)
 
 
@@ -22,7 +22,7 @@ class SeaGenTaskOptions(GenTaskOptions):
     synthesis_min_calls: int = 1
 
 
-class ValidateTaskOptions(Options):
+class ValidateTaskOptions(StrategyOptions):
     """validate-task --strategy eigendata / sea."""
 
     llm_roles: ClassVar[tuple[str, ...]] = ("validator",)
@@ -31,16 +31,16 @@ class ValidateTaskOptions(Options):
     validate_min_calls: int = 1
 
 
-class RepairOptions(Options):
+class RepairOptions(StrategyOptions):
     llm_roles: ClassVar[tuple[str, ...]] = ("repair",)
 
 
-class ReflectOptions(Options):
+class ReflectOptions(StrategyOptions):
     llm_roles: ClassVar[tuple[str, ...]] = ("reflector",)
     pilot_criteria: Optional[dict[str, float]] = None
 
 
-class MakeVerifierOptions(Options):
+class MakeVerifierOptions(StrategyOptions):
     """make-verifier --strategy eigendata."""
 
     llm_roles: ClassVar[tuple[str, ...]] = ("verifier",)

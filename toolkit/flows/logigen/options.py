@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal, Optional
 
-from toolkit.options import Options
+from toolkit.options import StrategyOptions
 
 
-class ArchitectOptions(Options):
+class ArchitectOptions(StrategyOptions):
     """gen-plan --strategy logigen."""
 
     llm_roles: ClassVar[tuple[str, ...]] = ("architect", "checker")
@@ -15,7 +15,7 @@ class ArchitectOptions(Options):
     max_calls: Optional[int] = None
 
 
-class GenTaskOptions(Options):
+class GenTaskOptions(StrategyOptions):
     """gen-task --strategy logigen."""
 
     llm_roles: ClassVar[tuple[str, ...]] = ("user_view", "consultant", "client", "boundary_seeder",
@@ -36,7 +36,7 @@ class GenTaskOptions(Options):
     llm_tries: int = 3
 
 
-class ValidateTaskOptions(Options):
+class ValidateTaskOptions(StrategyOptions):
     """validate-task --strategy logigen."""
 
     domain_check: bool = True

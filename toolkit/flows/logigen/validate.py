@@ -172,7 +172,8 @@ def build(cfg: dict, ctx: StageContext):
     lock = threading.Lock()
     cache = TargetCache()
     reports: dict = {}
-    run_domain_check = str(cfg.get("domain_check", True)).lower() not in ("false", "0", "no", "off")
+    o = O.ValidateTaskOptions.of(cfg)
+    run_domain_check = o.domain_check
 
     def fn(record: Record) -> Record:
         verdicts = check_record(record, seen, lock, cache)
@@ -181,7 +182,7 @@ def build(cfg: dict, ctx: StageContext):
             if dv is not None:
                 verdicts.append(dv)
         record.verdicts = [v for v in record.verdicts if v.stage != STAGE] + verdicts
-        add_provenance(record, STAGE, strategy="logigen", recipe_hash=cfg.get("recipe_hash"))
+        add_provenance(record, STAGE, strategy="logigen", recipe_hash=o.recipe_hash)
         return record
 
     return fn

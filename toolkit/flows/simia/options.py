@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Optional
+from typing import ClassVar, Optional
 
-from toolkit.options import Options
+from toolkit.options import StrategyOptions
 
 
-class RLOptions(Options):
+class RLOptions(StrategyOptions):
     """gen-task --strategy simia (Simia-RL tasks on the simulated environment)."""
 
     seed_trajectory: int = 0
@@ -16,16 +16,16 @@ class RLOptions(Options):
     fault_rate: Optional[float] = None
 
 
-class PrefilterOptions(Options):
+class PrefilterOptions(StrategyOptions):
     """validate-task --strategy simia."""
 
     llm_roles: ClassVar[tuple[str, ...]] = ("judge",)
     prefilter_llm: bool = True
     seed_trajectory: int = 0
-    tools: Optional[list[Any]] = None  # compact_tools is an LLM key (toolkit.options.LLMOpts); default "auto" here
+    # compact_tools (default "auto" here) is an LLM key: toolkit.options.LLMOpts
 
 
-class RulesOptions(Options):
+class RulesOptions(StrategyOptions):
     """repair --strategy rules."""
 
     system_prompt: Optional[str] = None

@@ -193,9 +193,10 @@ def parse_grade(text: str | None) -> dict:
 @strategy("validate-task", "simia", options=O.PrefilterOptions, help="Simia seed pre-filter: rule checks (roles, call JSON, listed tools, "
                                          "results, ending) + LLM completeness/logic/format")
 def build(cfg: dict, ctx: StageContext):
-    use_llm = cfg.get("prefilter_llm", True) not in (False, "false", "no", 0)
-    attempts = int(cfg.get("attempts") or 3)
-    index = int(cfg.get("seed_trajectory") or 0)
+    o = O.PrefilterOptions.of(cfg)
+    use_llm = o.prefilter_llm
+    attempts = o.attempts
+    index = o.seed_trajectory
 
     async def fn(record: Record) -> Record:
         turns, tools, msgs = seed_of(record, index)
@@ -248,7 +249,7 @@ def build(cfg: dict, ctx: StageContext):
                                        trajectory_id=tid))
         add_provenance(record, "validate-task", strategy="simia",
                        model=(model or ctx.model_name("judge")) if usage else None,
-                       recipe_hash=cfg.get("recipe_hash"), usage=usage)
+                       recipe_hash=o.recipe_hash, usage=usage)
         return record
 
     return fn
