@@ -71,35 +71,6 @@ def _norm_key(k: str) -> str:
     return str(k).replace("-", "_").lower()
 
 
-def env_overrides(keys: list[str], environ: Mapping[str, str] | None = None) -> dict:
-    """`TOOLKIT_<KEY>` values for the given keys, parsed as YAML scalars (untyped callers)."""
-    environ = os.environ if environ is None else environ
-    out = {}
-    for k in keys:
-        name = ENV_PREFIX + k.upper()
-        if name in environ:
-            raw = environ[name]
-            try:
-                out[k] = yaml.safe_load(raw)
-            except yaml.YAMLError:
-                out[k] = raw
-    return out
-
-
-def merge(command: str, defaults: dict, recipe: dict, env: dict, flags: dict) -> dict:
-    """defaults < recipe[defaults] < recipe[command] < env < flags (untyped; `resolve` validates)."""
-    cfg = dict(defaults)
-    for section in ("defaults", command):
-        sect = recipe.get(section) or {}
-        if not isinstance(sect, Mapping):
-            raise ConfigError(f"recipe section {section!r} must be a mapping")
-        for k, v in sect.items():
-            cfg[_norm_key(k)] = v
-    cfg.update(env)
-    cfg.update(flags)
-    return cfg
-
-
 def _unknown(what: str, key: str, valid: set[str]) -> ConfigError:
     from toolkit.options import nearest
 

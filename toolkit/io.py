@@ -516,7 +516,8 @@ class Stage(Protocol):
         raise StageError to reject the record with a reason."""
 
     def finish(self) -> "Awaitable[list[Record]] | list[Record]":
-        """Records made from the whole input (batch stages: reflect); [] for the others."""
+        """Records made from the whole input (batch stages: reflect); [] for the others (or
+        `finish = None`: not a batch stage)."""
 
     def close(self) -> "Awaitable[None] | None":
         """Release resources (LLM clients ...); called once, after finish."""
@@ -530,6 +531,8 @@ def stage_fn(stage: Stage) -> StageFn:
     """The per-record function RecordStream runs for a Stage (its `finish` attached): synchronous
     when both `process` and `finish` are (no asyncio task per record)."""
     proc, fin = stage.process, getattr(stage, "finish", None)
+    if inspect.isfunction(proc) and (fin is None or getattr(proc, "finish", None) is fin):
+        return proc  # already what RecordStream runs (no wrapper per record)
     if inspect.iscoroutinefunction(proc) or inspect.iscoroutinefunction(fin):
         async def fn(record: Record) -> StageResult:
             out = proc(record)

@@ -5,7 +5,6 @@ toolkit.io.Stage's process / finish / close / counts) that `RecordStream.run_sta
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 
@@ -59,8 +58,8 @@ class FnStage:
 
     @property
     def finish(self) -> Any:
-        fin = getattr(self.fn, "finish", None)
-        return fin if fin is not None else _no_batch
+        """The built function's batch step (reflect), or None: not a batch stage."""
+        return getattr(self.fn, "finish", None)
 
     def close(self) -> Any:
         closer = getattr(self._fn, "aclose", None) if self._fn is not None else None
@@ -69,11 +68,3 @@ class FnStage:
     @property
     def counts(self) -> dict:
         return dict(getattr(self._fn, "counts", None) or {})
-
-
-def _no_batch() -> list:
-    return []
-
-
-def is_async(fn: Any) -> bool:
-    return inspect.iscoroutinefunction(fn)
