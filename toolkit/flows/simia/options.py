@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, Optional
+from typing import Any, ClassVar, Optional
 
 from toolkit.options import StrategyOptions
 
@@ -22,7 +22,7 @@ class PrefilterOptions(StrategyOptions):
     llm_roles: ClassVar[tuple[str, ...]] = ("judge",)
     prefilter_llm: bool = True
     seed_trajectory: int = 0
-    # compact_tools (default "auto" here) is an LLM key: toolkit.options.LLMOpts
+    compact_tools: Any = "auto"  # also an LLM key (toolkit.options.LLMOpts): true | false | auto
 
 
 class RulesOptions(StrategyOptions):

@@ -104,13 +104,13 @@ def env_policy(record: Record, messages: list[dict]) -> str:
     return ""
 
 
-def tools_text(tools: list[dict], cfg: dict) -> str:
+def tools_text(tools: list[dict], cfg: dict | O.PrefilterOptions) -> str:
     """The tool list for a prompt: full OpenAI function schemas, or compact ones
     (`toolkit.llm.toolcalls.compact_tool`: first sentence, parameter types, enums, required) when
     `compact_tools` is true, or "auto" (default) and the full list is over 12,000 characters — the
     bundled airline domain's 11 tools are 35 KB in full, more than a small model's context."""
     full = json.dumps([t.get("function", t) for t in tools], ensure_ascii=False)
-    mode = cfg.get("compact_tools", "auto")
+    mode = O.PrefilterOptions.of(cfg).compact_tools
     if mode is True or str(mode).lower() == "true" or (str(mode).lower() == "auto" and len(full) > 12000):
         from toolkit.llm.toolcalls import compact_tool
 
