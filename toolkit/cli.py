@@ -572,14 +572,12 @@ COMMANDS: dict[str, click.Command] = {
 def _bind_defaults(name: str, cmd: click.Command) -> None:
     """--help shows each option's default from the command's options model (defaults live there
     only; flags not given never reach the merge, so the model's default applies)."""
-    from pydantic_core import PydanticUndefined
-
     from toolkit.options import COMMAND_MODELS
 
     fields = COMMAND_MODELS[name].model_fields
     for p in cmd.params:
         f = fields.get(FLAG_KEYS.get(p.name or "", p.name or ""))
-        if f is None or f.default is None or f.default is PydanticUndefined or isinstance(f.default, bool):
+        if f is None or f.is_required() or f.default is None or isinstance(f.default, bool):
             continue
         p.default = tuple(f.default) if getattr(p, "multiple", False) else f.default
         if isinstance(p, click.Option):

@@ -279,8 +279,6 @@ class EvalTau2Options(ConfigOpts, LLMOpts):
     exclude_infra_errors: bool = False
     attribute: bool = False
     no_official_check: bool = False
-    task_set: Optional[str] = None
-    solo_mode: Optional[bool] = None
 
 
 class TrainOptions(ConfigOpts):
