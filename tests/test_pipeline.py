@@ -11,8 +11,7 @@ from pathlib import Path
 from conftest import BIN, jsonl, run_cmd
 
 from toolkit.io import IOOptions, RecordStream, StageError
-from toolkit.options import RolloutOptions, VerifyOptions
-from toolkit.pipeline import GenTask, Pipeline, Rollout, ValidateTask, Verify
+from toolkit.pipeline import GenTask, Pipeline, Verify
 from toolkit.schema import Record
 
 LIBRARY = str(Path(__file__).parent / "data" / "library")
@@ -38,17 +37,34 @@ def test_cli_pipe_and_in_process_chain_give_identical_records(tmp_path):
     piped = [_strip_times(json.loads(x)) for x in r.stdout.splitlines()]
     assert len(piped) == 8
 
-    pipe = Pipeline([GenTask(strategy="logigen", explorer="symbolic", n=4, seed=7),
-                     ValidateTask(strategy="logigen"),
-                     Rollout(RolloutOptions(agent_kind="replay", n=2)),
-                     Verify(VerifyOptions(strategy=["state_diff", "actions"]))])
-    out = pipe.run(Record.model_validate(x) for x in SRC)
-    mine = [_strip_times(json.loads(r.model_dump_json(by_alias=True))) for r in out]
+    # the chain in one fresh process (like each command of the pipe: provenance records process state
+    # such as the sandbox isolation used, which other tests in this pytest process change)
+    r2 = run_cmd(["python", "-c", CHAIN, str(src)], timeout=300)
+    assert r2.returncode == 0, r2.stderr[-3000:]
+    mine = [_strip_times(json.loads(x)) for x in r2.stdout.splitlines()]
     assert [m["id"] for m in mine] == [p["id"] for p in piped]
     assert mine == piped
-    assert [rep.name for rep in pipe.reports] == ["gen-task", "validate-task", "rollout", "verify"]
-    assert pipe.reports[0].read == 2 and pipe.reports[0].written == 8
-    assert pipe.reports[3].counts["trajectories"] == 16
+    reports = json.loads(r2.stderr.strip().splitlines()[-1])
+    assert [rep["name"] for rep in reports] == ["gen-task", "validate-task", "rollout", "verify"]
+    assert reports[0]["read"] == 2 and reports[0]["written"] == 8
+    assert reports[3]["counts"]["trajectories"] == 16
+
+
+CHAIN = """
+import dataclasses, json, sys
+from toolkit.options import RolloutOptions, VerifyOptions
+from toolkit.pipeline import GenTask, Pipeline, Rollout, ValidateTask, Verify
+from toolkit.schema import Record
+
+records = [Record.model_validate_json(x) for x in open(sys.argv[1])]
+pipe = Pipeline([GenTask(strategy="logigen", explorer="symbolic", n=4, seed=7),
+                 ValidateTask(strategy="logigen"),
+                 Rollout(RolloutOptions(agent_kind="replay", n=2)),
+                 Verify(VerifyOptions(strategy=["state_diff", "actions"]))])
+for r in pipe.run(records):
+    print(r.model_dump_json(by_alias=True))
+print(json.dumps([dataclasses.asdict(x) for x in pipe.reports]), file=sys.stderr)
+"""
 
 
 class _Batch:
