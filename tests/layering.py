@@ -15,9 +15,9 @@ from pathlib import Path
 
 # lowest first; the names are the first component under `toolkit.` ("" is toolkit/__init__.py)
 LAYERS: list[tuple[str, ...]] = [
-    ("", "registry", "schema", "io", "config", "prompts", "scoring", "formats", "stats", "yieldtable"),
+    ("", "registry", "schema", "io", "config", "options", "prompts", "scoring", "formats", "stats", "yieldtable"),
     ("envs", "llm", "sandbox", "roles", "domains", "tau2"),
-    ("stages",),
+    ("stages", "pipeline"),
     ("flows",),
     ("train",),
     ("cli", "doctor"),

@@ -37,8 +37,8 @@ def io_options(f: Callable) -> Callable:
         click.option("--limit", type=int, metavar="N", help="Process at most N records."),
         click.option("--unordered", is_flag=True, help="Emit records as they complete instead of input order."),
         click.option("--progress/--no-progress", default=None, help="Progress bar on stderr (default: when a TTY)."),
-        click.option("--concurrency", type=int, default=8, show_default=True, help="Records processed at once."),
-        click.option("--max-line-bytes", type=click.IntRange(min=1), default=64 << 20, show_default=True,
+        click.option("--concurrency", type=int, show_default=True, help="Records processed at once."),
+        click.option("--max-line-bytes", type=click.IntRange(min=1), show_default=True,
                      help="Longer input lines are rejected without being read into memory."),
     )(f)
 
@@ -83,60 +83,90 @@ def llm_options(role: str | None = None, label: str = "LLM") -> Callable:
 # running a command
 
 
+# click parameter names that differ from the option key
+FLAG_KEYS = {"filter_": "filter"}
+STRATEGY_COMMANDS = ("gen-plan", "gen-task", "validate-task", "repair", "reflect", "make-verifier")
+
+
 def _flags_given(ctx: click.Context) -> dict:
     out = {}
     for name, value in ctx.params.items():
         src = ctx.get_parameter_source(name)
         if src is not None and src.name not in ("DEFAULT", "DEFAULT_MAP"):
-            out[name] = value
+            out[FLAG_KEYS.get(name, name)] = value
     return out
 
 
-def _defaults(ctx: click.Context) -> dict:
-    return {p.name: ctx.params.get(p.name) for p in ctx.command.params
-            if ctx.get_parameter_source(p.name) is not None
-            and ctx.get_parameter_source(p.name).name in ("DEFAULT", "DEFAULT_MAP")}
+def options_model(command: str) -> type:
+    """The typed options model of a command (toolkit.options), with its strategies' keys."""
+    from toolkit.options import model_for
+
+    if command in STRATEGY_COMMANDS:
+        from toolkit.stages.strategies import options_model as strategy_model
+
+        return strategy_model(command)
+    return model_for(command)
 
 
-def merged_config(ctx: click.Context) -> dict:
-    recipe = C.load_recipe(ctx.params.get("recipe"))
-    keys = [p.name for p in ctx.command.params]
-    extra_keys = [k for sect in recipe.values() if isinstance(sect, dict) for k in sect]
-    env = C.env_overrides(sorted(set(keys) | {C._norm_key(k) for k in extra_keys}
-                                 | {"model", "base_url", "agent_model", "agent_base_url",
-                                    "user_model", "user_base_url", "judge_model", "judge_base_url"}))
-    cfg = C.merge(ctx.command.name, _defaults(ctx), recipe, env, _flags_given(ctx))
-    cfg["recipe_hash"] = C.recipe_hash(ctx.params.get("recipe"))
-    return cfg
+@functools.lru_cache(maxsize=1)
+def all_option_keys() -> frozenset:
+    """Every key some command knows (recipe `defaults:` keys and TOOLKIT_* env vars are checked
+    against it)."""
+    return frozenset(k for c in COMMANDS for k in options_model(c).model_fields)
 
 
-def stage_command(fn: Callable[[dict], int]) -> Callable:
-    """Wrap a command body `fn(cfg) -> exit code`: config merge, --print-config, error → exit code."""
+def merged_config(ctx: click.Context) -> Any:
+    """The command's typed options: model defaults < recipe < TOOLKIT_<KEY> env < flags."""
+    command = ctx.command.name
+    path = ctx.params.get("recipe")
+    recipe = C.load_recipe(path)
+    opts = C.resolve(command, options_model(command), recipe, _flags_given(ctx),
+                     known_anywhere=all_option_keys, recipe_path=path, warn=log)
+    opts.recipe_hash = C.recipe_hash(path)
+    if command in STRATEGY_COMMANDS:
+        from toolkit.stages.strategies import with_strategy_defaults
+
+        opts = with_strategy_defaults(command, opts)
+    return opts
+
+
+def printable(opts: Any) -> dict:
+    """--print-config: every key of the command (None included) and the strategy / role keys that
+    are set (the unset role-prefixed LLM keys would only repeat null dozens of times)."""
+    from toolkit.options import COMMAND_MODELS
+
+    own = COMMAND_MODELS[type(opts).command].model_fields
+    return {k: v for k, v in opts.model_dump(mode="json").items() if v is not None or k in own}
+
+
+def stage_command(fn: Callable[[Any], int]) -> Callable:
+    """Wrap a command body `fn(opts) -> exit code` (opts: the typed options, toolkit.options):
+    config merge, --print-config, error → exit code."""
 
     @click.pass_context
     @functools.wraps(fn)
     def wrapper(ctx: click.Context, **_: Any) -> None:
         try:
-            cfg = merged_config(ctx)
-        except C.ConfigError as e:
+            opts = merged_config(ctx)
+        except (C.ConfigError, UsageError) as e:
             raise click.UsageError(str(e)) from None
-        if cfg.get("print_config"):
-            click.echo(C.dump(cfg), nl=False)
+        if opts.print_config:
+            click.echo(C.dump(printable(opts)), nl=False)
             ctx.exit(0)
-        if cfg.get("sandbox_isolation"):
+        if opts.sandbox_isolation:
             from toolkit import sandbox
             try:
-                sandbox.set_default_isolation(str(cfg["sandbox_isolation"]))
+                sandbox.set_default_isolation(str(opts.sandbox_isolation))
             except ValueError as e:
                 raise click.UsageError(f"sandbox_isolation: {e}") from None
-        if cfg.get("sandbox_limits") is not None:
+        if opts.sandbox_limits is not None:
             from toolkit import sandbox
             try:
-                sandbox.set_operator_limits(cfg["sandbox_limits"])
+                sandbox.set_operator_limits(opts.sandbox_limits)
             except ValueError as e:
                 raise click.UsageError(f"sandbox_limits: {e}") from None
         try:
-            code = fn(cfg)
+            code = fn(opts)
         except UsageError as e:
             raise click.UsageError(str(e)) from None
         ctx.exit(code or 0)
@@ -144,21 +174,15 @@ def stage_command(fn: Callable[[dict], int]) -> Callable:
     return wrapper
 
 
-def run_stage(command: str, cfg: dict, build: Callable[..., Any], meter: Any = None) -> int:
-    """Standard streaming command: build(cfg) returns the per-record fn; run it over the stream."""
-    opts = IOOptions.from_config(cfg)
-    stream = RecordStream(opts, command, meter=meter)
-    fn = build(cfg)
-    stream.run(fn, concurrency=opts.concurrency)
-    closer = getattr(fn, "aclose", None)
-    if closer is not None:  # pragma: no cover - stage resources
-        import asyncio
-        asyncio.run(closer())
+def run_stage(command: str, opts: Any, stage: Any) -> int:
+    """Standard streaming command: run the stage object over the stream; the exit code."""
+    stream = RecordStream(IOOptions.from_config(opts.cfg()), command, meter=stage.meter)
+    stream.run_stage(stage, concurrency=opts.concurrency)
     return stream.exit_code()
 
 
-def not_yet(command: str, issue: str) -> Callable[[dict], int]:
-    def body(cfg: dict) -> int:
+def not_yet(command: str, issue: str) -> Callable[[Any], int]:
+    def body(cfg: Any) -> int:
         log(f"{command}: registered, but its stage logic is not built yet ({issue}). "
             "See README 'Commands' for what works today.")
         return 2
@@ -235,19 +259,18 @@ Example:
 @io_options
 @config_options
 @llm_options()
-@click.option("--strategy", type=click.Choice(["simia", "astra"]), default="simia", show_default=True)
-@click.option("--fault-rate", type=float, default=0.0, show_default=True,
+@click.option("--strategy", type=click.Choice(["simia", "astra"]), show_default=True)
+@click.option("--fault-rate", type=float, show_default=True,
               help="Probability of an injected timeout/unreachable error per call (ASTRA uses 0.2).")
-@click.option("--mode", type=RegistryChoice("strategies", "simulate-env:mode"), default="call", show_default=True,
+@click.option("--mode", type=RegistryChoice("strategies", "simulate-env:mode"), show_default=True,
               help="call: answer pending tool calls; trajectory: Simia one-call simulation of whole new "
                    "trajectories from each seed record (-n per seed).")
 @click.option("-n", "n", type=int, default=None, help="--mode trajectory: trajectories (passes) per seed.")
 @stage_command
-def simulate_env(cfg: dict) -> int:
-    from toolkit.stages import simulate_env as stage
+def simulate_env(opts: Any) -> int:
+    from toolkit.stages.simulate_env import SimulateEnv
 
-    meter = stage.make_meter()
-    return run_stage("simulate-env", cfg, lambda c: stage.build(c, meter), meter=meter)
+    return run_stage("simulate-env", opts, SimulateEnv(opts))
 
 
 @_cmd("verify", """Score trajectories: reward + verdicts.
@@ -267,35 +290,28 @@ Example:
 @config_options
 @llm_options()
 @llm_options("judge", "Judge")
-@click.option("--judge-rubric", type=RegistryChoice("rubrics"), default="sea", show_default=True,
+@click.option("--judge-rubric", type=RegistryChoice("rubrics"), show_default=True,
               help="judge strategy rubric: SEA trajectory verdict with attribution, Simia reward, ASTRA 7-dim, "
                    "EigenData five dimensions + decision rule.")
-@click.option("--strategy", "strategy", multiple=True, default=["state_diff"], show_default=True,
+@click.option("--strategy", "strategy", multiple=True, show_default=True,
               help="Repeatable (or comma-separated): the registered scorers below.")
 @click.option("--require", multiple=True, help="Strategies that decide pass/fail (default: all run).")
-@click.option("--filter", "filter_", type=click.Choice(["all", "passed", "failed"]), default="all",
+@click.option("--filter", "filter_", type=click.Choice(["all", "passed", "failed"]),
               show_default=True, help="Keep only records whose trajectories all pass / any fail.")
-@click.option("--lambda-err", type=float, default=0.1, show_default=True,
+@click.option("--lambda-err", type=float, show_default=True,
               help="Dense-reward penalty per policy-violating tool call (LOGIGEN lambda_err).")
-@click.option("--sandbox", type=click.Choice(["auto", "process", "docker"]), default="auto", show_default=True)
+@click.option("--sandbox", type=click.Choice(["auto", "process", "docker"]), show_default=True)
 @click.option("--min-pass-rate", type=click.FloatRange(0.0, 1.0), default=None,
               help="Exit 1 when the share of verified trajectories that pass is below this (CI gate).")
 @stage_command
-def verify(cfg: dict) -> int:
-    from toolkit.stages import verify as stage
+def verify(opts: Any) -> int:
+    from toolkit.stages.verify import Verify
 
-    meter = stage.make_meter()
-    built: list = []
-
-    def build(c: dict) -> Any:
-        fn = stage.build(c, meter)
-        built.append(fn)
-        return fn
-
-    code = run_stage("verify", cfg, build, meter=meter)
-    mpr = cfg.get("min_pass_rate")
-    if mpr is not None and built:
-        n, ok = built[0].counts["trajectories"], built[0].counts["passed"]
+    stage = Verify(opts)
+    code = run_stage("verify", opts, stage)
+    mpr = opts.min_pass_rate
+    if mpr is not None and stage.counts:
+        n, ok = stage.counts["trajectories"], stage.counts["passed"]
         rate = ok / n if n else 0.0
         if rate < float(mpr):
             log(f"verify: pass rate {rate:.4f} ({ok}/{n} trajectories) is below --min-pass-rate {float(mpr):g}")
@@ -324,28 +340,27 @@ Example:
 @llm_options()
 @llm_options("agent", "Agent")
 @llm_options("user", "User simulator")
-@click.option("-n", "n", type=int, default=1, show_default=True, help="Trajectories per task.")
-@click.option("--agent", "agent_kind", type=click.Choice(["llm", "replay"]), default="llm", show_default=True)
-@click.option("--max-turns", type=int, default=30, show_default=True, help="Max agent turns per episode.")
-@click.option("--max-tool-errors", type=int, default=5, show_default=True)
-@click.option("--max-context-tokens", type=int, default=16000, show_default=True)
-@click.option("--first-message", type=click.Choice(["auto", "instruction", "simulate"]), default="auto",
+@click.option("-n", "n", type=int, show_default=True, help="Trajectories per task.")
+@click.option("--agent", "agent_kind", type=click.Choice(["llm", "replay"]), show_default=True)
+@click.option("--max-turns", type=int, show_default=True, help="Max agent turns per episode.")
+@click.option("--max-tool-errors", type=int, show_default=True)
+@click.option("--max-context-tokens", type=int, show_default=True)
+@click.option("--first-message", type=click.Choice(["auto", "instruction", "simulate"]),
               show_default=True, help="Open with task.instruction verbatim (auto, when present) or let the "
                                       "user simulator write the opening (tau2 style).")
-@click.option("--distractor-tools", type=int, default=0, show_default=True,
+@click.option("--distractor-tools", type=int, show_default=True,
               help="Mix in this many irrelevant tools from other bundled domains (bands: up to this many per band).")
-@click.option("--distractor-mode", type=RegistryChoice("distractors"), default="random",
+@click.option("--distractor-mode", type=RegistryChoice("distractors"),
               show_default=True, help="random: N tools; astra-random: 5-9 tools (ASTRA baseline); bands: ASTRA "
                                       "similarity bands >0.85 / 0.4-0.85 / <0.4 (recipe key distractor_pool adds tools).")
 @click.option("--embed-base-url", help="OpenAI-compatible /v1/embeddings endpoint for --distractor-mode bands "
                                        "(default: offline all-MiniLM-L6-v2).")
 @click.option("--embed-model", help="Embedding model name at --embed-base-url.")
 @stage_command
-def rollout(cfg: dict) -> int:
-    from toolkit.stages import rollout as stage
+def rollout(opts: Any) -> int:
+    from toolkit.stages.rollout import Rollout
 
-    meter = stage.make_meter()
-    return run_stage("rollout", cfg, lambda c: stage.build(c, meter), meter=meter)
+    return run_stage("rollout", opts, Rollout(opts))
 
 
 @_cmd("eval-tau2", """Evaluate a model on tau2-bench (airline, retail, telecom): pass^k and pass@k.
@@ -363,20 +378,20 @@ Example:
 @click.option("--resume", is_flag=True)
 @click.option("--rejects", metavar="FILE")
 @click.option("--progress/--no-progress", default=None)
-@click.option("--concurrency", type=int, default=4, show_default=True)
+@click.option("--concurrency", type=int, show_default=True)
 @config_options
 @llm_options()
 @llm_options("agent", "Agent")
 @llm_options("user", "User simulator")
-@click.option("--domain", default="airline", show_default=True, help="airline | retail | telecom | all")
-@click.option("-k", "k", type=int, default=1, show_default=True, help="Trials per task.")
+@click.option("--domain", show_default=True, help="airline | retail | telecom | all")
+@click.option("-k", "k", type=int, show_default=True, help="Trials per task.")
 @click.option("--split", default=None)
 @click.option("--tasks", "task_ids", default=None, help="Comma-separated task ids (or indices).")
 @click.option("--oracle", is_flag=True, help="Replay expected actions (offline self-check, no LLM).")
-@click.option("--max-turns", type=int, default=30, show_default=True)
+@click.option("--max-turns", type=int, show_default=True)
 @click.option("--summary-json", metavar="FILE")
 @click.option("--chart", metavar="PNG")
-@click.option("--compare", type=click.Choice(["none", "paper"]), default="none", show_default=True)
+@click.option("--compare", type=click.Choice(["none", "paper"]), show_default=True)
 @click.option("--exclude-infra-errors", is_flag=True, help="Drop infrastructure errors from pass^k.")
 @click.option("--attribute", is_flag=True,
               help="Judge each failed trajectory: agent error vs user-simulator error (--judge-model/--judge-base-url).")
@@ -384,10 +399,10 @@ Example:
 @click.option("--no-official-check", is_flag=True,
               help="With --oracle: skip re-scoring every task with tau2's own (slow) evaluator.")
 @stage_command
-def eval_tau2(cfg: dict) -> int:
+def eval_tau2(opts: Any) -> int:
     from toolkit.stages import eval_tau2 as stage
 
-    return stage.main(cfg)
+    return stage.main(opts.cfg())
 
 
 class StrategyChoice(RegistryChoice):
@@ -409,18 +424,17 @@ def strategy_command(name: str, help: str, *extra: Callable, filter_help: str | 
                          help="Which flow's strategy runs (see Strategies below)."),
             click.option("-n", "n", type=int, default=None,
                          help="How many outputs per input record (plans, tasks, trajectories ...)."),
-            click.option("--attempts", type=int, default=3, show_default=True,
+            click.option("--attempts", type=int, show_default=True,
                          help="Tries per LLM role call before the record is rejected with the reasons.")]
     if filter_help:
         opts.append(click.option("--filter", "filter", type=click.Choice(["all", "passed", "failed"]),
-                                 default="all", show_default=True, help=filter_help))
+                                 show_default=True, help=filter_help))
     opts += list(extra)
 
-    def body(cfg: dict) -> int:
-        from toolkit.stages import strategies as stage
+    def body(opts: Any) -> int:
+        from toolkit.stages.strategies import STAGES
 
-        meter = stage.make_meter()
-        return run_stage(name, cfg, lambda c: stage.stream_fn(stage.build(name, c, meter)), meter=meter)
+        return run_stage(name, opts, STAGES[name](opts))
 
     body.__name__ = name.replace("-", "_")
     cmd = _compose(*opts)(stage_command(body))
@@ -434,7 +448,7 @@ def _placeholder(name: str, help: str, issue: str) -> click.Command:
     @llm_options()
     @click.option("--strategy", default=None)
     @stage_command
-    def cmd(cfg: dict) -> int:
+    def cmd(cfg: Any) -> int:
         return not_yet(name, issue)(cfg)
 
     return cmd
@@ -528,9 +542,9 @@ Example:
 @train_io_options
 @config_options
 @click.option("-o", "--output", "output", metavar="FILE", help="With --export: write rows here (default stdout).")
-@click.option("--role", type=click.Choice(["assistant", "user"]), default="assistant", show_default=True,
+@click.option("--role", type=click.Choice(["assistant", "user"]), show_default=True,
               help="Which side is trained: the agent (assistant turns) or the user simulator (user turns).")
-@click.option("--filter", "filter", type=click.Choice(["all", "passed", "failed"]), default="all", show_default=True,
+@click.option("--filter", "filter", type=click.Choice(["all", "passed", "failed"]), show_default=True,
               help="Keep trajectories verify passed / failed (scores.verify.passed, else their verify verdicts).")
 @click.option("--min-reward", type=float, default=None, help="Keep trajectories with reward >= this.")
 @click.option("--export", "export", type=RegistryChoice("exporters"), default=None,
@@ -538,10 +552,10 @@ Example:
 @click.option("--lora/--no-lora", "lora", default=None, help="Train LoRA adapters (peft; recipe `lora:` sets r, alpha ...).")
 @click.option("--epochs", "num_train_epochs", type=float, default=None, help="Epochs (TRL num_train_epochs).")
 @stage_command
-def sft(cfg: dict) -> int:
+def sft(opts: Any) -> int:
     from toolkit.train import sft as stage
 
-    return stage.main(cfg)
+    return stage.main(opts.cfg())
 
 
 @_cmd("grpo", """GRPO on live multi-turn episodes against our environments, rewards from verify.
@@ -575,10 +589,10 @@ Example:
 @click.option("--rollouts", metavar="FILE", default=None, help="Append every verified episode group as a record here.")
 @click.option("--lora/--no-lora", "lora", default=None, help="Train LoRA adapters (peft).")
 @stage_command
-def grpo(cfg: dict) -> int:
+def grpo(opts: Any) -> int:
     from toolkit.train import grpo as stage
 
-    return stage.main(cfg)
+    return stage.main(opts.cfg())
 
 
 COMMANDS: dict[str, click.Command] = {
@@ -586,6 +600,25 @@ COMMANDS: dict[str, click.Command] = {
     "verify": verify, "repair": repair, "reflect": reflect, "simulate-env": simulate_env,
     "make-verifier": make_verifier, "sft": sft, "grpo": grpo, "eval-tau2": eval_tau2,
 }
+
+
+def _bind_defaults(name: str, cmd: click.Command) -> None:
+    """--help shows each option's default from the command's options model (defaults live there
+    only; flags not given never reach the merge, so the model's default applies)."""
+    from toolkit.options import COMMAND_MODELS
+
+    fields = COMMAND_MODELS[name].model_fields
+    for p in cmd.params:
+        f = fields.get(FLAG_KEYS.get(p.name or "", p.name or ""))
+        if f is None or f.is_required() or f.default is None or isinstance(f.default, bool):
+            continue
+        p.default = tuple(f.default) if getattr(p, "multiple", False) else f.default
+        if isinstance(p, click.Option):
+            p.show_default = True
+
+
+for _name, _c in COMMANDS.items():
+    _bind_defaults(_name, _c)
 
 
 # ----------------------------------------------------------------------------------------------

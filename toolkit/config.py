@@ -14,9 +14,10 @@ Recipe file (`--recipe recipes/logigen.yaml`):
     verify:
       strategy: [state_diff]
 
-Environment variables: `TOOLKIT_<NAME>` (upper case), e.g. TOOLKIT_BASE_URL, TOOLKIT_MODEL,
-TOOLKIT_AGENT_MODEL, TOOLKIT_CONCURRENCY. Values are parsed as YAML scalars (so "8" is an int,
-"true" a bool). Secrets (API keys) are never read from recipes or flags: only from the env var
+Every key (a field of the command's options model, `toolkit.options`) can come from the
+environment as `TOOLKIT_<KEY>` (upper case), e.g. TOOLKIT_BASE_URL, TOOLKIT_AGENT_MODEL,
+TOOLKIT_VERIFIER_SOURCE; the field's type parses it ("8" -> int, "true" -> bool, lists and dicts as
+JSON). Unknown keys are usage errors (`resolve`). Secrets (API keys) are never read from recipes or flags: only from the env var
 named by `api_key_env` (default OPENAI_API_KEY).
 """
 
@@ -70,32 +71,82 @@ def _norm_key(k: str) -> str:
     return str(k).replace("-", "_").lower()
 
 
-def env_overrides(keys: list[str], environ: Mapping[str, str] | None = None) -> dict:
+def _unknown(what: str, key: str, valid: set[str]) -> ConfigError:
+    from toolkit.options import nearest
+
+    near = nearest(key, valid)
+    return ConfigError(f"{what}: unknown key {key!r}" + (f" (did you mean {near!r}?)" if near else ""))
+
+
+def resolve(command: str, model: type, recipe: dict, flags: dict, *, known_anywhere: Any = None,
+            environ: Mapping[str, str] | None = None, recipe_path: str | None = None,
+            warn: Any = None):
+    """The typed options of `command`: model defaults < recipe `defaults:` < recipe `<command>:` <
+    `TOOLKIT_<KEY>` env < flags, validated by `model` (a toolkit.options model).
+
+    `defaults:` keys are checked against `known_anywhere` (every command's keys, or a callable
+    returning them: one recipe serves all commands) and the ones this command lacks are skipped;
+    `<command>:` keys must be this command's (a model with extra="allow", sft/grpo, takes any). Env vars: every key of the model; other `TOOLKIT_*` names that no command knows
+    (and that are not in options.NON_OPTION_ENV) are reported through `warn`, not rejected.
+    Raises ConfigError (a usage error) naming the key, the nearest valid one and the layer."""
+    from pydantic import ValidationError
+
+    from toolkit.options import NON_OPTION_ENV, NON_OPTION_ENV_PREFIXES, env_field_value, nearest
+
     environ = os.environ if environ is None else environ
-    out = {}
-    for k in keys:
-        name = ENV_PREFIX + k.upper()
-        if name in environ:
-            raw = environ[name]
-            try:
-                out[k] = yaml.safe_load(raw)
-            except yaml.YAMLError:
-                out[k] = raw
-    return out
+    valid = set(model.model_fields)
+    open_model = model.model_config.get("extra") == "allow"
+    _anywhere: list[set[str]] = []
 
+    def anywhere() -> set[str]:  # computed once, when needed (loads every command's model)
+        if not _anywhere:
+            k = known_anywhere() if callable(known_anywhere) else known_anywhere
+            _anywhere.append(set(k or ()) | valid)
+        return _anywhere[0]
 
-def merge(command: str, defaults: dict, recipe: dict, env: dict, flags: dict) -> dict:
-    """defaults < recipe[defaults] < recipe[command] < env < flags."""
-    cfg = dict(defaults)
+    where = f"recipe {recipe_path}" if recipe_path else "recipe"
+    vals: dict[str, Any] = {}
+    source: dict[str, str] = {}
     for section in ("defaults", command):
         sect = recipe.get(section) or {}
         if not isinstance(sect, Mapping):
-            raise ConfigError(f"recipe section {section!r} must be a mapping")
+            raise ConfigError(f"{where}: section {section!r} must be a mapping")
         for k, v in sect.items():
-            cfg[_norm_key(k)] = v
-    cfg.update(env)
-    cfg.update(flags)
-    return cfg
+            key = _norm_key(k)
+            if key not in valid and not open_model:
+                if section == "defaults" and key in anywhere():
+                    continue  # another command's key
+                raise _unknown(f"{where}: section {section!r}", key,
+                               anywhere() if section == "defaults" else valid)
+            vals[key] = v
+            source[key] = f"{where} section {section!r}"
+    for name, raw in environ.items():
+        if not name.startswith(ENV_PREFIX):
+            continue
+        rest = name[len(ENV_PREFIX):]
+        key = rest.lower()
+        if key in valid:
+            vals[key] = env_field_value(model.model_fields[key].annotation, raw)
+            source[key] = f"environment variable {name}"
+        elif (warn is not None and rest not in NON_OPTION_ENV and not rest.startswith(NON_OPTION_ENV_PREFIXES)
+              and key not in anywhere()):
+            near = nearest(key, anywhere())
+            warn(f"{command}: ignoring environment variable {name}: not an option key"
+                 + (f" (did you mean TOOLKIT_{near.upper()}?)" if near else ""))
+    for k, v in flags.items():
+        vals[k] = v
+        source[k] = "command line"
+    try:
+        return model.model_validate(vals)
+    except ValidationError as e:
+        errs = []
+        for err in e.errors()[:3]:
+            key = str(err["loc"][0]) if err.get("loc") else "?"
+            if err.get("type") == "extra_forbidden":
+                raise _unknown(source.get(key, command), key, valid) from None
+            got = vals.get(key, err.get("input"))
+            errs.append(f"{key}: {err['msg']} (got {got!r} from {source.get(key, 'defaults')})")
+        raise ConfigError(f"{command}: invalid option " + "; ".join(errs)) from None
 
 
 def dump(cfg: dict) -> str:

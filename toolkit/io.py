@@ -32,7 +32,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Awaitable, Callable, Iterable, Iterator
+from typing import Any, Awaitable, Callable, Iterable, Iterator, Protocol
 
 from pydantic import ValidationError
 
@@ -765,6 +765,43 @@ StageResult = Record | list[Record] | None
 StageFn = Callable[[Record], "Awaitable[StageResult] | StageResult"]
 
 
+class Stage(Protocol):
+    """What `RecordStream.run_stage` (one process) and `toolkit.pipeline.Pipeline` (a chain in one
+    process) run. `process` and `finish` may be `async def` or plain functions."""
+
+    def process(self, record: Record) -> "Awaitable[StageResult] | StageResult":
+        """One input record -> a record, a list (fan-out, new distinct ids) or None (dropped);
+        raise StageError to reject the record with a reason."""
+
+    def finish(self) -> "Awaitable[list[Record]] | list[Record]":
+        """Records made from the whole input (batch stages: reflect); [] for the others (or
+        `finish = None`: not a batch stage)."""
+
+    def close(self) -> "Awaitable[None] | None":
+        """Release resources (LLM clients ...); called once, after finish."""
+
+    @property
+    def counts(self) -> dict:
+        """Stage-specific totals for the summary (verify: trajectories, passed)."""
+
+
+def stage_fn(stage: Stage) -> StageFn:
+    """The per-record function RecordStream runs for a Stage (its `finish` attached): synchronous
+    when both `process` and `finish` are (no asyncio task per record)."""
+    proc, fin = stage.process, getattr(stage, "finish", None)
+    if inspect.isfunction(proc) and (fin is None or getattr(proc, "finish", None) is fin):
+        return proc  # already what RecordStream runs (no wrapper per record)
+    if inspect.iscoroutinefunction(proc) or inspect.iscoroutinefunction(fin):
+        async def fn(record: Record) -> StageResult:
+            out = proc(record)
+            return (await out) if inspect.isawaitable(out) else out
+    else:
+        def fn(record: Record) -> StageResult:  # type: ignore[misc]
+            return proc(record)
+    fn.finish = fin  # type: ignore[attr-defined]
+    return fn
+
+
 class StageError(Exception):
     """Raised by a stage for one record: the record goes to rejects with this message."""
 
@@ -955,6 +992,21 @@ class RecordStream:
             self.summary.count_written(r)
 
     # -- run -----------------------------------------------------------------------------------
+    def run_stage(self, stage: Stage, concurrency: int | None = None) -> Summary:
+        """The one loop over a Stage: process every record, write what finish() returns, close();
+        the stage's counts land in summary.counts."""
+
+        async def go() -> Summary:
+            try:
+                return await self.arun(stage_fn(stage), concurrency)
+            finally:
+                closed = stage.close()
+                if inspect.isawaitable(closed):
+                    await closed
+                self.summary.counts = dict(getattr(stage, "counts", None) or {})
+
+        return asyncio.run(go())
+
     def run(self, fn: StageFn, concurrency: int | None = None) -> Summary:
         """Run synchronously (creates an event loop). Returns the summary (also logged)."""
         return asyncio.run(self.arun(fn, concurrency))
@@ -1070,6 +1122,10 @@ class RecordStream:
                     continue
                 self._write(writer, out, lineno, raw, rec.id)
                 self._progress.update(self.summary)
+            finish = getattr(fn, "finish", None)
+            for r in (finish() if finish is not None else None) or []:  # a synchronous batch stage
+                writer.write(dump_line(r))
+                self.summary.count_written(r)
         finally:
             writer.close()
             if self._rejects_f is not None:

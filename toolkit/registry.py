@@ -108,6 +108,11 @@ class Entry:
     def command(self) -> str | None:
         return self.scope
 
+    @property
+    def options(self) -> Any:
+        """strategies: the toolkit.options.Options subclass declaring the strategy's keys (or None)."""
+        return self.meta.get("options")
+
     def as_dict(self) -> dict:
         return {"kind": self.kind, "name": self.name, "scope": self.scope, "flow": self.flow,
                 "package": self.package, "module": self.module, "source": self.source, "help": self.help,

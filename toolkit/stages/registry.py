@@ -29,14 +29,15 @@ from toolkit import registry as _R
 
 ENTRY_POINT_GROUP = "toolkit.strategies"
 KIND = "strategies"
-StrategyInfo = _R.Entry  # .command, .name, .factory, .help, .flow
+StrategyInfo = _R.Entry  # .command, .name, .factory, .help, .flow, .options
 # {command: {name: Entry}}: the registry's own strategies table
 _REGISTRY: dict[str, dict[str, _R.Entry]] = _R._ENTRIES[KIND]
 
 
-def strategy(command: str, name: str, help: str = "", flow: str | None = None) -> Callable:
-    """Decorator registering `factory(cfg, ctx) -> per-record fn` for `command --strategy name`."""
-    return _R.register(KIND, name, help=help, flow=flow, scope=command)
+def strategy(command: str, name: str, help: str = "", flow: str | None = None, options: Any = None) -> Callable:
+    """Decorator registering `factory(cfg, ctx) -> per-record fn` for `command --strategy name`;
+    `options` (a toolkit.options.Options subclass) declares the strategy's recipe keys."""
+    return _R.register(KIND, name, help=help, flow=flow, scope=command, options=options)
 
 
 def load_all() -> None:
@@ -62,6 +63,13 @@ def get(command: str, name: str | None) -> _R.Entry:
     if name not in known:
         raise UsageError(f"{command}: unknown strategy {name!r}; registered: {', '.join(sorted(known))}")
     return known[name]
+
+
+def options_models(command: str) -> tuple:
+    """The options models the registered strategies of `command` declare (sorted by strategy)."""
+    load_all()
+    rows = _REGISTRY.get(command, {})
+    return tuple(rows[n].options for n in sorted(rows) if rows[n].options is not None)
 
 
 def describe(command: str) -> str:

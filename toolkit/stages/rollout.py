@@ -34,8 +34,9 @@ from toolkit import prompts, registry
 from toolkit.config import llm_config
 from toolkit.envs import Environment, load_env
 from toolkit.io import StageError, UsageError, add_provenance
+from toolkit.options import RolloutOptions, typed_options
 from toolkit.schema import Message, Record, Step, Trajectory, Usage
-from toolkit.stages import make_meter  # noqa: F401  (CLI imports it from here)
+from toolkit.stages import FnStage, make_meter  # noqa: F401  (CLI imports it from here)
 
 _ENV_FAIL = "environment could not be built: "
 
@@ -514,22 +515,22 @@ def _tune_gc() -> None:
         gc.set_threshold(GC_GEN0_THRESHOLD, t1, t2)
 
 
-def build(cfg: dict, meter: Any):
-    n = int(cfg.get("n") or 1)
-    if n < 1:
-        raise UsageError("-n must be >= 1")
-    kind = cfg.get("agent_kind") or "llm"
-    limits = EpisodeLimits(max_turns=int(cfg.get("max_turns") or 30),
-                           max_tool_errors=int(cfg.get("max_tool_errors") or 5),
-                           max_context_tokens=int(cfg.get("max_context_tokens") or 16000))
-    n_distract = int(cfg.get("distractor_tools") or 0)
-    d_mode = cfg.get("distractor_mode") or "random"
+def build(cfg: dict | RolloutOptions, meter: Any):
+    """The per-record rollout function from the typed options (or a merged config dict)."""
+    o = typed_options(RolloutOptions, cfg)
+    cfg = cfg if isinstance(cfg, dict) else cfg.cfg()  # role-prefixed LLM keys for llm_config
+    n = o.n
+    kind = o.agent_kind
+    limits = EpisodeLimits(max_turns=o.max_turns, max_tool_errors=o.max_tool_errors,
+                           max_context_tokens=o.max_context_tokens)
+    n_distract = o.distractor_tools
+    d_mode = o.distractor_mode
     if registry.lookup("distractors", d_mode) is None:
         raise UsageError(f"unknown --distractor-mode {d_mode!r}; choose from {', '.join(registry.names('distractors'))}")
-    first_message = cfg.get("first_message") or "auto"
+    first_message = o.first_message
     if first_message == "auto":
         first_message = "instruction"
-    base_seed = cfg.get("seed")
+    base_seed = o.seed
     agent_client = user_client = None
     agent_cfg = user_cfg = None
     if kind == "llm":
@@ -570,7 +571,7 @@ def build(cfg: dict, meter: Any):
                 usp = env.user_simulator_system_prompt() if hasattr(env, "user_simulator_system_prompt") else None
                 user = LLMUser(_user_client(), scenario_text(record), sample_index=idx,
                                overrides=overrides, system_prompt=usp) if has_scenario else None
-            extra = (distractor_tools(record, env.tools("agent"), n_distract, idx, mode=d_mode, cfg=cfg)
+            extra = (distractor_tools(record, env.tools("agent"), n_distract, idx, mode=d_mode, cfg=o)
                      if n_distract > 0 or d_mode != "random" else [])
             return await run_episode(
                 record, env, agent, user, tid, limits, extra_tools=extra,
@@ -601,7 +602,16 @@ def build(cfg: dict, meter: Any):
             total.cost += t.usage.cost
         add_provenance(record, "rollout", strategy=kind,
                        model=None if kind == "replay" else (agent_cfg.model or "embedded"),
-                       recipe_hash=cfg.get("recipe_hash"), usage=total.model_dump())
+                       recipe_hash=o.recipe_hash, usage=total.model_dump())
         return record
 
     return fn
+
+
+class Rollout(FnStage):
+    """rollout as a stage object: `Rollout(RolloutOptions(agent_kind="replay", n=2))`."""
+
+    command = "rollout"
+
+    def build(self) -> Any:
+        return build(self.opts, self.meter)

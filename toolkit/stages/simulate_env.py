@@ -18,7 +18,7 @@ from toolkit.config import llm_config
 from toolkit.io import StageError, add_provenance
 from toolkit.roles.env_simulator import simulate_call
 from toolkit.schema import Message, Record, Step
-from toolkit.stages import make_meter  # noqa: F401  (re-exported for the CLI)
+from toolkit.stages import FnStage, make_meter  # noqa: F401  (re-exported for the CLI)
 from toolkit.stages.registry import StageContext, get, strategy
 
 MODE_SCOPE = "simulate-env:mode"
@@ -116,3 +116,12 @@ def build_call(cfg: dict, ctx: StageContext):
         return record
 
     return fn
+
+
+class SimulateEnv(FnStage):
+    """simulate-env as a stage object (reads the options' dict view: not converted yet)."""
+
+    command = "simulate-env"
+
+    def build(self) -> Any:
+        return build(self.opts.cfg(), self.meter)

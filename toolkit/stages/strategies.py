@@ -13,8 +13,8 @@ import inspect
 from typing import Any
 
 from toolkit.schema import Record
-from toolkit.stages import make_meter  # noqa: F401  (re-exported for the CLI)
-from toolkit.stages.registry import StageContext, get
+from toolkit.stages import FnStage, make_meter  # noqa: F401  (re-exported for the CLI)
+from toolkit.stages.registry import StageContext, get, options_models
 
 
 def passed_here(record: Record, command: str) -> bool | None:
@@ -92,3 +92,84 @@ def stream_fn(run):
         return run
     sync.aclose = run.aclose  # type: ignore[attr-defined]
     return sync
+
+
+# ----------------------------------------------------------------------------------------------
+# typed options and stage objects
+
+
+def options_model(command: str) -> type:
+    """The command's options model with every registered strategy's keys (toolkit.options)."""
+    from toolkit.options import model_for
+
+    return model_for(command, options_models(command))
+
+
+def with_strategy_defaults(command: str, opts: Any) -> Any:
+    """opts with the chosen strategy's own defaults filled in for its keys left unset (the union
+    model holds strategy keys as optional: strategies may share a key with different defaults)."""
+    try:
+        info = get(command, getattr(opts, "strategy", None))
+    except Exception:  # no / ambiguous strategy: the build reports it
+        return opts
+    sm = info.options
+    if sm is None:
+        return opts
+    from pydantic import ValidationError
+
+    from toolkit.io import UsageError
+    from toolkit.options import COMMAND_MODELS
+
+    base = COMMAND_MODELS[command].model_fields  # the command's own fields
+    given = {k: getattr(opts, k) for k in sm.model_fields if k in opts.model_fields_set
+             and getattr(opts, k) is not None}
+    try:
+        so = sm.model_validate(given)
+    except ValidationError as e:
+        err = e.errors()[0]
+        key = ".".join(str(x) for x in err.get("loc", ())) or "?"
+        raise UsageError(f"{command} --strategy {info.name}: {key}: {err['msg']} (got {err.get('input')!r})") from None
+    update = {k: getattr(so, k) for k in sm.model_fields if k not in base and k not in given}
+    return opts.model_copy(update=update) if update else opts
+
+
+class StrategyStage(FnStage):
+    """A registry-driven command (gen-plan ... make-verifier) as a stage object."""
+
+    @classmethod
+    def options_model(cls) -> type:
+        return options_model(cls.command)
+
+    def __init__(self, opts: Any = None, /, meter: Any = None, **changes: Any):
+        super().__init__(opts, meter=meter, **changes)
+        self.opts = with_strategy_defaults(self.command, self.opts)
+
+    def build(self) -> Any:
+        return stream_fn(build(self.command, self.opts.cfg(), self.meter))
+
+
+class GenPlan(StrategyStage):
+    command = "gen-plan"
+
+
+class GenTask(StrategyStage):
+    command = "gen-task"
+
+
+class ValidateTask(StrategyStage):
+    command = "validate-task"
+
+
+class Repair(StrategyStage):
+    command = "repair"
+
+
+class Reflect(StrategyStage):
+    command = "reflect"
+
+
+class MakeVerifier(StrategyStage):
+    command = "make-verifier"
+
+
+STAGES = {c.command: c for c in (GenPlan, GenTask, ValidateTask, Repair, Reflect, MakeVerifier)}

@@ -94,8 +94,9 @@ from typing import Callable
 
 from toolkit import registry
 from toolkit.io import StageError, UsageError, add_provenance
+from toolkit.options import VerifyOptions, as_list, typed_options
 from toolkit.schema import Record, Step, Trajectory, Verdict
-from toolkit.stages import make_meter  # noqa: F401  (re-exported for the CLI)
+from toolkit.stages import FnStage, make_meter  # noqa: F401  (re-exported for the CLI)
 from toolkit.scoring import rewards as R
 
 VERDICT_KINDS = typing.get_args(Verdict.model_fields["kind"].annotation)
@@ -127,82 +128,69 @@ DETERMINISTIC = ("sqlite", "tau2")  # backends whose replays are memoized (pytho
 
 
 def _as_list(v: Any) -> list[str]:
-    if v is None:
-        return []
-    if isinstance(v, str):
-        v = [v]
-    out: list[str] = []
-    for item in v:
-        for part in str(item).split(","):
-            part = part.strip()
-            if part and part not in out:
-                out.append(part)
-    return out
+    return as_list(v) or []
 
 
 @dataclass
 class Options:
+    """verify's resolved options: built from the typed `VerifyOptions` (toolkit.options), where
+    every default lives."""
+
     strategies: list[str]
     required: list[str]
-    filter: str = "all"
-    lambda_err: float = 0.1
-    epsilon: float = R.DEFAULT_EPSILON
-    diff_exclude: list[str] = field(default_factory=list)
-    sandbox: str = "auto"
-    code_cpu_seconds: float = 10.0
-    code_wall_seconds: float = 20.0
-    code_memory_mb: int = 1024
-    judge_rubric: str = "sea"
-    judge_attempts: int = 3
-    judge_threshold: float = 0.5
-    f1_threshold: float | None = None
-    f1_epsilon: float = R.DEFAULT_EPSILON
-    recipe_hash: str | None = None
-    replay_memo: bool = True
-    penalize_invalid_calls: bool = True
+    filter: str
+    lambda_err: float
+    epsilon: float
+    diff_exclude: list[str]
+    sandbox: str
+    code_cpu_seconds: float
+    code_wall_seconds: float
+    code_memory_mb: int
+    judge_rubric: str
+    judge_attempts: int
+    judge_threshold: float
+    f1_threshold: float | None
+    f1_epsilon: float
+    recipe_hash: str | None
+    replay_memo: bool
+    penalize_invalid_calls: bool
+    grounding_match: str | None = None
+    grounding_threshold: float | None = None
     verdict_kinds: dict = field(default_factory=dict)  # strategy -> Verdict.kind (from the registry)
 
     @classmethod
-    def from_config(cls, cfg: dict) -> "Options":
-        strategies = _as_list(cfg.get("strategy")) or ["state_diff"]
+    def from_options(cls, o: VerifyOptions) -> "Options":
+        strategies = list(o.strategy) or ["state_diff"]
         known = scorer_names()
         unknown = [s for s in strategies if s not in known]
         if unknown:
             raise UsageError(f"unknown verify strategy {', '.join(map(repr, unknown))}; "
                              f"choose from {', '.join(known)}")
-        required = _as_list(cfg.get("require"))
+        required = list(o.require or [])
         missing = [s for s in required if s not in strategies]
         if missing:
             raise UsageError(f"--require {', '.join(missing)}: not among the strategies run "
                              f"({', '.join(strategies)}); add --strategy {missing[0]}")
-        filt = cfg.get("filter_") or cfg.get("filter") or "all"
-        if filt not in ("all", "passed", "failed"):
-            raise UsageError(f"--filter must be all, passed or failed (got {filt!r})")
-        rubric = str(cfg.get("judge_rubric") or "sea").lower()
-        if "judge" in strategies and rubric not in registry.names("rubrics"):
-            raise UsageError(f"judge_rubric {rubric!r} is unknown; choose from {', '.join(registry.names('rubrics'))}")
-        lam = cfg.get("lambda_err")
-        o = cls(strategies=strategies, required=required or list(strategies), filter=filt,
-                lambda_err=0.1 if lam is None else float(lam),
-                diff_exclude=_as_list(cfg.get("diff_exclude")),
-                sandbox=str(cfg.get("sandbox") or "auto"), judge_rubric=rubric,
-                recipe_hash=cfg.get("recipe_hash"),
-                replay_memo=str(cfg.get("replay_memo", True)).lower() not in ("0", "false", "no", "off"))
-        for name, conv in (("epsilon", float), ("code_cpu_seconds", float), ("code_wall_seconds", float),
-                           ("code_memory_mb", int), ("judge_attempts", int), ("judge_threshold", float),
-                           ("f1_threshold", float), ("f1_epsilon", float)):
-            key = "proximity_epsilon" if name == "epsilon" else name
-            if cfg.get(key) is not None:
-                try:
-                    setattr(o, name, conv(cfg[key]))
-                except (TypeError, ValueError):
-                    raise UsageError(f"{key} must be a number (got {cfg[key]!r})") from None
-        pic = cfg.get("penalize_invalid_calls")
-        if pic is not None:
-            o.penalize_invalid_calls = pic if isinstance(pic, bool) else str(pic).lower() in ("1", "true", "yes", "on")
-        if o.lambda_err < 0:
-            raise UsageError("--lambda-err must be >= 0")
-        return o
+        rubrics = registry.names("rubrics")
+        if "judge" in strategies and o.judge_rubric not in rubrics:
+            raise UsageError(f"judge_rubric {o.judge_rubric!r} is unknown; choose from {', '.join(rubrics)}")
+        return cls(strategies=strategies, required=required or list(strategies), filter=o.filter,
+                   lambda_err=o.lambda_err,
+                   epsilon=R.DEFAULT_EPSILON if o.proximity_epsilon is None else o.proximity_epsilon,
+                   diff_exclude=list(o.diff_exclude or []), sandbox=o.sandbox,
+                   code_cpu_seconds=o.code_cpu_seconds, code_wall_seconds=o.code_wall_seconds,
+                   code_memory_mb=o.code_memory_mb, judge_rubric=o.judge_rubric, judge_attempts=o.judge_attempts,
+                   judge_threshold=o.judge_threshold, f1_threshold=o.f1_threshold,
+                   f1_epsilon=R.DEFAULT_EPSILON if o.f1_epsilon is None else o.f1_epsilon,
+                   recipe_hash=o.recipe_hash, replay_memo=o.replay_memo,
+                   penalize_invalid_calls=o.penalize_invalid_calls,
+                   grounding_match=o.grounding_match, grounding_threshold=o.grounding_threshold)
+
+    @classmethod
+    def from_config(cls, cfg: dict | VerifyOptions) -> "Options":
+        """From a merged config dict (library callers; keys verify does not read are ignored) or
+        the typed options."""
+        return cls.from_options(typed_options(VerifyOptions, cfg))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1074,8 +1062,11 @@ def apply(record: Record, traj: Trajectory, outcomes: dict[str, Outcome], opts: 
     return passed
 
 
-def build(cfg: dict, meter: Any):
+def build(cfg: dict | VerifyOptions, meter: Any):
+    """The per-record verify function from the typed options (or a merged config dict)."""
     opts = Options.from_config(cfg)
+    if not isinstance(cfg, dict):
+        cfg = cfg.cfg()  # role-prefixed LLM keys (judge_model ...) for llm_config
     cache = TargetCache()
     counts = {"trajectories": 0, "passed": 0}  # verified trajectories, for --min-pass-rate
     scorers = {s: registry.get("scorers", s) for s in opts.strategies}
@@ -1163,3 +1154,12 @@ def build(cfg: dict, meter: Any):
     fn.counts = counts  # type: ignore[attr-defined]
     fn.options = opts  # type: ignore[attr-defined]
     return fn
+
+
+class Verify(FnStage):
+    """verify as a stage object: `Verify(VerifyOptions(...))`; counts = {trajectories, passed}."""
+
+    command = "verify"
+
+    def build(self) -> Any:
+        return build(self.opts, self.meter)

@@ -45,6 +45,7 @@ from typing import Any
 from toolkit.io import StageError, add_provenance
 from toolkit.schema import Action, EnvRef, Record, SubQuestion, Verdict, Verifier
 from toolkit.stages.registry import StageContext, strategy
+from toolkit.flows.astra import options as O
 
 # standard-library modules a generated tool may not import (processes, network, files, native code)
 DENIED_MODULES = frozenset({
@@ -250,20 +251,17 @@ def parse_merge(spec: dict):
 # the strategy
 
 
-@strategy("make-verifier", "astra", help="ASTRA pipeline B: QA instance → sandbox-checked python env + F1 verifier")
+@strategy("make-verifier", "astra", options=O.EnvSynthOptions, help="ASTRA pipeline B: QA instance → sandbox-checked python env + F1 verifier")
 def build(cfg: dict, ctx: StageContext):
     from toolkit import prompts
     from toolkit.roles.structured import RoleRejected, ask_prompt, new_usage
 
-    attempts = int(cfg.get("attempts") or 3)
-    impl_attempts = int(cfg.get("impl_attempts") or 3)
-    merge_attempts = int(cfg.get("merge_attempts") or 2)
-    do_merge = bool(cfg.get("merge", True))
-    limits = {"wall_seconds": float(cfg.get("sandbox_wall_seconds") or 5),
-              "cpu_seconds": float(cfg.get("sandbox_cpu_seconds") or 5),
-              "memory_mb": int(cfg.get("sandbox_memory_mb") or 512)}
-    seed = int(cfg.get("seed") or 0)
-    out_dir = cfg.get("out_dir")
+    o = O.EnvSynthOptions.of(cfg)
+    attempts, impl_attempts, merge_attempts, do_merge = o.attempts, o.impl_attempts, o.merge_attempts, o.merge
+    limits = {"wall_seconds": o.sandbox_wall_seconds, "cpu_seconds": o.sandbox_cpu_seconds,
+              "memory_mb": o.sandbox_memory_mb}
+    seed = o.seed or 0
+    out_dir = o.out_dir
     P = {k: prompts.load(f"astra/{k}") for k in ("tool_doc", "invocation", "implementation", "homogeneous", "merge")}
 
     async def ask(prompt: str, parse, role: str, usage: dict, k: int = 0):
@@ -392,7 +390,7 @@ def build(cfg: dict, ctx: StageContext):
             if out_dir and record.env is not None and record.env.backend == "python":
                 write_env_dir(record, out_dir)
         add_provenance(record, "make-verifier", strategy="astra", model=ctx.model_name(),
-                       recipe_hash=cfg.get("recipe_hash"), usage=usage)
+                       recipe_hash=o.recipe_hash, usage=usage)
         return record
 
     return fn

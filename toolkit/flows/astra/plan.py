@@ -25,6 +25,7 @@ from toolkit.io import StageError, add_provenance, log
 from toolkit.formats.tools import tools_text
 from toolkit.schema import Plan, Record
 from toolkit.stages.registry import StageContext, strategy
+from toolkit.flows.astra import options as O
 
 
 def parse_pairs(known: set[str], max_len: int):
@@ -77,7 +78,7 @@ def parse_query(chain: list[str]):
     return parse
 
 
-@strategy("gen-plan", "astra", help="ASTRA: tool docs → chain graph → random walks → verified plan.tool_chain")
+@strategy("gen-plan", "astra", options=O.PlanOptions, help="ASTRA: tool docs → chain graph → random walks → verified plan.tool_chain")
 def build(cfg: dict, ctx: StageContext):
     from toolkit import prompts
     from toolkit.flows.astra import chains as CH

@@ -20,6 +20,7 @@ from typing import Any
 from toolkit.io import StageError, add_provenance, log
 from toolkit.schema import GroundTruth, Record, SubQuestion, Task
 from toolkit.stages.registry import StageContext, strategy
+from toolkit.flows.astra import options as O
 
 SCENARIOS = ("Single-Hop", "Parallel Single-Hop", "Multi-Hop", "Parallel Multi-Hop")
 
@@ -125,7 +126,7 @@ def parse_instances(n: int, min_hops: int, max_hops: int):
     return parse
 
 
-@strategy("gen-task", "astra-qa", help="ASTRA pipeline B: main question, answer and decomposition DAG")
+@strategy("gen-task", "astra-qa", options=O.QAOptions, help="ASTRA pipeline B: main question, answer and decomposition DAG")
 def build(cfg: dict, ctx: StageContext):
     from toolkit import prompts
     from toolkit.roles.structured import RoleRejected, ask_structured

@@ -21,6 +21,7 @@ from collections import Counter
 from toolkit.io import StageError, add_provenance, log
 from toolkit.schema import GroundTruth, Record, Task
 from toolkit.stages.registry import StageContext, strategy
+from toolkit.flows.astra import options as O
 
 AXES = {
     "diversity": "paraphrase it, add preferences or context, with the same intent",
@@ -78,7 +79,7 @@ def parse_augmented(text: str | None) -> str:
     return obj["task"].strip()
 
 
-@strategy("gen-task", "astra", help="ASTRA: chain-conditioned + server-only tasks, 3 augmentations (language kept)")
+@strategy("gen-task", "astra", options=O.TasksOptions, help="ASTRA: chain-conditioned + server-only tasks, 3 augmentations (language kept)")
 def build(cfg: dict, ctx: StageContext):
     from toolkit import prompts
     from toolkit.flows.astra import tooldocs as TD

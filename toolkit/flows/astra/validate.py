@@ -23,6 +23,7 @@ from typing import Any
 from toolkit.io import add_provenance
 from toolkit.schema import Record, Verdict
 from toolkit.stages.registry import StageContext, strategy
+from toolkit.flows.astra import options as O
 
 
 def leaves(sub_questions: list) -> set[int]:
@@ -141,14 +142,15 @@ def record_tools(record: Record) -> list[dict]:
         return []
 
 
-@strategy("validate-task", "astra", help="ASTRA: tool-necessity rule + QS (QA tasks) or S_qq/S_sr/S_tn (tasks)")
+@strategy("validate-task", "astra", options=O.ValidateOptions, help="ASTRA: tool-necessity rule + QS (QA tasks) or S_qq/S_sr/S_tn (tasks)")
 def build(cfg: dict, ctx: StageContext):
     from toolkit import prompts
     from toolkit.roles.structured import RoleRejected, ask_prompt, new_usage
 
-    attempts = int(cfg.get("attempts") or 3)
-    min_qs = float(cfg.get("min_qs") if cfg.get("min_qs") is not None else 1.0)
-    th = {k: float(cfg.get(f"theta_{k}") if cfg.get(f"theta_{k}") is not None else 3) for k in ("qq", "sr", "tn")}
+    o = O.ValidateOptions.of(cfg)
+    attempts = o.attempts
+    min_qs = o.min_qs
+    th = {"qq": o.theta_qq, "sr": o.theta_sr, "tn": o.theta_tn}
     p_need, p_qs, p_scores = (prompts.load("astra/tool_necessity"), prompts.load("astra/qa_quality"),
                               prompts.load("astra/task_scores"))
 
@@ -220,7 +222,7 @@ def build(cfg: dict, ctx: StageContext):
         else:
             await task_scores(record, usage)
         add_provenance(record, "validate-task", strategy="astra", model=ctx.model_name(),
-                       recipe_hash=cfg.get("recipe_hash"), usage=usage)
+                       recipe_hash=o.recipe_hash, usage=usage)
         return record
 
     return fn

@@ -24,6 +24,7 @@ from toolkit.roles.structured import (Malformed, RoleRejected, add_usage, ask_st
                                       tagged_text)
 from toolkit.schema import Record
 from toolkit.stages.registry import strategy
+from toolkit.flows.eigendata import options as O
 
 ROLES = ("random_pool", "user_intent", "task_validation", "task_quality", "modify", "verification_function")
 DEFAULT_TARGET = "Generate realistic customer-service tasks that require multi-step tool use in this environment."
@@ -120,7 +121,7 @@ def _with_provenance(out: list[Record], usage: dict, model: str | None, strategy
     return out
 
 
-@strategy("gen-plan", "eigendata", help="EigenData Phase 1: K diversified, versioned prompt sets (Prompt Engineer)")
+@strategy("gen-plan", "eigendata", options=O.GenPlanOptions, help="EigenData Phase 1: K diversified, versioned prompt sets (Prompt Engineer)")
 def build_eigendata(cfg: dict, ctx):
     n = int(cfg.get("n") or 4)
     attempts = int(cfg.get("attempts") or 3)
@@ -150,7 +151,7 @@ def build_eigendata(cfg: dict, ctx):
     return fn
 
 
-@strategy("gen-plan", "sea", help="AReaL-SEA meta-planner: N synthesis-plan / evaluation-rules pairs, each conditioned on the earlier ones")
+@strategy("gen-plan", "sea", options=O.GenPlanOptions, help="AReaL-SEA meta-planner: N synthesis-plan / evaluation-rules pairs, each conditioned on the earlier ones")
 def build_sea(cfg: dict, ctx):
     n = int(cfg.get("n") or 4)
     attempts = int(cfg.get("attempts") or 3)

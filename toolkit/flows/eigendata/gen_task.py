@@ -20,11 +20,12 @@ from toolkit.io import StageError, add_provenance, log
 from toolkit.roles.structured import RoleRejected, add_usage, ask_structured, new_usage
 from toolkit.schema import Record
 from toolkit.stages.registry import strategy
+from toolkit.flows.eigendata import options as O
 
 SYSTEM = "You are a data-synthesis worker agent. Follow the output format exactly."
 
 
-@strategy("gen-task", "eigendata", help="EigenData RandomPool → UserIntent (<intent> JSON, counts and tool names checked)")
+@strategy("gen-task", "eigendata", options=O.GenTaskOptions, help="EigenData RandomPool → UserIntent (<intent> JSON, counts and tool names checked)")
 def build(cfg: dict, ctx):
     n = int(cfg.get("n") or 1)
     attempts = int(cfg.get("attempts") or 3)
@@ -132,7 +133,7 @@ def make_sea_parser(known: set[str], min_calls: int):
     return parse
 
 
-@strategy("gen-task", "sea", help="AReaL-SEA Task Synthesis agent: explores the env with read tools, writes q=(u, t, a*)")
+@strategy("gen-task", "sea", options=O.SeaGenTaskOptions, help="AReaL-SEA Task Synthesis agent: explores the env with read tools, writes q=(u, t, a*)")
 def build_sea(cfg: dict, ctx):
     from toolkit.flows.eigendata.tool_loop import tool_loop
 

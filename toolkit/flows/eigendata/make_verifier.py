@@ -31,10 +31,11 @@ from typing import Any
 from toolkit.flows.eigendata import common as C
 from toolkit.flows.eigendata import verifier_template as VT
 from toolkit.flows.eigendata.perturb import perturbations
-from toolkit.io import StageError, UsageError, add_provenance
+from toolkit.io import StageError, add_provenance
 from toolkit.roles.structured import Malformed, RoleRejected, add_usage, ask_structured, new_usage
 from toolkit.schema import Record, Verdict, Verifier
 from toolkit.stages.registry import strategy
+from toolkit.flows.eigendata import options as O
 
 STAGE = "make-verifier"
 
@@ -107,20 +108,19 @@ def self_test_cases(env: Any, ref_calls: list[dict], must_have: list[str]) -> tu
 # running a verifier in the sandbox
 
 
-def _limits(cfg: dict):
+def _limits(o: O.MakeVerifierOptions):
     from toolkit.sandbox import SandboxLimits
 
-    return SandboxLimits(cpu_seconds=float(cfg.get("code_cpu_seconds") or 10.0),
-                         wall_seconds=float(cfg.get("code_wall_seconds") or 20.0),
-                         memory_mb=int(cfg.get("code_memory_mb") or 1024))
+    return SandboxLimits(cpu_seconds=o.code_cpu_seconds, wall_seconds=o.code_wall_seconds,
+                         memory_mb=o.code_memory_mb)
 
 
-def run_verifier(source: str, reference: dict, ev: dict, cfg: dict) -> dict:
+def run_verifier(source: str, reference: dict, ev: dict, cfg: dict | O.MakeVerifierOptions) -> dict:
     """{"passed": bool | None, "error": str | None, "value": ...}; passed None = crashed / malformed."""
     from toolkit.sandbox import run_function
 
-    res = run_function(source, "evaluate_submission", [reference, ev], None, _limits(cfg),
-                       str(cfg.get("sandbox") or "auto"))
+    o = O.MakeVerifierOptions.of(cfg)
+    res = run_function(source, "evaluate_submission", [reference, ev], None, _limits(o), o.sandbox)
     if not res.ok:
         return {"passed": None, "error": (f"killed ({res.killed}): " if res.killed else "") + str(res.error)}
     v = res.value
@@ -189,14 +189,12 @@ def parse_source(text: str | None) -> str:
     return src
 
 
-@strategy("make-verifier", "eigendata", help="EigenData VerificationFunctionAgent + sandbox self-test against automatic perturbations")
+@strategy("make-verifier", "eigendata", options=O.MakeVerifierOptions, help="EigenData VerificationFunctionAgent + sandbox self-test against automatic perturbations")
 def build(cfg: dict, ctx):
-    src_mode = str(cfg.get("verifier_source") or "llm")
-    fallback = str(cfg.get("verifier_fallback") or "template")
-    if src_mode not in ("llm", "template") or fallback not in ("template", "none"):
-        raise UsageError("verifier_source must be llm|template and verifier_fallback template|none")
-    n_sources = C.cfg_int(cfg, "verifier_attempts", 3)
-    attempts = int(cfg.get("attempts") or 3)
+    from toolkit.options import typed_options
+
+    o = typed_options(O.MakeVerifierOptions, cfg)
+    src_mode, fallback, n_sources, attempts = o.verifier_source, o.verifier_fallback, o.verifier_attempts, o.attempts
 
     async def fn(record: Record) -> Record:
         if record.task is None:
@@ -238,7 +236,7 @@ def build(cfg: dict, ctx):
                     continue
                 add_usage(usage, got.usage)
                 model = got.model
-                st = await asyncio.to_thread(self_test, got.value, reference, cases, cfg)
+                st = await asyncio.to_thread(self_test, got.value, reference, cases, o)
                 history.append({"generator": "llm", "source_attempt": k + 1, "passed": st["passed"],
                                 "n_ok": st["n_ok"], "n_cases": st["n_cases"]})
                 if st["passed"]:
@@ -248,7 +246,7 @@ def build(cfg: dict, ctx):
                 last = ("llm", got.value, st)
         if chosen is None and (src_mode == "template" or fallback == "template"):
             src = VT.render(spec)
-            st = await asyncio.to_thread(self_test, src, reference, cases, cfg)
+            st = await asyncio.to_thread(self_test, src, reference, cases, o)
             history.append({"generator": "template", "passed": st["passed"], "n_ok": st["n_ok"], "n_cases": st["n_cases"]})
             chosen = ("template", src, st) if st["passed"] else None
             if chosen is None:
@@ -267,7 +265,7 @@ def build(cfg: dict, ctx):
                                        score=(st.get("n_ok", 0) / st["n_cases"]) if st.get("n_cases") else 0.0,
                                        scores={"generator": gen, "cases": st.get("cases", []), "sources_tried": len(history)},
                                        reasons=reasons, attribution=None if ok else "task"))
-        add_provenance(record, STAGE, strategy="eigendata", model=model, recipe_hash=cfg.get("recipe_hash"), usage=usage)
+        add_provenance(record, STAGE, strategy="eigendata", model=model, recipe_hash=o.recipe_hash, usage=usage)
         return record
 
     return fn

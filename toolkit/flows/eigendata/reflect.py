@@ -40,6 +40,7 @@ from toolkit.roles.structured import (Malformed, RoleRejected, add_usage, ask_st
                                       tagged_text)
 from toolkit.schema import Record
 from toolkit.stages.registry import strategy
+from toolkit.flows.eigendata import options as O
 
 ROLES = ("random_pool", "user_intent", "task_validation", "task_quality", "modify", "verification_function",
          "trajectory_validation")
@@ -268,11 +269,11 @@ def _build(cfg: dict, ctx, flavour: str):
     return fn
 
 
-@strategy("reflect", "eigendata", help="EigenData prompt evolution: failure categories per prompt set/version → new versioned guidance")
+@strategy("reflect", "eigendata", options=O.ReflectOptions, help="EigenData prompt evolution: failure categories per prompt set/version → new versioned guidance")
 def build_eigendata(cfg: dict, ctx):
     return _build(cfg, ctx, "eigendata")
 
 
-@strategy("reflect", "sea", help="AReaL-SEA Reflect: improve synthesis plan (task failures) and evaluation rules (improve items)")
+@strategy("reflect", "sea", options=O.ReflectOptions, help="AReaL-SEA Reflect: improve synthesis plan (task failures) and evaluation rules (improve items)")
 def build_sea(cfg: dict, ctx):
     return _build(cfg, ctx, "sea")

@@ -32,6 +32,7 @@ from toolkit.io import StageError, add_provenance, log
 from toolkit.roles.structured import Malformed, RoleRejected, ask_structured, need_enum, parse_json_object
 from toolkit.schema import Record
 from toolkit.stages.registry import strategy
+from toolkit.flows.eigendata import options as O
 
 MODES = ("TASK", "TRAJECTORY", "COMBINED")
 MAX_ROUNDS = 3
@@ -185,7 +186,7 @@ def apply_scenario(task: dict, sc: dict) -> None:
         gt.pop("target_state_ref", None)
 
 
-@strategy("repair", "eigendata", help="EigenData ModifyAgent: TASK/TRAJECTORY/COMBINED, ≤3 rounds, preservation checked, tool calls re-executed")
+@strategy("repair", "eigendata", options=O.RepairOptions, help="EigenData ModifyAgent: TASK/TRAJECTORY/COMBINED, ≤3 rounds, preservation checked, tool calls re-executed")
 def build(cfg: dict, ctx):
     max_rounds = min(MAX_ROUNDS, int(cfg.get("max_rounds") or MAX_ROUNDS))
     attempts = int(cfg.get("attempts") or 3)

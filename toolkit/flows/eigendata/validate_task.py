@@ -29,6 +29,7 @@ from toolkit.roles.structured import (Malformed, RoleRejected, add_usage, need_e
                                       tagged_text)
 from toolkit.schema import Record, Verdict
 from toolkit.stages.registry import strategy
+from toolkit.flows.eigendata import options as O
 
 STAGE = "validate-task"
 CATEGORIES = ("missing_resource", "contradictory_constraints", "policyViolation")
@@ -160,13 +161,11 @@ def _replace(record: Record, names: set[str]) -> None:
 
 
 def _opts(cfg: dict) -> dict:
-    mode = str(cfg.get("validate_mode") or "scratch")
-    if mode not in ("scratch", "readonly"):
-        from toolkit.io import UsageError
+    from toolkit.options import typed_options
 
-        raise UsageError(f"validate_mode must be scratch or readonly (got {mode!r})")
-    return {"attempts": int(cfg.get("attempts") or 3), "max_calls": C.cfg_int(cfg, "validate_max_calls", 12),
-            "min_calls": C.cfg_int(cfg, "validate_min_calls", 1), "mode": mode}
+    o = typed_options(O.ValidateTaskOptions, cfg)
+    return {"attempts": o.attempts, "max_calls": o.validate_max_calls, "min_calls": o.validate_min_calls,
+            "mode": o.validate_mode, "recipe_hash": o.recipe_hash}
 
 
 def _task_of(record: Record) -> None:
@@ -195,7 +194,7 @@ def _claimed_not_run(claimed: list, transcript: list[dict]) -> list[str]:
     return out
 
 
-@strategy("validate-task", "eigendata", help="EigenData TaskValidationAgent: mechanical checks + tool-executing FEASIBLE/INFEASIBLE agent")
+@strategy("validate-task", "eigendata", options=O.ValidateTaskOptions, help="EigenData TaskValidationAgent: mechanical checks + tool-executing FEASIBLE/INFEASIBLE agent")
 def build_eigendata(cfg: dict, ctx):
     o = _opts(cfg)
 
@@ -243,14 +242,14 @@ def build_eigendata(cfg: dict, ctx):
         if feasible:
             record.task.extra["feasibility"] = {"solution_plan": v.get("solution_plan"),
                                                 "verification_results": v.get("verification_results")}
-        add_provenance(record, STAGE, strategy="eigendata", model=res.model, recipe_hash=cfg.get("recipe_hash"),
+        add_provenance(record, STAGE, strategy="eigendata", model=res.model, recipe_hash=o["recipe_hash"],
                        usage=usage)
         return record
 
     return fn
 
 
-@strategy("validate-task", "sea", help="AReaL-SEA Task Verification: tool loop (≤1 call/response) → TASK QUALITY VERDICT ACCEPT/REJECT")
+@strategy("validate-task", "sea", options=O.ValidateTaskOptions, help="AReaL-SEA Task Verification: tool loop (≤1 call/response) → TASK QUALITY VERDICT ACCEPT/REJECT")
 def build_sea(cfg: dict, ctx):
     o = _opts(cfg)
 
@@ -283,7 +282,7 @@ def build_sea(cfg: dict, ctx):
                                                "tool_calls": res.transcript, "n_executed": len(res.transcript),
                                                "attempts": res.attempts, "prompt": C.prompt_id(record, "task_quality")},
                                        reasons=[C.short(v["eval_report"], 2000)], attribution=None if ok else "task"))
-        add_provenance(record, STAGE, strategy="sea", model=res.model, recipe_hash=cfg.get("recipe_hash"), usage=usage)
+        add_provenance(record, STAGE, strategy="sea", model=res.model, recipe_hash=o["recipe_hash"], usage=usage)
         return record
 
     return fn

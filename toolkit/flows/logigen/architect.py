@@ -57,6 +57,7 @@ from typing import Any
 from toolkit.io import StageError, add_provenance
 from toolkit.schema import EnvRef, Plan, Record
 from toolkit.stages.registry import strategy
+from toolkit.flows.logigen import options as O
 
 STAGES = ("analyze", "policy", "tables", "triggers")
 RULE_KINDS = ("multi_variable", "state_dependent", "role_permission", "irreversible", "threshold")
@@ -409,7 +410,7 @@ class Architect:
         return assemble(name, desc, policy, with_seed(triggers), triggers["triggers_sql"]), blueprint, final
 
 
-@strategy("gen-plan", "logigen", help="Architect: domain brief -> compiled sqlite policy environment "
+@strategy("gen-plan", "logigen", options=O.ArchitectOptions, help="Architect: domain brief -> compiled sqlite policy environment "
                                       "(analyze, policy, tables, triggers; check-fix-verify)")
 def build(cfg: dict, ctx: Any):
     out_dir = Path(str(cfg.get("out_dir") or DEFAULT_OUT_DIR))

@@ -35,6 +35,7 @@ from typing import Any
 from toolkit.io import StageError, add_provenance, log
 from toolkit.schema import Action, GroundTruth, Record, Task, UserScenario, Verifier
 from toolkit.stages.registry import StageContext, strategy
+from toolkit.flows.logigen import options as O
 
 
 def _bool(v: Any, default: bool) -> bool:
@@ -149,7 +150,7 @@ def to_record(parent: Record, k: int, d: Any, view_: dict, view_info: dict, expl
                   env=env_ref, plan=parent.plan, task=task, verifier=Verifier(spec="state_diff"))
 
 
-@strategy("gen-task", "logigen",
+@strategy("gen-task", "logigen", options=O.GenTaskOptions,
           help="LOGIGEN: Set Designer (boundary seeding, injection, archetypes) + Explorer "
                "(--explorer symbolic|llm, executed targets) + goal-first user view")
 def build(cfg: dict, ctx: StageContext):

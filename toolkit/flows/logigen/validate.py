@@ -26,6 +26,7 @@ from typing import Any
 from toolkit.io import StageError, add_provenance
 from toolkit.schema import Record, Verdict
 from toolkit.stages.registry import StageContext, strategy
+from toolkit.flows.logigen import options as O
 
 STAGE = "validate-task"
 
@@ -161,7 +162,7 @@ def check_record(record: Record, seen: dict, lock: threading.Lock, cache: Any) -
         ctx.close()
 
 
-@strategy("validate-task", "logigen",
+@strategy("validate-task", "logigen", options=O.ValidateTaskOptions,
           help="LOGIGEN: replay reaches the target (DIFF 0), Δ0 > 0, no leaks in the user view, "
                "no duplicates, boundary holds, tags filled")
 def build(cfg: dict, ctx: StageContext):
@@ -171,7 +172,8 @@ def build(cfg: dict, ctx: StageContext):
     lock = threading.Lock()
     cache = TargetCache()
     reports: dict = {}
-    run_domain_check = str(cfg.get("domain_check", True)).lower() not in ("false", "0", "no", "off")
+    o = O.ValidateTaskOptions.of(cfg)
+    run_domain_check = o.domain_check
 
     def fn(record: Record) -> Record:
         verdicts = check_record(record, seen, lock, cache)
@@ -180,7 +182,7 @@ def build(cfg: dict, ctx: StageContext):
             if dv is not None:
                 verdicts.append(dv)
         record.verdicts = [v for v in record.verdicts if v.stage != STAGE] + verdicts
-        add_provenance(record, STAGE, strategy="logigen", recipe_hash=cfg.get("recipe_hash"))
+        add_provenance(record, STAGE, strategy="logigen", recipe_hash=o.recipe_hash)
         return record
 
     return fn

@@ -37,6 +37,7 @@ from toolkit.io import StageError, add_provenance
 from toolkit.schema import Record, Verdict
 from toolkit.formats.tools import tools_text
 from toolkit.stages.registry import StageContext, strategy
+from toolkit.flows.simia import options as O
 
 CHECKS = ("roles_alternate", "tool_call_parses", "tool_is_listed", "tool_result_present", "task_finishes")
 COMPLETENESS = ("tool_result_present", "task_finishes")
@@ -104,12 +105,13 @@ def env_policy(record: Record, messages: list[dict]) -> str:
     return ""
 
 
-def prompt_tools(tools: list[dict], cfg: dict) -> str:
+def prompt_tools(tools: list[dict], cfg: dict | O.PrefilterOptions) -> str:
     """The tool list for a prompt: full OpenAI function schemas, or compact ones
     (`toolkit.formats.tools.compact_tool`: first sentence, parameter types, enums, required) when
     `compact_tools` is true, or "auto" (default) and the full list is over 12,000 characters — the
     bundled airline domain's 11 tools are 35 KB in full, more than a small model's context."""
-    mode = str(cfg.get("compact_tools", "auto")).lower()
+    m = O.PrefilterOptions.of(cfg).compact_tools
+    mode = "auto" if m is None else str(m).lower()
     return tools_text(tools, compact=True if mode == "true" else "auto" if mode == "auto" else False)
 
 
@@ -185,12 +187,13 @@ def parse_grade(text: str | None) -> dict:
         "reason": str(obj.get("reason") or "")}
 
 
-@strategy("validate-task", "simia", help="Simia seed pre-filter: rule checks (roles, call JSON, listed tools, "
+@strategy("validate-task", "simia", options=O.PrefilterOptions, help="Simia seed pre-filter: rule checks (roles, call JSON, listed tools, "
                                          "results, ending) + LLM completeness/logic/format")
 def build(cfg: dict, ctx: StageContext):
-    use_llm = cfg.get("prefilter_llm", True) not in (False, "false", "no", 0)
-    attempts = int(cfg.get("attempts") or 3)
-    index = int(cfg.get("seed_trajectory") or 0)
+    o = O.PrefilterOptions.of(cfg)
+    use_llm = o.prefilter_llm
+    attempts = o.attempts
+    index = o.seed_trajectory
 
     async def fn(record: Record) -> Record:
         turns, tools, msgs = seed_of(record, index)
@@ -243,7 +246,7 @@ def build(cfg: dict, ctx: StageContext):
                                        trajectory_id=tid))
         add_provenance(record, "validate-task", strategy="simia",
                        model=(model or ctx.model_name("judge")) if usage else None,
-                       recipe_hash=cfg.get("recipe_hash"), usage=usage)
+                       recipe_hash=o.recipe_hash, usage=usage)
         return record
 
     return fn

@@ -20,6 +20,7 @@ from toolkit.flows.simia import transcript as T
 from toolkit.io import StageError, add_provenance
 from toolkit.schema import EnvRef, Record, Task, UserScenario
 from toolkit.stages.registry import StageContext, strategy
+from toolkit.flows.simia import options as O
 
 
 def rl_task(record: Record, cfg: dict | None = None, index: int = 0) -> Record:
@@ -52,7 +53,7 @@ def rl_task(record: Record, cfg: dict | None = None, index: int = 0) -> Record:
                          "say [TERMINATE] when the task is done.")))
 
 
-@strategy("gen-task", "simia", help="Simia-RL: one task per seed on the LLM-simulated environment "
+@strategy("gen-task", "simia", options=O.RLOptions, help="Simia-RL: one task per seed on the LLM-simulated environment "
                                     "(tool feedback + simulated human + [TERMINATE]); reward = judge --judge-rubric simia")
 def build(cfg: dict, ctx: StageContext):
     index = int(cfg.get("seed_trajectory") or 0)

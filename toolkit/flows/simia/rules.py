@@ -38,6 +38,7 @@ from toolkit.flows.simia import transcript as T
 from toolkit.io import StageError, UsageError, add_provenance
 from toolkit.schema import Message, Record, Trajectory, Verdict
 from toolkit.stages.registry import StageContext, strategy
+from toolkit.flows.simia import options as O
 
 _MESSAGES = TypeAdapter(list[Message])
 
@@ -133,7 +134,7 @@ def _env_tools(record: Record) -> list[dict]:
     return env_tools(record)
 
 
-@strategy("repair", "rules", help="Simia rule post-process: repair call JSON / <function> tags, drop SYSTEM "
+@strategy("repair", "rules", options=O.RulesOptions, help="Simia rule post-process: repair call JSON / <function> tags, drop SYSTEM "
                                   "turns, unknown tools, schema violations; native tool_calls; system swap")
 def build(cfg: dict, ctx: StageContext):
     system_prompt = load_system_prompt(cfg)

@@ -7,6 +7,7 @@ from typing import Any
 
 from toolkit import registry
 from toolkit.io import UsageError
+from toolkit.options import VerifyOptions
 from toolkit.train import advantages as ADV
 
 # ----------------------------------------------------------------------------------------------
@@ -69,7 +70,7 @@ class GRPOOptions:
     delta: float = 0.0                 # Std(R) > δ
     max_fill_rounds: int = 4           # adaptive: rollout rounds per step before giving up
     verify_strategy: list = field(default_factory=lambda: ["state_diff"])
-    lambda_err: float = 0.1
+    lambda_err: float = VerifyOptions.model_fields["lambda_err"].default  # written once, in verify's options
     micro_batch: int = 1               # sequences per forward/backward
     save_steps: int = 0                # 0 = only at the end
     seed: int = 0

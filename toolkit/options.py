@@ -1,0 +1,417 @@
+"""Typed options: one pydantic model per command (and per registered strategy); defaults live here.
+
+The CLI merges defaults < recipe `defaults:` + `<command>:` < `TOOLKIT_<KEY>` env < flags
+(`toolkit.config.resolve`) and validates the result against the command's model:
+
+- an unknown key in a recipe's `<command>:` section, or in `defaults:` when no command knows it, is
+  a usage error naming the key and the nearest valid one (`defaults:` keys valid for some other
+  command are skipped: one recipe serves every command);
+- every key can come from the environment as `TOOLKIT_<KEY>`, parsed by the field's type (lists and
+  dicts as JSON/YAML); `TOOLKIT_*` variables that are not option keys (`NON_OPTION_ENV`) are left to
+  whoever reads them; an unknown one warns on stderr (environments are shared), never fails.
+
+A registered strategy may declare its own model (`@strategy(..., options=Model)`): its keys join the
+command's valid keys (as optional fields: several strategies may share a key with different
+defaults); the chosen strategy's defaults are filled in after the merge. Strategy code reads
+`Model.of(cfg)` — typed attributes from the dict view or a model.
+
+Library use: `VerifyOptions(strategy=["state_diff"], lambda_err=0.2)` and the stage objects of
+`toolkit.pipeline` take these models.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+from typing import Any, ClassVar, Literal, Optional, get_args, get_origin
+
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
+
+# TOOLKIT_* environment variables that are not option keys (read directly by their modules).
+NON_OPTION_ENV = ("HOME", "STAGE_LOG", "STAGE_LABEL", "STAGE_GROUP", "PROMPTS", "SANDBOX", "SANDBOX_CGROUP",
+                  "SANDBOX_DOCKER_IMAGE", "PYTHON", "BIN", "HTTP_TRANSPORT", "GC_TUNE", "TAU2_FULL", "TORCH",
+                  "EXTRAS")
+NON_OPTION_ENV_PREFIXES = ("EMBEDDED_",)
+
+# LLM roles whose `<role>_<llm key>` options (agent_model, judge_base_url ...) core stages read;
+# flows declare theirs on their strategy models (`llm_roles`).
+CORE_ROLES = {"rollout": ("agent", "user"), "verify": ("judge",), "eval-tau2": ("agent", "user", "judge"),
+              "grpo": ("user", "judge"), "simulate-env": ("env",)}
+
+
+def as_list(v: Any) -> list[str] | None:
+    """A list option from a scalar, a comma-separated string or a sequence (None stays None)."""
+    if v is None:
+        return None
+    if isinstance(v, str):
+        v = [v]
+    out: list[str] = []
+    for item in v:
+        for part in str(item).split(","):
+            part = part.strip()
+            if part and part not in out:
+                out.append(part)
+    return out
+
+
+class Options(BaseModel):
+    """Base of every options model: unknown keys are errors; `cfg()` is the flat dict view."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=(), validate_assignment=False)
+    command: ClassVar[str] = ""
+    llm_roles: ClassVar[tuple[str, ...]] = ()
+
+    def cfg(self) -> dict:
+        """The flat dict view (`cfg.get(...)`) for code not converted to typed attributes yet;
+        unset (None) keys are left out, so `cfg.get(key, default)` keeps its default."""
+        d = self.model_dump()
+        d.update(self.__pydantic_extra__ or {})
+        return {k: v for k, v in d.items() if v is not None}
+
+    @classmethod
+    def of(cls, src: Any) -> "Options":
+        """This model from a merged config dict (keys it does not declare are ignored; None = unset)
+        or from another options model."""
+        if isinstance(src, cls):
+            return src
+        if isinstance(src, BaseModel):
+            src = src.model_dump()
+        src = src or {}
+        return cls.model_validate({k: v for k, v in src.items() if k in cls.model_fields and v is not None})
+
+
+# ----------------------------------------------------------------------------------------------
+# shared groups
+
+
+class IOOpts(Options):
+    input: Optional[str] = None
+    output: Optional[str] = None
+    rejects: Optional[str] = None
+    resume: bool = False
+    shard: Optional[str] = None
+    limit: Optional[int] = None
+    unordered: bool = False
+    progress: Optional[bool] = None
+    concurrency: int = 8
+    max_line_bytes: int = Field(64 << 20, ge=1)
+
+
+class ConfigOpts(Options):
+    recipe: Optional[str] = None
+    print_config: bool = False
+    sandbox_isolation: Optional[Literal["namespaces", "docker", "none-unsafe"]] = None
+    # the operator's limits for generated code: a mapping or a JSON object string (toolkit.sandbox.parse_limits)
+    sandbox_limits: Optional[Any] = None
+    recipe_hash: Optional[str] = None  # set by the merge (provenance)
+
+
+class LLMOpts(Options):
+    """The LLMConfig keys (toolkit.llm.LLMConfig holds their defaults); None = LLMConfig's default."""
+
+    model: Optional[str] = None
+    base_url: Optional[str] = None
+    api_key_env: Optional[str] = None
+    temperature: Optional[float] = None
+    top_p: Optional[float] = None
+    seed: Optional[int] = None
+    max_tokens: Optional[int] = None
+    timeout: Optional[float] = None
+    max_retries: Optional[int] = None
+    cache: Optional[str] = None
+    tool_protocol: Optional[Literal["auto", "native", "hermes"]] = None
+    price_prompt_per_1k: Optional[float] = None
+    price_completion_per_1k: Optional[float] = None
+    backoff_base: Optional[float] = None
+    backoff_max: Optional[float] = None
+    compact_tools: Optional[Any] = None  # bool, or simia's "auto"
+    hermes_fewshot: Optional[bool] = None
+
+
+LLM_KEYS = tuple(f for f in LLMOpts.model_fields)
+ROLE_LLM_TYPES = {f: LLMOpts.model_fields[f].annotation for f in LLM_KEYS}
+ROLE_LLM_TYPES["concurrency"] = Optional[int]
+
+
+class StreamOpts(IOOpts, ConfigOpts, LLMOpts):
+    pass
+
+
+Filter = Literal["all", "passed", "failed"]
+
+
+# ----------------------------------------------------------------------------------------------
+# commands
+
+
+class StrategyOptions(Options):
+    """Base of a strategy's own options model: the keys every registry-driven command has, so
+    `Model.of(cfg)` gives a strategy typed access to them too."""
+
+    strategy: Optional[str] = None
+    n: Optional[int] = None          # per strategy: each has its own default
+    attempts: int = Field(3, ge=1)   # tries per LLM role call
+    seed: Optional[int] = None
+    recipe_hash: Optional[str] = None
+
+
+class StrategyCommandOptions(StrategyOptions, StreamOpts):
+    """gen-plan, gen-task, validate-task, repair, reflect, make-verifier."""
+
+
+class GenPlanOptions(StrategyCommandOptions):
+    command: ClassVar[str] = "gen-plan"
+    max_rounds: Optional[int] = None
+    out_dir: Optional[str] = None
+
+
+class GenTaskOptions(StrategyCommandOptions):
+    command: ClassVar[str] = "gen-task"
+    explorer: Optional[Literal["llm", "symbolic"]] = None
+
+
+class ValidateTaskOptions(StrategyCommandOptions):
+    command: ClassVar[str] = "validate-task"
+    filter: Filter = "all"
+    min_qs: Optional[float] = None
+    theta_qq: Optional[float] = None
+    theta_sr: Optional[float] = None
+    theta_tn: Optional[float] = None
+
+
+class RepairOptions(StrategyCommandOptions):
+    command: ClassVar[str] = "repair"
+    max_rounds: Optional[int] = None
+
+
+class ReflectOptions(StrategyCommandOptions):
+    command: ClassVar[str] = "reflect"
+    prompts_dir: Optional[str] = None
+
+
+class MakeVerifierOptions(StrategyCommandOptions):
+    command: ClassVar[str] = "make-verifier"
+    filter: Filter = "all"
+    out_dir: Optional[str] = None
+
+
+class SimulateEnvOptions(StreamOpts):
+    command: ClassVar[str] = "simulate-env"
+    llm_roles: ClassVar[tuple[str, ...]] = CORE_ROLES["simulate-env"]
+    strategy: Literal["simia", "astra"] = "simia"
+    fault_rate: float = 0.0
+    mode: str = "call"  # a registered simulate-env mode (registry scope "simulate-env:mode")
+    n: Optional[int] = None
+    # --mode trajectory (Simia appendix C)
+    prompt_family: Literal["apigen", "officebench"] = "apigen"
+    temperatures: Optional[list[float]] = None
+    temperature_spread: float = 0.3
+    seed_trajectory: int = 0
+
+
+class RolloutOptions(StreamOpts):
+    command: ClassVar[str] = "rollout"
+    llm_roles: ClassVar[tuple[str, ...]] = CORE_ROLES["rollout"]
+    n: int = Field(1, ge=1)
+    agent_kind: Literal["llm", "replay"] = "llm"
+    max_turns: int = 30
+    max_tool_errors: int = 5
+    max_context_tokens: int = 16000
+    first_message: Literal["auto", "instruction", "simulate"] = "auto"
+    distractor_tools: int = Field(0, ge=0)
+    distractor_mode: str = "random"  # a registered distractor source (kind "distractors")
+    distractor_pool: Optional[list[Any]] = None
+    embed_base_url: Optional[str] = None
+    embed_model: Optional[str] = None
+
+
+class VerifyOptions(StreamOpts):
+    command: ClassVar[str] = "verify"
+    llm_roles: ClassVar[tuple[str, ...]] = CORE_ROLES["verify"]
+    strategy: list[str] = ["state_diff"]
+    require: Optional[list[str]] = None
+    filter: Filter = "all"
+    judge_rubric: str = "sea"
+    lambda_err: float = Field(0.1, ge=0)
+    proximity_epsilon: Optional[float] = None  # None: toolkit.scoring.rewards.DEFAULT_EPSILON
+    diff_exclude: Optional[list[str]] = None
+    sandbox: Literal["auto", "process", "docker"] = "auto"
+    code_cpu_seconds: float = 10.0
+    code_wall_seconds: float = 20.0
+    code_memory_mb: int = 1024
+    judge_attempts: int = 3
+    judge_threshold: float = 0.5
+    f1_threshold: Optional[float] = None
+    f1_epsilon: Optional[float] = None  # None: toolkit.scoring.rewards.DEFAULT_EPSILON
+    replay_memo: bool = True
+    penalize_invalid_calls: bool = True
+    min_pass_rate: Optional[float] = Field(None, ge=0.0, le=1.0)
+    grounding_match: Optional[str] = None      # simia grounding: exact (default) | ...
+    grounding_threshold: Optional[float] = None  # simia grounding: default 1.0
+
+    @field_validator("strategy", "require", "diff_exclude", mode="before")
+    @classmethod
+    def _lists(cls, v: Any) -> Any:
+        return as_list(v)
+
+    @field_validator("judge_rubric", mode="before")
+    @classmethod
+    def _lower(cls, v: Any) -> Any:
+        return str(v).lower() if v is not None else v
+
+
+class EvalTau2Options(ConfigOpts, LLMOpts):
+    command: ClassVar[str] = "eval-tau2"
+    llm_roles: ClassVar[tuple[str, ...]] = CORE_ROLES["eval-tau2"]
+    input: Optional[str] = None
+    output: Optional[str] = None
+    resume: bool = False
+    rejects: Optional[str] = None
+    progress: Optional[bool] = None
+    concurrency: int = 4
+    domain: str = "airline"
+    k: int = Field(1, ge=1)
+    split: Optional[str] = None
+    task_ids: Optional[str] = None
+    oracle: bool = False
+    max_turns: int = 30
+    summary_json: Optional[str] = None
+    chart: Optional[str] = None
+    compare: Literal["none", "paper"] = "none"
+    exclude_infra_errors: bool = False
+    attribute: bool = False
+    no_official_check: bool = False
+
+
+class TrainOptions(ConfigOpts):
+    """sft / grpo: besides these, any key of trl's config dataclasses passes through (checked by
+    the trainer), so these models allow extra keys."""
+
+    model_config = ConfigDict(extra="allow", protected_namespaces=())
+    input: Optional[str] = None
+    rejects: Optional[str] = None
+    shard: Optional[str] = None
+    limit: Optional[int] = None
+    progress: Optional[bool] = None
+    model: Optional[str] = None
+    output_dir: Optional[str] = None
+    chat_template: Optional[str] = None
+    resume_from_checkpoint: Optional[str] = None
+    max_steps: Optional[int] = None
+    learning_rate: Optional[float] = None
+    seed: Optional[int] = None
+    tool_schema: Optional[Literal["full", "compact"]] = None
+    system_prompt: Optional[Literal["keep", "drop"]] = None
+    lora: Optional[Any] = None
+
+
+class SFTOptions(TrainOptions):
+    command: ClassVar[str] = "sft"
+    output: Optional[str] = None
+    role: Literal["assistant", "user"] = "assistant"
+    filter: Filter = "all"
+    min_reward: Optional[float] = None
+    export: Optional[str] = None  # a registered export format (kind "exporters")
+    num_train_epochs: Optional[float] = None
+
+
+class GRPOCommandOptions(TrainOptions, LLMOpts):
+    model_config = ConfigDict(extra="allow", protected_namespaces=())
+    command: ClassVar[str] = "grpo"
+    llm_roles: ClassVar[tuple[str, ...]] = CORE_ROLES["grpo"]
+    variant: Optional[str] = None
+    num_generations: Optional[int] = None
+    tasks_per_step: Optional[int] = None
+    max_turns: Optional[int] = None
+    max_new_tokens: Optional[int] = None
+    verify_strategy: Optional[list[str]] = None
+    rollouts: Optional[str] = None
+
+    @field_validator("verify_strategy", mode="before")
+    @classmethod
+    def _lists(cls, v: Any) -> Any:
+        return as_list(v) or None
+
+
+COMMAND_MODELS: dict[str, type[Options]] = {m.command: m for m in (
+    GenPlanOptions, GenTaskOptions, ValidateTaskOptions, RepairOptions, ReflectOptions, MakeVerifierOptions,
+    SimulateEnvOptions, RolloutOptions, VerifyOptions, EvalTau2Options, SFTOptions, GRPOCommandOptions)}
+
+
+# ----------------------------------------------------------------------------------------------
+# a command's full model: its own fields + its strategies' + role-prefixed LLM keys
+
+
+def _optional(tp: Any) -> Any:
+    if get_origin(tp) is Optional or type(None) in get_args(tp):
+        return tp
+    return Optional[tp]
+
+
+@functools.lru_cache(maxsize=None)
+def _build(command: str, strategy_models: tuple[type[Options], ...]) -> type[Options]:
+    base = COMMAND_MODELS[command]
+    fields: dict[str, Any] = {}
+    roles = set(base.llm_roles)
+    for sm in strategy_models:
+        roles |= set(sm.llm_roles)
+        for name, f in sm.model_fields.items():
+            if name in base.model_fields or name in fields:
+                continue
+            fields[name] = (_optional(f.annotation), None)
+    for role in sorted(roles):
+        for key, tp in ROLE_LLM_TYPES.items():
+            name = f"{role}_{key}"
+            if name not in base.model_fields and name not in fields:
+                fields[name] = (tp, None)
+    name = base.__name__.replace("Options", "") + "FullOptions"
+    return create_model(name, __base__=base, **fields)  # type: ignore[call-overload]
+
+
+def model_for(command: str, strategy_models: tuple[type[Options], ...] = ()) -> type[Options]:
+    """The model a command's merged config validates against (cached per strategy set)."""
+    return _build(command, tuple(strategy_models))
+
+
+def nearest(key: str, valid: set[str] | list[str]) -> str | None:
+    m = difflib.get_close_matches(key, sorted(valid), n=1, cutoff=0.6)
+    return m[0] if m else None
+
+
+def env_field_value(annotation: Any, raw: str) -> Any:
+    """A `TOOLKIT_<KEY>` string for a field: strings stay strings, lists/dicts/Any are parsed as
+    JSON (YAML flow syntax also works); scalars are left to the model's coercion ("8" -> 8,
+    "true" -> True)."""
+    import yaml
+
+    def structured(tp: Any) -> bool:
+        if tp is Any:
+            return True
+        origin = get_origin(tp)
+        if origin in (list, dict, tuple, set):
+            return True
+        if tp in (list, dict, tuple, set):
+            return True
+        return any(structured(a) for a in get_args(tp) if a is not type(None)) if origin is not Literal else False
+
+    if structured(annotation):
+        try:
+            return yaml.safe_load(raw)
+        except yaml.YAMLError:
+            return raw
+    return raw
+
+
+def typed_options(model: type[Options], src: Any) -> Any:
+    """`model.of(src)` for library entry points that accept a dict or a model: an invalid value is
+    a toolkit.io.UsageError naming the key."""
+    from pydantic import ValidationError
+
+    try:
+        return model.of(src)
+    except ValidationError as e:
+        from toolkit.io import UsageError
+
+        err = e.errors()[0]
+        key = ".".join(str(x) for x in err.get("loc", ())) or "?"
+        raise UsageError(f"{key}: {err['msg']} (got {err.get('input')!r})") from None
