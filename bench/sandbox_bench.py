@@ -25,7 +25,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from toolkit.sandbox import SandboxLimits, SandboxPool, _Worker  # noqa: E402
+from toolkit.sandbox import SandboxLimits, SandboxPool  # noqa: E402
+from toolkit.sandbox.pool import _Worker  # noqa: E402
 
 SRC = "def f(a, b):\n    return {'sum': a + b, 'items': list(range(10))}\n"
 COLD = ("import json\nns = {}\nexec(compile(" + repr(SRC) + ", '<sandbox>', 'exec'), ns)\n"

@@ -14,7 +14,9 @@ import time
 import pytest
 
 from toolkit import sandbox as sb
-from toolkit.sandbox import SandboxLimits, SandboxPool, SandboxUnavailable
+from toolkit.sandbox import SandboxLimits, SandboxPool, SandboxUnavailable, confine
+from toolkit.sandbox import docker as sb_docker
+from toolkit.sandbox import pool as sb_pool
 
 FAST = SandboxLimits(cpu_seconds=2, wall_seconds=5)
 
@@ -450,9 +452,31 @@ def test_new_user_namespaces_are_refused_in_none_unsafe():
         p.shutdown()
 
 
+def test_worker_program_is_standard_library_only():
+    """The worker program is shipped as source to a `python -I` process in the namespaces, where
+    `toolkit` is not importable: its modules import the standard library and each other only."""
+    import ast
+
+    assert set(sb_pool._WORKER_MODULES) == {"confine", "worker"}
+    for name in sb_pool._WORKER_MODULES:
+        for node in ast.walk(ast.parse(sb_pool._module_source(name))):
+            if isinstance(node, ast.Import):
+                mods = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level:
+                assert node.level == 1 and node.module in sb_pool._WORKER_MODULES, (name, node.module)
+                continue
+            elif isinstance(node, ast.ImportFrom):
+                mods = [node.module]
+            else:
+                continue
+            for m in mods:
+                assert m.split(".")[0] in sys.stdlib_module_names, (name, m)
+    compile(sb_pool._worker_program(), "<sandbox-worker>", "exec")
+
+
 def test_seccomp_program_jumps_stay_inside_the_program():
-    for arch in sb._SECCOMP_DENY:
-        prog = sb._w_seccomp_prog(arch)
+    for arch in confine._SECCOMP_DENY:
+        prog = confine._w_seccomp_prog(arch)
         assert prog[-1] == (0x06, 0, 0, 0x00050000 | errno.EPERM)
         for i, (code, jt, jf, _k) in enumerate(prog):
             if code & 0x07 == 0x05:  # BPF_JMP
@@ -630,7 +654,7 @@ def test_audit_hook_refuses_sqlite_files_outside_the_work_dir(tmp_path):
     prog = (
         "import sys, sqlite3, os\n"
         f"sys.path.insert(0, {str(sb.__file__.rsplit('/toolkit/', 1)[0])!r})\n"
-        "from toolkit.sandbox import _w_audit_hook\n"
+        "from toolkit.sandbox.confine import _w_audit_hook\n"
         f"os.chdir({str(work)!r})\n"
         f"sys.addaudithook(_w_audit_hook({str(work)!r}, False, False))\n"
         "out = []\n"
@@ -673,10 +697,10 @@ def test_docker_runner_program_is_valid(tmp_path):
     req = {"kind": "function", "source": "def f(x):\n    print('out')\n    return x * 2", "func": "f",
            "args": [21], "kwargs": {}, "limits": {}}
     blob = base64.b64encode(json.dumps(req).encode()).decode()
-    p = subprocess.run([sys.executable, "-I", "-c", sb._docker_runner_source(), blob],
+    p = subprocess.run([sys.executable, "-I", "-c", sb_docker._docker_runner_source(), blob],
                        capture_output=True, text=True, timeout=30, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
-    doc = json.loads(p.stdout.split(sb._DOCKER_MARK, 1)[1])
+    doc = json.loads(p.stdout.split(sb_docker._DOCKER_MARK, 1)[1])
     assert json.loads(doc["result"]) == {"ok": True, "value": 42}
     assert doc["stdout"] == "out\n"
 
