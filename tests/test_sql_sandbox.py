@@ -1,7 +1,7 @@
 """LLM-written / user-supplied domain SQL never touches the host (issue 17, hole 1).
 
 A domain's schema.sql, seed.sql and triggers compile under an allow-list SQLite authorizer
-(toolkit.envs.sqlite._DomainGuard): ATTACH / VACUUM INTO / load_extension / file PRAGMAs are
+(toolkit.envs.sqlite.guard._DomainGuard): ATTACH / VACUUM INTO / load_extension / file PRAGMAs are
 refused with an error naming the text and the statement, and nothing is created on the host.
 The environment's own connection (where LLM-written trigger bodies run at call time) refuses
 load_extension too. The Architect's check-fix loop gets the refusal back as a fixable error.
@@ -141,9 +141,9 @@ def test_architect_gets_the_refusal_back_and_fixes_it(tmp_path):
 
 
 def test_runaway_or_oversized_seed_is_an_error_not_a_hang_or_a_crash(monkeypatch):
-    import toolkit.envs.sqlite as S
+    import toolkit.envs.sqlite.guard as G
 
-    monkeypatch.setattr(S, "_DOMAIN_SQL_SECONDS", 0.5)
+    monkeypatch.setattr(G, "_DOMAIN_SQL_SECONDS", 0.5)
     endless = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT count(*) FROM n;"
     with pytest.raises(DomainError, match="seed ran longer than 0.5 s"):
         compile_domain(DomainSpec(name="d", schema_sql=BASE, seed=endless))

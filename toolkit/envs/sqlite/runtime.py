@@ -1,0 +1,729 @@
+"""The sqlite environment at run time: `SqliteEnvironment` (one in-memory database per episode,
+tool calls validated and run in a SAVEPOINT, structured errors, snapshots, incremental canonical
+state and its hash), `compile_domain` (build + the seeded state's hash) and the compiled-domain
+cache behind `compiled_from_path`."""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import fnmatch
+import json
+import math
+import re
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+from toolkit.envs.base import Environment, ToolResult
+from toolkit.envs.sqlite.compiler import _load_state_bytes, build_domain
+from toolkit.envs.sqlite.domain import (
+    Column,
+    CompiledDomain,
+    DomainError,
+    DomainSpec,
+    Table,
+    ToolDef,
+    TriggerInfo,
+    load_domain_spec,
+    spec_from_dict,
+)
+from toolkit.envs.sqlite.guard import _DENIED_FUNCTIONS, _DENY, _MAX_VALUE_BYTES, _harden
+from toolkit.envs.sqlite.sqltext import _PV_RE, _check_clauses, _short, qident
+from toolkit.envs.sqlite.tools import (
+    DEFAULT_QUERY_LIMIT,
+    MAX_IN_ITEMS,
+    MAX_OFFSET,
+    MAX_QUERY_LIMIT,
+    MAX_STRING,
+    QUERY_CONTROL_PARAMS,
+    QUERY_OPS,
+    _insert_required,
+)
+from toolkit.scoring.state import CanonicalState, StateKeys, TableCanon, hash_tables, state_hash
+from toolkit.scoring.state import diff as _state_diff
+
+_INT_MIN, _INT_MAX = -(2 ** 63), 2 ** 63 - 1
+_CANON_CACHE_SIZE = 4096  # table contents whose canonical keys are kept (per domain)
+_SAVEPOINT = "tk_tool_call"
+
+
+class _ArgError(Exception):
+    def __init__(self, message: str, hint: str | None = None):
+        super().__init__(message)
+        self.message, self.hint = message, hint
+
+
+class SqliteEnvironment(Environment):
+    """One in-memory SQLite database compiled from a domain; see the package docstring (toolkit.envs.sqlite)."""
+
+    backend = "sqlite"
+
+    def __init__(self, domain: CompiledDomain, state: dict | None = None, config: dict | None = None):
+        self.domain = domain
+        self.config = dict(config or {})
+        extra = [str(k) for k in (self.config.get("exclude_keys") or [])]
+        self.exclude_keys: tuple[str, ...] = tuple(dict.fromkeys(list(domain.exclude_keys) + extra))
+        dkeys = domain.keys if domain.keys is not None else StateKeys(domain.exclude_keys)
+        self.keys: StateKeys = dkeys.with_exclude(extra) if extra else dkeys
+        self._keys_sig = json.dumps(self.keys.to_json(), sort_keys=True)
+        self._deps = {t: self._dep_tables(t) for t in domain.tables}
+        self._canon_key: Any = None
+        self._canon_val: dict[str, TableCanon] = {}
+        self._raw: dict[str, tuple] = {}  # table -> rows (as fetched) behind _canon_val
+        self._raw_id: dict[str, int] = {}  # table -> content id of those rows (domain-wide)
+        self._dirty: set[str] | None = None  # tables to re-read (None: all)
+        self._tracked = -1  # total_changes after the last tracked call / canonical()
+        self._at_init = False  # the state is the untouched reset() state
+        self._init_canon: tuple[dict, dict, dict] | None = None  # (raw, canonical) of the reset() state
+        self._hidden_extra = [str(x) for x in (self.config.get("hide") or [])]
+        self._initial_state = copy.deepcopy(state) if state is not None else None
+        self._init_hash: str | None = None
+        self._conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False,
+                                     cached_statements=512)
+        self._lock = threading.RLock()
+        self._init_bytes = _load_state_bytes(domain, state) if state is not None else domain.pristine
+        self._conn.execute("PRAGMA foreign_keys = ON")  # a connection flag: survives deserialize
+        self._conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, _MAX_VALUE_BYTES)
+        _harden(self._conn)  # no extensions, no attached databases (trigger bodies are LLM-written)
+        self._loading = False
+        self._conn.set_authorizer(self._authorize)
+        self._load(self._init_bytes)
+        self._snap_sql = {t.name: f"SELECT * FROM {qident(t.name)} ORDER BY "
+                          + (", ".join(qident(k) for k in t.pk) if t.pk else "rowid")
+                          for t in domain.tables.values()}
+
+    # -- construction ---------------------------------------------------------------------------
+
+    @classmethod
+    def from_ref(cls, ref: dict) -> SqliteEnvironment:
+        if hasattr(ref, "model_dump"):
+            ref = ref.model_dump(exclude_none=True)
+        ref = dict(ref or {})
+        if ref.get("path"):
+            dom = compiled_from_path(ref["path"])
+        elif ref.get("id"):
+            from toolkit.domains import domain_path
+
+            try:
+                dom = compiled_from_path(domain_path(str(ref["id"])))
+            except KeyError as e:
+                raise DomainError(str(e.args[0] if e.args else e)) from None
+        else:
+            raise DomainError("a sqlite env ref needs `id` (bundled domain) or `path` (directory or JSON/YAML file)")
+        return cls(dom, state=ref.get("state"), config=ref.get("config") or {})
+
+    @classmethod
+    def from_path(cls, path: str | Path, state: dict | None = None, config: dict | None = None) -> SqliteEnvironment:
+        return cls(compiled_from_path(path), state=state, config=config)
+
+    @classmethod
+    def from_spec(cls, spec: dict | DomainSpec, state: dict | None = None,
+                  config: dict | None = None) -> SqliteEnvironment:
+        """Compile an in-memory spec (e.g. an Architect draft) without writing files."""
+        if isinstance(spec, dict):
+            spec = spec_from_dict(spec)
+        return cls(compile_domain(spec), state=state, config=config)
+
+    # -- protocol -------------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self.domain.spec.name
+
+    @property
+    def tables(self) -> dict[str, Table]:
+        return self.domain.tables
+
+    @property
+    def triggers(self) -> list[TriggerInfo]:
+        return self.domain.triggers
+
+    @property
+    def rules(self) -> dict[str, dict]:
+        """{rule: {rule, message, triggers, tables, hint}} for every POLICY_VIOLATION rule."""
+        return self.domain.rules
+
+    def _visible(self, td: ToolDef, side: str) -> bool:
+        if td.hidden or any(fnmatch.fnmatchcase(td.name, p) for p in self._hidden_extra):
+            return False
+        return td.side == "both" or td.side == side
+
+    def tools(self, side: str = "agent") -> list[dict]:
+        return [copy.deepcopy(td.schema) for td in self.domain.tools.values() if self._visible(td, side)]
+
+    def tool_names(self, side: str = "agent") -> list[str]:
+        return [td.name for td in self.domain.tools.values() if self._visible(td, side)]
+
+    def policy(self) -> str:
+        return self.domain.spec.policy
+
+    def _authorize(self, action: int, _a1: Any, a2: Any, *_: Any) -> int:
+        # runs when a statement is prepared (cached statements are not re-authorized); a trigger
+        # body (LLM-written) is authorized with the statement that fires it
+        if self._loading:
+            return sqlite3.SQLITE_OK
+        if action in _DENY:
+            return sqlite3.SQLITE_DENY
+        if action == sqlite3.SQLITE_FUNCTION and a2 is not None and a2.lower() in _DENIED_FUNCTIONS:
+            return sqlite3.SQLITE_DENY
+        return sqlite3.SQLITE_OK
+
+    def _load(self, data: bytes) -> None:
+        # deserialize runs an internal ATTACH that the authorizer would refuse; a flag lets it
+        # through (toggling set_authorizer instead expires every prepared statement: ~20x slower)
+        self._loading = True
+        try:
+            self._conn.deserialize(data)
+            # load the schema now: a write that fails and rolls back as the first statement after
+            # deserialize otherwise leaves the connection without a schema ("no such table")
+            self._conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        finally:
+            self._loading = False
+            self._gen = getattr(self, "_gen", 0) + 1  # invalidates the cached state hash
+        self._at_init = data is self._init_bytes
+        if self._at_init and self._init_canon is not None:
+            self._raw, self._canon_val = dict(self._init_canon[0]), dict(self._init_canon[1])
+            self._raw_id = dict(self._init_canon[2])
+            self._dirty = set()
+            self._tracked = self._conn.total_changes
+            self._canon_key = (self._gen, self._conn.total_changes)
+        else:
+            self._dirty = None
+
+    def reset(self, state: dict | None = None) -> None:
+        with self._lock:
+            if state is None:
+                self._load(self._init_bytes)
+            else:
+                self._load(_load_state_bytes(self.domain, state))
+
+    def initial_state_hash(self) -> str:
+        """Hash of the state reset() restores (seed, or the ref's inline state)."""
+        if self._initial_state is None and not self.config.get("exclude_keys"):
+            return self.domain.initial_hash
+        if self._init_hash is None:
+            self._init_hash = self.hash_state(self._snapshot_of(self._init_bytes))
+        return self._init_hash
+
+    def state_keys(self) -> StateKeys:
+        """Technical columns and references decided from the schema (`state_keys_for`)."""
+        return self.keys
+
+    def hash_state(self, state: dict) -> str:
+        return state_hash(state, self.keys)
+
+    def _dep_tables(self, name: str) -> tuple[str, ...]:
+        """`name` and every table its references reach (transitively), in a fixed order."""
+        out: list[str] = []
+        todo = [name]
+        while todo:
+            t = todo.pop()
+            if t in out:
+                continue
+            out.append(t)
+            todo.extend(r.to_table for r in self.keys.refs.get(t, ()))
+        return tuple(out)
+
+    def canonical(self) -> dict[str, TableCanon]:
+        """{table: TableCanon} of the current state: the canonical form of `snapshot()` under
+        `state_keys()` (toolkit.envs.base, toolkit.scoring.state), without building the snapshot.
+
+        Incremental: after a tool call only the tables it may write (`_write_sets`: its table, the
+        tables its triggers write, foreign-key dependents) are re-read, as tuples (in C); a table's
+        canonical keys are looked up by content (its rows and those of the tables it references)
+        in a per-domain cache, so only contents never seen before are canonicalized in Python; the
+        reset() state's canonical form is kept. Any write not made through `call()` (or a tool
+        with an unknown write set) makes the next call re-read every table. Memoized until the
+        state changes (load generation + total_changes)."""
+        with self._lock:
+            conn = self._conn
+            key = (self._gen, conn.total_changes)
+            if key == self._canon_key:
+                return self._canon_val
+            tables = self.domain.tables
+            dirty = self._dirty
+            if dirty is None or conn.total_changes != self._tracked:
+                dirty = set(tables)
+            raw = self._raw
+            rid = self._raw_id
+            dom = self.domain
+            intern = dom.content_ids
+            for n in dirty:
+                rows = tuple(conn.execute(self._snap_sql[n]).fetchall())
+                raw[n] = rows
+                # a small integer per distinct table content (hashing the rows once per read)
+                with dom.lock:
+                    cid = intern.get((n, rows))
+                    if cid is None:
+                        cid = intern[(n, rows)] = len(intern) + 1 + dom.content_ids_base
+                        if len(intern) > _CANON_CACHE_SIZE:
+                            dom.content_ids_base += len(intern)
+                            intern.clear()
+                            intern[(n, rows)] = cid
+                rid[n] = cid
+            cache = dom.canon_cache
+            out = dict(self._canon_val)
+            for n in tables:
+                deps = self._deps[n]
+                if n in out and not any(d in dirty for d in deps):
+                    continue
+                ck = (self._keys_sig, n, tuple(rid[d] for d in deps))
+                with dom.lock:
+                    tc = cache.get(ck)
+                if tc is None:
+                    part = {d: self._rows(tables[d], list(raw[d])) for d in deps}
+                    tc = CanonicalState(part, self.keys).table(n)
+                    with dom.lock:
+                        cache[ck] = tc
+                        while len(cache) > _CANON_CACHE_SIZE:
+                            cache.popitem(last=False)
+                out[n] = tc
+            self._dirty = set()
+            self._tracked = conn.total_changes
+            self._canon_key, self._canon_val = key, out
+            if self._at_init and self._init_canon is None:
+                self._init_canon = (dict(raw), dict(out), dict(rid))
+            return out
+
+    def _snapshot_of(self, data: bytes) -> dict:
+        tmp = SqliteEnvironment(self.domain)
+        try:
+            tmp._load(data)
+            return tmp.snapshot()
+        finally:
+            tmp.close()
+
+    def snapshot(self) -> dict:
+        out: dict[str, list[dict]] = {}
+        with self._lock:
+            for t in self.domain.tables.values():
+                out[t.name] = self._rows(t, self._conn.execute(self._snap_sql[t.name]).fetchall())
+        return out
+
+    def state_hash(self) -> str:
+        """Cached until the state changes: every write (triggers included, rolled back or not)
+        bumps SQLite's total_changes, and every (re)load bumps the generation."""
+        with self._lock:
+            key = (getattr(self, "_gen", 0), self._conn.total_changes)
+            if key != getattr(self, "_hash_key", None):
+                self._hash_val = hash_tables({t: tc.digest for t, tc in sorted(self.canonical().items()) if tc.keys})
+                self._hash_key = key
+            return self._hash_val
+
+    def diff(self, a: dict, b: dict | None = None) -> dict:
+        """DIFF(a, b) with this domain's technical keys; b defaults to the current state."""
+        return _state_diff(a, self.snapshot() if b is None else b, keys=self.keys)
+
+    def close(self) -> None:
+        try:
+            self._conn.close()
+        except Exception:  # noqa: BLE001, S110 - closing twice or from another thread
+            pass
+
+    # -- tool calls -----------------------------------------------------------------------------
+
+    def call(self, name: str, args: dict, side: str = "agent") -> ToolResult:
+        conn = self._conn
+        before = conn.total_changes
+        try:
+            return self._call_safe(name, args, side)
+        finally:
+            after = conn.total_changes
+            if after != before:  # something was written (maybe rolled back): re-read what it may touch
+                self._at_init = False
+                if self._tracked == before and self._dirty is not None:
+                    ws = self.domain.write_sets.get(name) if isinstance(name, str) else None
+                    if ws is None:
+                        self._dirty = None
+                    else:
+                        self._dirty |= ws
+                        self._tracked = after
+                else:
+                    self._dirty = None
+
+    def _call_safe(self, name: str, args: dict, side: str) -> ToolResult:
+        try:
+            return self._call(name, args, side)
+        except _ArgError as e:
+            return ToolResult.fail("INVALID_ARGUMENTS", e.message, None, e.hint)
+        except (UnicodeError, OverflowError) as e:  # e.g. a lone surrogate in a string
+            return ToolResult.fail("INVALID_ARGUMENTS", f"{_short(name)}: {_short(str(e), 200)}", None,
+                                   "strings must be valid UTF-8 text")
+        except Exception as e:  # noqa: BLE001 - never a traceback to the agent
+            return ToolResult.fail("INTERNAL", f"{type(e).__name__}: {_short(str(e), 300)}", None,
+                                   "unexpected failure; the state was not changed")
+
+    def _call(self, name: Any, args: Any, side: str) -> ToolResult:
+        td = self.domain.tools.get(name) if isinstance(name, str) else None
+        if td is None or not self._visible(td, side):
+            avail = self.tool_names(side)
+            close = difflib.get_close_matches(name, avail, n=3) if isinstance(name, str) and len(name) < 200 else []
+            hint = (f"did you mean: {', '.join(close)}?" if close else "available tools: " + ", ".join(avail))
+            return ToolResult.fail("UNKNOWN_TOOL", f"no tool named {_short(name)} for side {side!r}", None, hint)
+        if args is None:
+            args = {}
+        if isinstance(args, str):
+            try:
+                args = json.loads(args) if args.strip() else {}
+            except (ValueError, RecursionError):
+                raise _ArgError("arguments are not valid JSON", "pass a JSON object of named arguments")
+        if not isinstance(args, dict):
+            raise _ArgError(f"arguments must be an object, got {type(args).__name__}",
+                            "pass a JSON object of named arguments")
+        table = self.domain.tables[td.table]
+        with self._lock:
+            if td.kind == "query":
+                return self._query(table, args)
+            if td.kind == "insert":
+                return self._insert(table, args)
+            return self._update(table, args)
+
+    # -- argument validation --------------------------------------------------------------------
+
+    def _check_keys(self, table: Table, args: dict, allowed: list[str], tool: str) -> None:
+        for k in args:
+            if not isinstance(k, str) or k not in allowed:
+                col = table.colmap.get(k) if isinstance(k, str) else None
+                if col is not None and col.readonly:
+                    raise _ArgError(f"{tool}: column {k!r} is maintained automatically and cannot be set",
+                                    f"valid arguments: {', '.join(allowed)}")
+                if col is not None and col.pk:
+                    raise _ArgError(f"{tool}: {k!r} is a primary key and cannot be set here",
+                                    f"valid arguments: {', '.join(allowed)}")
+                raise _ArgError(f"{tool}: unknown argument {_short(k)}", f"valid arguments: {', '.join(allowed)}")
+
+    @staticmethod
+    def _value(c: Column, v: Any, tool: str, nullable: bool, enforce_enum: bool = True) -> Any:
+        where = f"{tool}: {c.name}"
+        if v is None:
+            if nullable:
+                return None
+            raise _ArgError(f"{where} cannot be null", "pass a value" + (f" of type {c.json_type}" if c.json_type else ""))
+        t = c.json_type
+        if isinstance(v, bool):
+            if t == "boolean" or t is None:
+                v = int(v)
+            else:
+                raise _ArgError(f"{where} expects {t}, got boolean", f"pass a {t}")
+        elif isinstance(v, int):
+            if not (_INT_MIN <= v <= _INT_MAX):
+                raise _ArgError(f"{where} is out of the 64-bit integer range", "pass a smaller number")
+            if t == "string":
+                raise _ArgError(f"{where} expects string, got number", "pass the value as a JSON string")
+            if t == "boolean" and v not in (0, 1):
+                raise _ArgError(f"{where} expects boolean, got {v}", "pass true or false")
+        elif isinstance(v, float):
+            if not math.isfinite(v):
+                raise _ArgError(f"{where} must be a finite number", None)
+            if t == "integer":
+                if not v.is_integer() or not (_INT_MIN <= v <= _INT_MAX):
+                    raise _ArgError(f"{where} expects integer, got {_short(v)}", "pass a whole number")
+                v = int(v)
+            elif t in ("string", "boolean"):
+                raise _ArgError(f"{where} expects {t}, got number", f"pass a {t}")
+        elif isinstance(v, str):
+            if len(v) > MAX_STRING:
+                raise _ArgError(f"{where} is too long ({len(v)} characters, max {MAX_STRING})", "shorten the value")
+            if t in ("integer", "number", "boolean"):
+                raise _ArgError(f"{where} expects {t}, got string {_short(v, 40)!r}",
+                                f"pass a JSON {t}, not a string")
+        else:
+            raise _ArgError(f"{where} expects a scalar ({t or 'string/number'}), got {type(v).__name__}",
+                            "nested objects and lists are not accepted here")
+        if enforce_enum and c.enum and v not in c.enum:
+            raise _ArgError(f"{where} must be one of {', '.join(map(str, c.enum))}; got {_short(v, 60)!r}",
+                            f"allowed values for {c.name}: {', '.join(map(str, c.enum))}")
+        return v
+
+    # -- query ----------------------------------------------------------------------------------
+
+    def _query(self, t: Table, args: dict) -> ToolResult:
+        tool = f"query_{t.name}"
+        allowed = [c.name for c in t.columns] + list(QUERY_CONTROL_PARAMS)
+        self._check_keys(t, args, allowed, tool)
+        where: list[str] = []
+        params: list[Any] = []
+        for key, val in args.items():
+            if key in QUERY_CONTROL_PARAMS:
+                continue
+            c = t.colmap[key]
+            col = qident(c.name)
+            if isinstance(val, dict):
+                extra = [k for k in val if k not in ("op", "value")]
+                if extra or "op" not in val or "value" not in val:
+                    raise _ArgError(f"{tool}: filter on {c.name} must be a value or {{\"op\", \"value\"}}",
+                                    f"ops: {', '.join(QUERY_OPS)}")
+                op, value = val["op"], val["value"]
+                if not isinstance(op, str) or op.lower() not in QUERY_OPS:
+                    raise _ArgError(f"{tool}: unknown operator {_short(op, 40)!r} for {c.name}",
+                                    f"ops: {', '.join(QUERY_OPS)}")
+                op = op.lower()
+            else:
+                op, value = "=", val
+            if op == "in":
+                if not isinstance(value, list) or not value or len(value) > MAX_IN_ITEMS:
+                    raise _ArgError(f"{tool}: op 'in' on {c.name} needs a list of 1..{MAX_IN_ITEMS} values", None)
+                vals = [self._value(c, x, tool, nullable=False, enforce_enum=False) for x in value]
+                where.append(f"{col} IN ({', '.join('?' * len(vals))})")
+                params.extend(vals)
+            elif op == "like":
+                if not isinstance(value, str) or len(value) > MAX_STRING:
+                    raise _ArgError(f"{tool}: op 'like' on {c.name} needs a string pattern", "e.g. \"%smith%\"")
+                where.append(f"{col} LIKE ?")
+                params.append(value)
+            elif value is None:
+                if op not in ("=", "!="):
+                    raise _ArgError(f"{tool}: null can only be compared with = or !=", None)
+                where.append(f"{col} IS {'NOT ' if op == '!=' else ''}NULL")
+            else:
+                v = self._value(c, value, tool, nullable=False, enforce_enum=False)
+                where.append(f"{col} {'IS NOT' if op == '!=' else op} ?")
+                params.append(v)
+        order_sql = ", ".join(qident(k) for k in t.pk) if t.pk else "rowid"
+        if "order_by" in args:
+            ob = args["order_by"]
+            if not isinstance(ob, str) or ob not in t.colmap:
+                raise _ArgError(f"{tool}: order_by must be a column of {t.name}",
+                                f"columns: {', '.join(t.colmap)}")
+            direction = args.get("order", "asc")
+            if not isinstance(direction, str) or direction.lower() not in ("asc", "desc"):
+                raise _ArgError(f"{tool}: order must be 'asc' or 'desc'", None)
+            order_sql = f"{qident(t.colmap[ob].name)} {direction.upper()}, {order_sql}"
+        elif "order" in args:
+            direction = args["order"]
+            if not isinstance(direction, str) or direction.lower() not in ("asc", "desc"):
+                raise _ArgError(f"{tool}: order must be 'asc' or 'desc'", None)
+            if direction.lower() == "desc":
+                order_sql = ", ".join(f"{x} DESC" for x in order_sql.split(", "))
+        limit = args.get("limit", DEFAULT_QUERY_LIMIT)
+        if isinstance(limit, bool) or not isinstance(limit, int) or not (1 <= limit <= MAX_QUERY_LIMIT):
+            raise _ArgError(f"{tool}: limit must be an integer between 1 and {MAX_QUERY_LIMIT}", None)
+        offset = args.get("offset", 0)
+        if isinstance(offset, bool) or not isinstance(offset, int) or not (0 <= offset <= MAX_OFFSET):
+            raise _ArgError(f"{tool}: offset must be an integer between 0 and {MAX_OFFSET}", None)
+        sql = (f"SELECT * FROM {qident(t.name)}" + (f" WHERE {' AND '.join(where)}" if where else "")
+               + f" ORDER BY {order_sql} LIMIT ? OFFSET ?")
+        try:
+            rows = self._conn.execute(sql, (*params, limit + 1, offset)).fetchall()
+        except sqlite3.Error as e:
+            return self._error(e, t, "query")
+        truncated = len(rows) > limit
+        out = self._rows(t, rows[:limit])
+        return ToolResult.success({"rows": out, "count": len(out), "truncated": truncated})
+
+    # -- writes ---------------------------------------------------------------------------------
+
+    @staticmethod
+    def _rows(t: Table, rows: list) -> list[dict]:
+        names = t.names
+        if t.untyped:  # only untyped/BLOB columns can hold bytes
+            return [dict(zip(names, map(_jsonable, r))) for r in rows]
+        return [dict(zip(names, r)) for r in rows]
+
+    def _fetch_row(self, t: Table, where: str, params: list) -> dict | None:
+        r = self._conn.execute(f"SELECT * FROM {qident(t.name)} WHERE {where}", params).fetchone()
+        return None if r is None else self._rows(t, [r])[0]
+
+    def _write(self, t: Table, kind: str, fn) -> ToolResult:
+        conn = self._conn
+        conn.execute(f"SAVEPOINT {_SAVEPOINT}")
+        try:
+            result = fn()
+        except Exception as e:
+            self._rollback()
+            if isinstance(e, sqlite3.Error):
+                return self._error(e, t, kind)
+            if isinstance(e, (OverflowError, UnicodeError, ValueError)):
+                return ToolResult.fail("INVALID_ARGUMENTS", f"{kind}_{t.name}: {_short(str(e), 200)}", None,
+                                       "check the argument values")
+            raise
+        if isinstance(result, ToolResult) and not result.ok:
+            self._rollback()
+            return result
+        conn.execute(f"RELEASE {_SAVEPOINT}")
+        return result
+
+    def _rollback(self) -> None:
+        conn = self._conn
+        if conn.in_transaction:  # RAISE(ROLLBACK) has already ended it
+            try:
+                conn.execute(f"ROLLBACK TO {_SAVEPOINT}")
+                conn.execute(f"RELEASE {_SAVEPOINT}")
+            except sqlite3.Error:
+                conn.execute("ROLLBACK")
+
+    def _insert(self, t: Table, args: dict) -> ToolResult:
+        tool = f"insert_{t.name}"
+        allowed = [c.name for c in t.columns if not c.readonly]
+        self._check_keys(t, args, allowed, tool)
+        names: list[str] = []
+        vals: list[Any] = []
+        for key, v in args.items():
+            c = t.colmap[key]
+            names.append(c.name)
+            vals.append(self._value(c, v, tool, nullable=c.nullable))
+        missing = [c.name for c in t.columns if _insert_required(c) and c.name not in args]
+        if missing:
+            raise _ArgError(f"{tool}: missing required argument(s): {', '.join(missing)}",
+                            f"required: {', '.join(missing)}")
+        if names:
+            sql = (f"INSERT INTO {qident(t.name)} ({', '.join(qident(n) for n in names)}) "
+                   f"VALUES ({', '.join('?' * len(names))})")
+        else:
+            sql = f"INSERT INTO {qident(t.name)} DEFAULT VALUES"
+
+        def run() -> ToolResult:
+            cur = self._conn.execute(sql, vals)
+            if cur.rowcount == 0:
+                return ToolResult.success({"inserted": None, "note": "the write was ignored by a trigger"})
+            if t.without_rowid:
+                if not all(k in args for k in t.pk):
+                    return ToolResult.success({"inserted": None})
+                row = self._fetch_row(t, " AND ".join(f"{qident(k)} = ?" for k in t.pk),
+                                      [vals[names.index(k)] for k in t.pk])
+            else:
+                row = self._fetch_row(t, "rowid = ?", [cur.lastrowid])
+            return ToolResult.success(row)
+
+        return self._write(t, "insert", run)
+
+    def _update(self, t: Table, args: dict) -> ToolResult:
+        tool = f"update_{t.name}"
+        allowed = [c.name for c in t.columns if not c.readonly]
+        self._check_keys(t, args, allowed, tool)
+        missing = [k for k in t.pk if k not in args]
+        if missing:
+            raise _ArgError(f"{tool}: missing primary key argument(s): {', '.join(missing)}",
+                            f"identify the row with {', '.join(t.pk)}; use query_{t.name} to find it")
+        key_vals = [self._value(t.colmap[k], args[k], tool, nullable=False, enforce_enum=False) for k in t.pk]
+        sets: list[str] = []
+        vals: list[Any] = []
+        for key, v in args.items():
+            c = t.colmap[key]
+            if c.pk:
+                continue
+            sets.append(f"{qident(c.name)} = ?")
+            vals.append(self._value(c, v, tool, nullable=c.nullable))
+        if not sets:
+            settable = [c.name for c in t.columns if not c.pk and not c.readonly]
+            raise _ArgError(f"{tool}: nothing to change", f"pass at least one of: {', '.join(settable)}")
+        where = " AND ".join(f"{qident(k)} = ?" for k in t.pk)
+
+        def run() -> ToolResult:
+            exists = self._conn.execute(f"SELECT 1 FROM {qident(t.name)} WHERE {where}", key_vals).fetchone()
+            if exists is None:
+                keys = ", ".join(f"{k}={_short(v, 60) if isinstance(v, str) else v!r}" for k, v in zip(t.pk, key_vals))
+                return ToolResult.fail("NOT_FOUND", f"{tool}: no {t.name} row with {keys}", None,
+                                       f"use query_{t.name} to find existing rows")
+            self._conn.execute(f"UPDATE {qident(t.name)} SET {', '.join(sets)} WHERE {where}", (*vals, *key_vals))
+            return ToolResult.success(self._fetch_row(t, where, key_vals))
+
+        return self._write(t, "update", run)
+
+    # -- error translation ----------------------------------------------------------------------
+
+    def _error(self, e: sqlite3.Error, t: Table, kind: str) -> ToolResult:
+        msg = str(e)
+        tool = f"{kind}_{t.name}"
+        pv = _PV_RE.match(msg)
+        if pv:
+            rule, text = pv.group(1).strip(), pv.group(2).strip()
+            info = self.domain.rules.get(rule) or {}
+            hint = info.get("hint") or f"see the preconditions in the description of {tool}"
+            return ToolResult.fail("POLICY_VIOLATION", text, rule, hint)
+        for trg in self.domain.triggers:  # a RAISE message not in the POLICY_VIOLATION format
+            if msg in trg.raw_messages:
+                return ToolResult.fail("POLICY_VIOLATION", msg, trg.name,
+                                       f"see the preconditions in the description of {tool}")
+        if isinstance(e, sqlite3.IntegrityError):
+            m = re.match(r"(NOT NULL|UNIQUE|CHECK) constraint failed: (.*)$", msg)
+            if m:
+                kind_c, what = m.group(1), m.group(2).strip()
+                if kind_c == "NOT NULL":
+                    hint = f"{what} must have a value"
+                elif kind_c == "UNIQUE":
+                    hint = f"a row with the same {what} already exists; use query_{t.name} to find it"
+                else:
+                    checks = [c for c in _check_clauses(t.sql) if c == what] or _check_clauses(t.sql)
+                    hint = ("the values must satisfy: " + "; ".join(checks)) if checks else \
+                        "the value is outside the allowed range"
+                return ToolResult.fail("CONSTRAINT", msg, f"{kind_c} {what}", _short(hint, 600))
+            if "FOREIGN KEY" in msg:
+                refs = [f"{t.name}.{fk['column']} -> {fk['table']}.{fk['to'] or 'rowid'}" for fk in t.fks]
+                hint = "a referenced row does not exist" + (f" ({'; '.join(refs)})" if refs else "") + \
+                       "; query the referenced table first"
+                return ToolResult.fail("CONSTRAINT", msg, "FOREIGN KEY", hint)
+            return ToolResult.fail("CONSTRAINT", msg, None, f"see the description of {tool}")
+        if isinstance(e, sqlite3.DataError) or "too big" in msg or "too many" in msg:
+            return ToolResult.fail("INVALID_ARGUMENTS", msg, None, "check the argument values")
+        return ToolResult.fail("EXECUTION_ERROR", msg, None, "the call was rolled back; the state is unchanged")
+
+    def evaluate_sql(self, select_sql: str, params: Any = ()) -> tuple | None:
+        """Run one read-only SELECT (e.g. a trigger condition bound to NEW/OLD values, see
+        toolkit.flows.logigen.analysis.evaluate) on the current state; returns the first row."""
+        if not re.match(r"\s*SELECT\b", select_sql, re.IGNORECASE):
+            raise ValueError("evaluate_sql runs a single SELECT")
+        with self._lock:
+            return self._conn.execute(select_sql, params).fetchone()
+
+    def schema_sql(self) -> str:
+        """The current schema (tables, indexes, triggers) as stored in sqlite_master."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name").fetchall()
+        return "\n".join(f"{r[0]} {r[1]} {r[2]}: {r[3]}" for r in rows)
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, bytes):
+        import base64
+
+        return "base64:" + base64.b64encode(v).decode("ascii")
+    return v
+
+
+def compile_domain(spec: DomainSpec) -> CompiledDomain:
+    """Compile a domain (`build_domain`: execute the DDL, introspect tables and triggers, load the
+    seed, generate the tools), then read the seeded state once through the environment to record
+    its hash.
+
+    Raises DomainError with a readable message when anything does not compile (this is LOGIGEN's
+    "physical executability" check for an Architect-generated schema).
+    """
+    dom = build_domain(spec)
+    env = SqliteEnvironment(dom)
+    try:
+        dom.initial_hash = env.state_hash()
+    except sqlite3.Error as e:
+        raise DomainError(f"{spec.name}: the seeded state cannot be read: {e}") from None
+    finally:
+        env.close()
+    return dom
+
+
+# compiled-domain cache: (resolved source, file stamps) -> CompiledDomain
+_DOMAIN_CACHE: dict[tuple, CompiledDomain] = {}
+_DOMAIN_LOCK = threading.Lock()
+
+
+def _stamp(p: Path) -> tuple:
+    files = sorted(x for x in p.iterdir() if x.is_file()) if p.is_dir() else [p]
+    return tuple((x.name, x.stat().st_mtime_ns, x.stat().st_size) for x in files)
+
+
+def compiled_from_path(path: str | Path) -> CompiledDomain:
+    p = Path(path).resolve()
+    if not p.exists():
+        raise DomainError(f"domain path not found: {path}")
+    key = (str(p), _stamp(p))
+    with _DOMAIN_LOCK:
+        dom = _DOMAIN_CACHE.get(key)
+    if dom is None:
+        dom = compile_domain(load_domain_spec(p))
+        with _DOMAIN_LOCK:
+            for k in [k for k in _DOMAIN_CACHE if k[0] == key[0]]:
+                del _DOMAIN_CACHE[k]
+            _DOMAIN_CACHE[key] = dom
+    return dom

@@ -1,0 +1,206 @@
+"""The generated tools of a compiled domain: per table `query_<t>`, `insert_<t>`, `update_<t>`
+(OpenAI function schemas with argument limits), their descriptions (preconditions from BEFORE
+triggers, side effects from AFTER triggers) and the tools.yaml overrides (hide, side, text)."""
+
+from __future__ import annotations
+
+import fnmatch
+from typing import Any
+
+from toolkit.envs.sqlite.domain import Column, DomainError, DomainSpec, Table, ToolDef, TriggerInfo
+from toolkit.envs.sqlite.sqltext import _PV_RE
+
+MAX_STRING = 10_000  # longest string argument accepted (characters)
+MAX_QUERY_LIMIT = 200  # largest `limit` of a query_* call
+DEFAULT_QUERY_LIMIT = 50
+MAX_OFFSET = 1_000_000
+MAX_IN_ITEMS = 100
+QUERY_CONTROL_PARAMS = ("order_by", "order", "limit", "offset")
+QUERY_OPS = ("=", "!=", "<", "<=", ">", ">=", "like", "in")
+
+
+_OP_SCHEMA = {
+    "type": "object",
+    "properties": {"op": {"type": "string", "enum": list(QUERY_OPS)},
+                   "value": {"description": "a scalar; a list of scalars for op 'in'"}},
+    "required": ["op", "value"],
+    "additionalProperties": False,
+}
+
+
+def _scalar_schema(c: Column, nullable: bool) -> dict:
+    if c.json_type is None:
+        s: dict = {"type": ["string", "number", "integer", "boolean"]}
+    else:
+        s = {"type": c.json_type}
+    if c.json_type == "string":
+        s["maxLength"] = MAX_STRING
+    if c.enum:
+        s["enum"] = list(c.enum)
+    if nullable:
+        s["type"] = (s["type"] if isinstance(s["type"], list) else [s["type"]]) + ["null"]
+        if "enum" in s:
+            s["enum"] = s["enum"] + [None]
+    return s
+
+
+def _insert_required(c: Column) -> bool:
+    """An insert must pass the column: NOT NULL without default, or a primary key that SQLite
+    would otherwise fill with NULL (a non-INTEGER PRIMARY KEY accepts NULL unless NOT NULL)."""
+    return (not c.readonly and not c.rowid_alias and c.default is None and (c.notnull or bool(c.pk)))
+
+
+def _col_desc(t: Table, c: Column) -> str:
+    parts = []
+    if c.doc:
+        parts.append(c.doc.rstrip("."))
+    if c.pk:
+        parts.append("primary key" + (" (assigned automatically when omitted)" if c.rowid_alias else ""))
+    for fk in t.fks:
+        if fk["column"] == c.name:
+            parts.append(f"references {fk['table']}.{fk['to'] or 'rowid'}")
+    if c.enum:
+        parts.append("one of: " + ", ".join(map(str, c.enum)))
+    return "; ".join(parts) or c.name
+
+
+def _trigger_label(trg: TriggerInfo) -> str:
+    if trg.event == "UPDATE" and trg.columns:
+        cols = trg.columns
+        return "when " + (cols[0] if len(cols) == 1 else ", ".join(cols[:-1]) + " or " + cols[-1]) + " changes"
+    return {"INSERT": "on insert", "UPDATE": "on update", "DELETE": "on delete"}[trg.event]
+
+
+def _describe_effects(trg: TriggerInfo) -> str:
+    writes = "; ".join(f"{verb} {tbl}" for verb, tbl in trg.writes)
+    note = " ".join(n.rstrip(".") + "." for n in trg.notes if not n.lower().startswith("hint:"))
+    text = note.strip() or (writes.capitalize() + "." if writes else "Automatic bookkeeping.")
+    if writes and note:
+        text += f" (writes: {writes})"
+    return f"- {_trigger_label(trg)}: {text}"
+
+
+def _build_tools(spec: DomainSpec, tables: dict[str, Table], triggers: list[TriggerInfo],
+                 rules: dict[str, dict]) -> dict[str, ToolDef]:
+    ov = spec.tools or {}
+    hide_patterns = [str(x) for x in (ov.get("hide") or [])]
+    per_tool = ov.get("tools") or {}
+    out: dict[str, ToolDef] = {}
+    for t in tables.values():
+        pre: dict[str, list[str]] = {"INSERT": [], "UPDATE": []}
+        eff: dict[str, list[str]] = {"INSERT": [], "UPDATE": []}
+        for trg in triggers:
+            if trg.table != t.name or trg.event not in pre:
+                continue
+            if trg.raw_messages:  # BEFORE triggers mostly; an AFTER trigger's RAISE also rolls back
+                for rule, msg in trg.rules:
+                    line = f"- [{rule}] {msg}"
+                    if trg.event == "UPDATE" and trg.columns:
+                        line += f" ({_trigger_label(trg)})"
+                    if line not in pre[trg.event]:
+                        pre[trg.event].append(line)
+                for msg in trg.raw_messages:
+                    if not _PV_RE.match(msg):
+                        pre[trg.event].append(f"- [{trg.name}] {msg}")
+            if trg.writes or (trg.timing != "BEFORE" and trg.notes):
+                eff[trg.event].append(_describe_effects(trg))
+        tdoc = f" ({t.doc.rstrip('.')})" if t.doc else ""
+        auto = [c.name for c in t.columns if c.readonly]
+
+        def logic(event: str, pre: dict = pre, eff: dict = eff) -> str:
+            s = ""
+            if pre[event]:
+                s += ("\nPreconditions (enforced by the database; a violation returns a POLICY_VIOLATION "
+                      "error and changes nothing):\n" + "\n".join(pre[event]))
+            if eff[event]:
+                s += "\nSide effects (performed automatically; do not repeat them):\n" + "\n".join(eff[event])
+            return s
+
+        # query
+        qprops: dict[str, Any] = {}
+        for c in t.columns:
+            qprops[c.name] = {"description": "filter: " + _col_desc(t, c) + " (equality, or {op, value})",
+                              "anyOf": [_scalar_schema(c, nullable=True), _OP_SCHEMA]}
+        colnames = [c.name for c in t.columns]
+        qprops["order_by"] = {"type": "string", "enum": colnames, "description": "column to sort by"}
+        qprops["order"] = {"type": "string", "enum": ["asc", "desc"], "description": "sort direction (default asc)"}
+        qprops["limit"] = {"type": "integer", "minimum": 1, "maximum": MAX_QUERY_LIMIT,
+                           "description": f"maximum rows returned (default {DEFAULT_QUERY_LIMIT})"}
+        qprops["offset"] = {"type": "integer", "minimum": 0, "description": "rows to skip (default 0)"}
+        qdesc = (f"Read rows of table `{t.name}`{tdoc}. Every argument is optional: pass a column name with a "
+                 f"value to filter by equality (null matches missing values), or with "
+                 f"{{\"op\": one of {', '.join(QUERY_OPS)}, \"value\": ...}} (a list for 'in'; 'like' uses % "
+                 f"wildcards); combine filters with AND. order_by/order sort, limit (default "
+                 f"{DEFAULT_QUERY_LIMIT}, max {MAX_QUERY_LIMIT}) and offset page. Returns "
+                 f"{{\"rows\": [...], \"count\": n, \"truncated\": bool}}. Read-only.")
+        _add_tool(out, ToolDef(f"query_{t.name}", "query", t.name, _fn(f"query_{t.name}", qdesc, qprops, [])))
+
+        # insert
+        iprops: dict[str, Any] = {}
+        required: list[str] = []
+        for c in t.columns:
+            if c.readonly:
+                continue
+            iprops[c.name] = {"description": _col_desc(t, c), **_scalar_schema(c, nullable=c.nullable)}
+            if _insert_required(c):
+                required.append(c.name)
+        auto_pk = [c.name for c in t.columns if c.rowid_alias]
+        idesc = (f"Create one row in table `{t.name}`{tdoc}."
+                 + (f" Required: {', '.join(required)}." if required else "")
+                 + (f" {', '.join(auto_pk)} is assigned automatically when omitted." if auto_pk else "")
+                 + (f" Maintained automatically (not settable): {', '.join(auto)}." if auto else "")
+                 + " Returns the inserted row as stored, after automatic side effects."
+                 + logic("INSERT"))
+        _add_tool(out, ToolDef(f"insert_{t.name}", "insert", t.name,
+                               _fn(f"insert_{t.name}", idesc, iprops, required)))
+
+        # update (needs a primary key)
+        if t.pk:
+            uprops: dict[str, Any] = {}
+            for c in t.columns:
+                if c.pk:
+                    uprops[c.name] = {"description": "identifies the row: " + _col_desc(t, c),
+                                      **_scalar_schema(c, nullable=False)}
+                elif not c.readonly:
+                    uprops[c.name] = {"description": "new value: " + _col_desc(t, c),
+                                      **_scalar_schema(c, nullable=c.nullable)}
+            udesc = (f"Change fields of one existing row of table `{t.name}`{tdoc}, identified by "
+                     f"{' + '.join(t.pk)}; pass only the fields to change (primary keys cannot change)."
+                     + (f" Maintained automatically (not settable): {', '.join(auto)}." if auto else "")
+                     + " Returns the updated row, after automatic side effects. No deletes exist: use a status "
+                       "field where the policy defines one." + logic("UPDATE"))
+            _add_tool(out, ToolDef(f"update_{t.name}", "update", t.name,
+                                   _fn(f"update_{t.name}", udesc, uprops, list(t.pk))))
+
+    for name, td in out.items():
+        if any(fnmatch.fnmatchcase(name, p) for p in hide_patterns):
+            td.hidden = True
+    for name, o in per_tool.items():
+        td = out.get(name)
+        if td is None:
+            raise DomainError(f"{spec.name}: tools.yaml overrides unknown tool {name!r}; tools: {sorted(out)}")
+        if not isinstance(o, dict):
+            raise DomainError(f"{spec.name}: tools.yaml entry {name!r} must be a mapping")
+        f = td.schema["function"]
+        if "description" in o:
+            f["description"] = str(o["description"])
+        if "description_append" in o:
+            f["description"] = f["description"] + "\n" + str(o["description_append"])
+        if "hidden" in o:
+            td.hidden = bool(o["hidden"])
+        if "side" in o:
+            if o["side"] not in ("agent", "user", "both"):
+                raise DomainError(f"{spec.name}: tools.yaml {name}.side must be agent, user or both")
+            td.side = o["side"]
+    return out
+
+
+def _fn(name: str, desc: str, props: dict, required: list[str]) -> dict:
+    params: dict[str, Any] = {"type": "object", "properties": props, "additionalProperties": False}
+    if required:
+        params["required"] = required
+    return {"type": "function", "function": {"name": name, "description": desc, "parameters": params}}
+
+
+def _add_tool(out: dict, td: ToolDef) -> None:
+    out[td.name] = td
