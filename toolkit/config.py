@@ -152,21 +152,3 @@ def resolve(command: str, model: type, recipe: dict, flags: dict, *, known_anywh
 def dump(cfg: dict) -> str:
     printable = {k: v for k, v in sorted(cfg.items()) if k not in ("print_config",)}
     return yaml.safe_dump(json.loads(json.dumps(printable, default=str)), sort_keys=True)
-
-
-def llm_config(cfg: dict, role: str | None = None):
-    """Build an LLMConfig for a role ("agent", "user", "judge", "env" ...) from a merged config.
-
-    Role-prefixed keys (agent_model, agent_base_url, agent_temperature ...) override the plain
-    ones (model, base_url, temperature ...).
-    """
-    from toolkit.llm import LLMConfig
-
-    fields = LLMConfig.model_fields
-    vals: dict[str, Any] = {}
-    for name in fields:
-        if cfg.get(name) is not None:
-            vals[name] = cfg[name]
-        if role and cfg.get(f"{role}_{name}") is not None:
-            vals[name] = cfg[f"{role}_{name}"]
-    return LLMConfig(**vals)

@@ -10,10 +10,10 @@ See docs/llm.md for backends (OpenAI-compatible endpoint, embedded llama.cpp, in
 the request cache and cost accounting.
 """
 
-from .base import EMBEDDED, VLLM_INPROCESS, ChatResult, LLMConfig, LLMError, Meter
+from .base import EMBEDDED, VLLM_INPROCESS, ChatResult, LLMConfig, LLMError, Meter, llm_config
 from .client import LLMClient, close_all_clients, get_client
 from .toolcalls import parse_tool_calls, render_tools_hermes, repair_json, to_hermes_messages
 
-__all__ = ["LLMConfig", "ChatResult", "Meter", "LLMClient", "LLMError", "get_client",
+__all__ = ["LLMConfig", "llm_config", "ChatResult", "Meter", "LLMClient", "LLMError", "get_client",
            "close_all_clients", "EMBEDDED", "VLLM_INPROCESS", "parse_tool_calls",
            "render_tools_hermes", "repair_json", "to_hermes_messages"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -126,3 +127,19 @@ class Meter:
 
 # ----------------------------------------------------------------------------------------------
 # The client
+
+
+def llm_config(cfg: dict, role: str | None = None):
+    """Build an LLMConfig for a role ("agent", "user", "judge", "env" ...) from a merged config.
+
+    Role-prefixed keys (agent_model, agent_base_url, agent_temperature ...) override the plain
+    ones (model, base_url, temperature ...).
+    """
+    fields = LLMConfig.model_fields
+    vals: dict[str, Any] = {}
+    for name in fields:
+        if cfg.get(name) is not None:
+            vals[name] = cfg[name]
+        if role and cfg.get(f"{role}_{name}") is not None:
+            vals[name] = cfg[f"{role}_{name}"]
+    return LLMConfig(**vals)

@@ -106,7 +106,7 @@ def build(cfg: dict, meter: Any, tb: Any):
         rollout_fn = rollout.build(rcfg, meter)
     judge = None
     if cfg.get("attribute") and not oracle:
-        from toolkit.config import llm_config
+        from toolkit.llm import llm_config
         from toolkit.llm import get_client
 
         judge = get_client(llm_config(cfg, role="judge"), meter)

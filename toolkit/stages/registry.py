@@ -88,7 +88,7 @@ class StageContext:
 
     def llm(self, role: str | None = None):
         """The LLM client for a role (role-prefixed config keys override plain ones)."""
-        from toolkit.config import llm_config
+        from toolkit.llm import llm_config
         from toolkit.llm import get_client
 
         key = role or ""
@@ -97,6 +97,6 @@ class StageContext:
         return self._clients[key]
 
     def model_name(self, role: str | None = None) -> str:
-        from toolkit.config import llm_config
+        from toolkit.llm import llm_config
 
         return llm_config(self.cfg, role=role).model or "embedded"

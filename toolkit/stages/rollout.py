@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from toolkit import prompts, registry
-from toolkit.config import llm_config
+from toolkit.llm import llm_config
 from toolkit.envs import Environment, load_env
 from toolkit.io import StageError, UsageError, add_provenance
 from toolkit.options import RolloutOptions, typed_options

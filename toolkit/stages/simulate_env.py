@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from toolkit.config import llm_config
+from toolkit.llm import llm_config
 from toolkit.io import StageError, add_provenance
 from toolkit.roles.env_simulator import simulate_call
 from toolkit.schema import Message, Record, Step

@@ -54,7 +54,7 @@ def build_mode(cfg: dict, ctx: StageContext):
 
 def build(cfg: dict, meter: Any):
     from toolkit import prompts
-    from toolkit.config import llm_config
+    from toolkit.llm import llm_config
     from toolkit.flows.simia.prefilter import env_policy, prompt_tools, seed_of
     from toolkit.llm import LLMError, get_client
     from toolkit.roles.structured import add_usage, new_usage

@@ -54,7 +54,7 @@ def build(cfg: dict | VerifyOptions, meter: Any):
 
     def llm(role: str) -> Any:
         if role not in clients:
-            from toolkit.config import llm_config
+            from toolkit.llm import llm_config
             from toolkit.llm import get_client
 
             lcfg = llm_config(cfg, role=role)

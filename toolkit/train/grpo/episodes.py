@@ -52,7 +52,7 @@ class Rollouts:
 
     def user_client(self):
         if self._user_client is None:
-            from toolkit.config import llm_config
+            from toolkit.llm import llm_config
             from toolkit.llm import get_client
 
             self._user_client = get_client(llm_config(self.side_cfg, role="user"), self.meter)
@@ -68,7 +68,7 @@ class Rollouts:
         try:
             env.reset(record.env.state if record.env and record.env.state else None)
             if hasattr(env, "bind_llm"):
-                from toolkit.config import llm_config
+                from toolkit.llm import llm_config
                 from toolkit.llm import get_client
 
                 env.bind_llm(get_client(llm_config(self.side_cfg, role="env"), self.meter))
