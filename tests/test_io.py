@@ -6,7 +6,7 @@ import zlib
 
 import pytest
 
-from conftest import jsonl, make_record
+from tests.conftest import jsonl, make_record
 from toolkit.io import IdSet, IOOptions, RecordStream, StageError, _trim_torn_tail, shard_of
 
 
@@ -352,7 +352,7 @@ def test_truncated_gzip_keeps_the_records_before_the_cut(tmp_path):
 
 
 def test_missing_or_non_gzip_input_is_a_usage_error(tmp_path):
-    from conftest import run_cmd
+    from tests.conftest import run_cmd
     from toolkit.io import UsageError
 
     with pytest.raises(UsageError, match="input file not found"):

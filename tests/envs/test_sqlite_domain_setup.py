@@ -8,12 +8,12 @@ import json
 import shutil
 from pathlib import Path
 
-from conftest import BIN, run_cmd
+from tests.conftest import BIN, run_cmd
 
 from toolkit.envs.sqlite import SqliteEnvironment
 from toolkit.flows.logigen.domain_check import check_domain
 
-LIBRARY = Path(__file__).parent / "data" / "library"
+LIBRARY = Path(__file__).resolve().parents[1] / "data" / "library"
 
 SCHEMA = """
 CREATE TABLE item (code TEXT PRIMARY KEY, qty INTEGER NOT NULL);

@@ -15,13 +15,13 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from conftest import run_cmd
-from test_logigen_architect import ANALYZE, GOOD_TRIGGERS, PASS, POLICY, TABLES, _prompts, _run
+from tests.conftest import run_cmd
+from tests.flows.logigen.test_architect import ANALYZE, GOOD_TRIGGERS, PASS, POLICY, TABLES, _prompts, _run
 
 from toolkit.envs.sqlite import DomainError, DomainSpec, SqliteEnvironment, compile_domain
 from toolkit.llm.testserver import ScriptedServer
 
-LIBRARY = Path(__file__).parent / "data" / "library"
+LIBRARY = Path(__file__).resolve().parents[1] / "data" / "library"
 BASE = "CREATE TABLE item (item_id TEXT PRIMARY KEY NOT NULL, qty INTEGER NOT NULL);\n"
 
 

@@ -14,7 +14,7 @@ import math
 import threading
 
 import pytest
-from conftest import run_cmd
+from tests.conftest import run_cmd
 
 from toolkit import sandbox as sb
 from toolkit.envs.python import PythonEnvironment

@@ -688,8 +688,8 @@ def test_docker_runner_program_is_valid(tmp_path):
 def test_cli_sandbox_isolation_is_applied_and_recorded(tmp_path):
     import json
 
-    from conftest import run_cmd
-    from test_verify import CALLS, MINI_DOMAIN, PASSING, call_msgs
+    from tests.conftest import run_cmd
+    from tests.stages.test_verify import CALLS, MINI_DOMAIN, PASSING, call_msgs
 
     dom = tmp_path / "mini.json"
     dom.write_text(json.dumps(MINI_DOMAIN))

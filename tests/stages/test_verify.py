@@ -8,7 +8,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from conftest import jsonl, run_cmd
+from tests.conftest import jsonl, run_cmd
 
 from toolkit.schema import Record
 from toolkit.stages.verify import build

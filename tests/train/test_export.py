@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from conftest import jsonl, requires_train, run_cmd
+from tests.conftest import jsonl, requires_train, run_cmd
 from toolkit.io import StageError
 from toolkit.schema import Record, Verdict
 from toolkit.formats.rows import export_row

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from conftest import jsonl, requires_train, run_cmd
+from tests.conftest import jsonl, requires_train, run_cmd
 from toolkit.llm.testserver import ScriptedServer
 from toolkit.schema import Record
 

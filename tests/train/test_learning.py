@@ -10,8 +10,8 @@ step, must lift it. Seeded, CPU: ~1 minute on two cores.
 import asyncio
 import json
 
-from conftest import requires_train
-from test_train_grpo import ticket_tasks
+from tests.conftest import requires_train
+from tests.train.test_grpo import ticket_tasks
 
 pytestmark = requires_train
 

@@ -4,7 +4,7 @@ import json
 import os
 
 
-from conftest import jsonl, requires_train, run_cmd
+from tests.conftest import jsonl, requires_train, run_cmd
 from toolkit.train import export as X
 
 pytestmark = requires_train
@@ -96,7 +96,7 @@ def test_sft_cli_runs_steps_and_resumes(tiny_model, verified_airline, tmp_path):
 
 
 def _short_rows():
-    from test_train_export import dual_control_record
+    from tests.train.test_export import dual_control_record
 
     return X.record_rows(dual_control_record()) * 8
 
@@ -112,7 +112,7 @@ def test_loss_decreases_on_a_repeated_batch(tiny_model, tmp_path):
 
 
 def test_lora_and_user_role(tiny_model, tmp_path):
-    from test_train_export import dual_control_record
+    from tests.train.test_export import dual_control_record
     from toolkit.train import sft
 
     rows = X.record_rows(dual_control_record(), role="user") * 4
@@ -127,7 +127,7 @@ def test_lora_and_user_role(tiny_model, tmp_path):
 def test_usage_errors(tmp_path):
     p = run_cmd(["sft"], stdin=jsonl([]))
     assert p.returncode == 1 and "no training rows" in p.stderr
-    from test_train_export import dual_control_record
+    from tests.train.test_export import dual_control_record
 
     p = run_cmd(["sft", "--output-dir", str(tmp_path)], stdin=jsonl([dual_control_record().model_dump(mode="json", by_alias=True)]))
     assert p.returncode == 2 and "--model PATH" in p.stderr
@@ -140,7 +140,7 @@ def test_flow_recipes_sections_are_real_settings():
     import yaml
     from trl import SFTConfig
 
-    from conftest import ROOT
+    from tests.conftest import ROOT
     from toolkit.train import sft
     from toolkit.train.grpo import GRPOOptions
 

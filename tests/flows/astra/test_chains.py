@@ -11,7 +11,7 @@ from toolkit import cli
 from toolkit.flows.astra import chains as CH
 from toolkit.flows.astra import tooldocs as TD
 
-DATA = Path(__file__).parent / "data" / "astra"
+DATA = Path(__file__).resolve().parents[2] / "data" / "astra"
 
 
 @pytest.fixture(scope="module")

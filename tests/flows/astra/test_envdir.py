@@ -5,7 +5,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from test_flow_astra_qa import scripted, validated_record
+from tests.flows.astra.test_qa import scripted, validated_record
 
 from toolkit import cli
 from toolkit.envs import load_env

@@ -13,7 +13,7 @@ import pytest
 
 from toolkit.llm.testserver import ScriptedServer
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 
 # ---------------------------------------------------------------- pipeline A (tool chains)
 PAIRS = {

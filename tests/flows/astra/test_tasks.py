@@ -9,7 +9,7 @@ from toolkit import cli
 from toolkit.flows.astra.tasks import same_language, script_of
 from toolkit.llm.testserver import ScriptedServer
 
-DATA = Path(__file__).parent / "data" / "astra"
+DATA = Path(__file__).resolve().parents[2] / "data" / "astra"
 
 PLAN = {"id": "server-notes-chain0", "parent_id": "server-notes", "flow": "astra",
         "env": {"backend": "simulated", "config": {"tools": []}},

@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cmd
+from tests.conftest import run_cmd
 from toolkit.flows.astra import tooldocs as T
 
-DATA = Path(__file__).parent / "data" / "astra"
+DATA = Path(__file__).resolve().parents[2] / "data" / "astra"
 
 
 def _valid(server):

@@ -3,7 +3,7 @@ run in the sandbox)."""
 
 import json
 
-from eigendata_util import run_strategy
+from tests.flows.eigendata.util import run_strategy
 from toolkit.llm.testserver import ScriptedServer
 
 SOURCE = '''

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from eigendata_util import env_record, run_strategy
+from tests.flows.eigendata.util import env_record, run_strategy
 from toolkit.flows.eigendata.random_pool import parse_pool, select
 from toolkit.io import StageError
 from toolkit.llm.testserver import ScriptedServer

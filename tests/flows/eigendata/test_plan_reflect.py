@@ -6,7 +6,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from eigendata_util import env_record, run_strategy
+from tests.flows.eigendata.util import env_record, run_strategy
 from toolkit import cli
 from toolkit.flows.eigendata import metrics as M
 from toolkit.io import StageError

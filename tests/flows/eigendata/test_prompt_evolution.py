@@ -8,9 +8,9 @@ import json
 
 from click.testing import CliRunner
 
-from eigendata_util import run_strategy
-from test_flow_eigendata_gen_task import POOL, intent
-from test_flow_eigendata_plan_reflect import batch_record
+from tests.flows.eigendata.util import run_strategy
+from tests.flows.eigendata.test_gen_task import POOL, intent
+from tests.flows.eigendata.test_plan_reflect import batch_record
 from toolkit import cli, prompts
 from toolkit.llm.testserver import ScriptedServer
 from toolkit.schema import Record
@@ -112,7 +112,7 @@ def test_judge_gets_the_evaluation_side_change(tmp_path, monkeypatch):
     """verify --strategy judge --judge-rubric eigendata on a record of the evolved prompt set: the
     learned rule arrives through plan.evaluation_rules, and with TOOLKIT_PROMPTS = the prompts dir
     the judge's own prompt is trajectory_validation.v2."""
-    from test_flow_eigendata_judge import _record, _verify, reply
+    from tests.flows.eigendata.test_judge import _record, _verify, reply
 
     monkeypatch.delenv("TOOLKIT_PROMPTS", raising=False)
     r = reflect([batch_record(i, ok=False) for i in range(4)], [revision()], "--prompts-dir", str(tmp_path))

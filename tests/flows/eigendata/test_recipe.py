@@ -11,9 +11,9 @@ import sys
 
 import pytest
 
-from conftest import BIN, ROOT
-from test_flow_eigendata_gen_task import POOL, intent
-from test_flow_eigendata_plan_reflect import batch_record, pset, revision
+from tests.conftest import BIN, ROOT
+from tests.flows.eigendata.test_gen_task import POOL, intent
+from tests.flows.eigendata.test_plan_reflect import batch_record, pset, revision
 from toolkit.flows.eigendata import drift as D
 from toolkit.llm.testserver import ScriptedServer
 

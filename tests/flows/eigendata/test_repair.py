@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from eigendata_util import run_strategy
+from tests.flows.eigendata.util import run_strategy
 from toolkit.domains import load_tasks
 from toolkit.envs import load_env
 from toolkit.flows.eigendata.repair import choose_mode

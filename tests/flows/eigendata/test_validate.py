@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from eigendata_util import run_strategy
+from tests.flows.eigendata.util import run_strategy
 from toolkit.domains import load_tasks
 from toolkit.envs import load_env
 from toolkit.io import StageError

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from eigendata_util import run_strategy
+from tests.flows.eigendata.util import run_strategy
 from toolkit.domains import load_tasks
 from toolkit.envs import load_env
 from toolkit.flows.eigendata import common as C

@@ -12,8 +12,8 @@ import re
 
 import pytest
 
-from eigendata_util import run_strategy
-from test_flow_eigendata_verifier import agreement_with_state_diff
+from tests.flows.eigendata.util import run_strategy
+from tests.flows.eigendata.test_verifier import agreement_with_state_diff
 from toolkit.domains import load_tasks
 
 BODY = r'''

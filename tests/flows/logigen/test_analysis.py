@@ -15,7 +15,7 @@ from toolkit.envs import load_env
 from toolkit.envs.sqlite import SqliteEnvironment
 from toolkit.flows.logigen.analysis import analyze, evaluate, parse_condition
 
-LIBRARY = Path(__file__).parent / "data" / "library"
+LIBRARY = Path(__file__).resolve().parents[2] / "data" / "library"
 
 
 def _env(name: str):

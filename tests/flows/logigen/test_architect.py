@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import BIN, run_cmd
+from tests.conftest import BIN, run_cmd
 
 from toolkit.io import StageError
 from toolkit.llm.testserver import ScriptedServer

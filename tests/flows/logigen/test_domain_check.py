@@ -8,14 +8,14 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import run_cmd
+from tests.conftest import run_cmd
 
 from toolkit.domains import domain_path
 from toolkit.envs import load_env
 from toolkit.flows.logigen.domain_check import check_domain, policy_rule_ids
 
-LIBRARY = Path(__file__).parent / "data" / "library"
-DATA = Path(__file__).parent / "data"
+LIBRARY = Path(__file__).resolve().parents[2] / "data" / "library"
+DATA = Path(__file__).resolve().parents[2] / "data"
 
 
 def _src(name: str) -> Path:

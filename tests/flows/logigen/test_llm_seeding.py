@@ -34,7 +34,7 @@ from toolkit.schema import Record
 from toolkit.stages import strategies
 from toolkit.stages.registry import StageContext, get
 
-RETAIL = {"backend": "sqlite", "path": str(Path(__file__).parent / "data" / "retail")}
+RETAIL = {"backend": "sqlite", "path": str(Path(__file__).resolve().parents[2] / "data" / "retail")}
 
 # vip limit: stock raised to 10 so the limit (not the stock) is what the 11th unit crosses
 QTY_GOOD = {"rule": "qty_range", "set": [{"table": "product", "key": {"sku": "s1"}, "column": "stock", "value": 10}],
@@ -353,7 +353,7 @@ def test_gen_task_llm_inject_option():
 
 
 def test_on_automatically_with_the_llm_explorer():
-    from test_logigen_tasks import DOMAINS, _scripted, gen
+    from tests.flows.logigen.test_tasks import DOMAINS, _scripted, gen
 
     def reply(req):
         if "LOGIGEN boundary-adjacent seeding" in req["messages"][-1]["content"]:

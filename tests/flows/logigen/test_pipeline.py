@@ -1,5 +1,5 @@
 """The whole LOGIGEN synthesis recipe from a domain brief: the Architect (scripted replies on the
-loopback server, taken from test_logigen_architect) compiles a domain none of the task code has
+loopback server, taken from tests/flows/logigen/test_architect.py) compiles a domain none of the task code has
 seen, then gen-task (symbolic; the LLM writes the user views) | validate-task | rollout (oracle) |
 verify → SFT rows and the yield table with the LLM requests of both LLM stages."""
 
@@ -10,12 +10,12 @@ import os
 import sys
 from pathlib import Path
 
-from conftest import run_cmd
-from test_logigen_architect import ANALYZE, BRIEF, GOOD_TRIGGERS, PASS, POLICY, TABLES
+from tests.conftest import run_cmd
+from tests.flows.logigen.test_architect import ANALYZE, BRIEF, GOOD_TRIGGERS, PASS, POLICY, TABLES
 
 from toolkit.llm.testserver import ScriptedServer
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 VIEW = json.dumps({"instruction": "Hello, I need a change to my parking permit.", "persona": "A resident.",
                    "reason_for_call": "wants a permit change", "known_info": "their name and plate",
                    "unknown_info": "the rules", "instructions": "Ask for the change; stop when done."})

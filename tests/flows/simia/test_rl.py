@@ -5,7 +5,7 @@ import asyncio
 import json
 
 from click.testing import CliRunner
-from simia_fixtures import POLICY, SEED
+from tests.flows.simia.fixtures import POLICY, SEED
 
 from toolkit import cli
 from toolkit.llm import Meter

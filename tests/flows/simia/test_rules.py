@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import requires_train
-from simia_fixtures import EXPECTED, GOOD, POLICY, REPLIES, SEED, TOOLS
+from tests.conftest import requires_train
+from tests.flows.simia.fixtures import EXPECTED, GOOD, POLICY, REPLIES, SEED, TOOLS
 
 from toolkit import cli
 from toolkit.envs.python import validate_arguments
@@ -21,7 +21,7 @@ from toolkit.train import export as X
 
 NAMES = list(EXPECTED)
 TEMPS = [round(0.05 * i, 2) for i in range(len(NAMES))]  # one pass per reply, keyed by its temperature
-QWEN25 = (Path(__file__).parent / "qwen25_template.jinja").read_text()  # Qwen2.5-Instruct's chat template
+QWEN25 = (Path(__file__).resolve().parents[2] / "qwen25_template.jinja").read_text()  # Qwen2.5-Instruct's chat template
 
 
 def chat_rows(rec):

@@ -4,7 +4,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from simia_fixtures import GOOD, POLICY, SEED, SHAREGPT, SYSTEM_TURN, UNESCAPED_QUOTES
+from tests.flows.simia.fixtures import GOOD, POLICY, SEED, SHAREGPT, SYSTEM_TURN, UNESCAPED_QUOTES
 
 from toolkit import cli
 from toolkit.flows.simia.simulate import temperatures
