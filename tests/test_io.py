@@ -323,7 +323,7 @@ def test_a_300mb_line_is_rejected_in_bounded_memory(tmp_path):
         "print(json.dumps({'rss_mb': peak, "
         "'written': s.summary.written, 'rejected': s.summary.rejected}))\n")
     p = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, timeout=120,
-                       cwd=str(tmp_path), env={"PYTHONPATH": str(__import__("conftest").ROOT), "PATH": "/usr/bin:/bin"})
+                       cwd=str(tmp_path), env={"PYTHONPATH": str(__import__("tests.conftest", fromlist=["ROOT"]).ROOT), "PATH": "/usr/bin:/bin"})
     assert p.returncode == 0, p.stderr
     res = json.loads(p.stdout)
     assert res["written"] == 2 and res["rejected"] == 1
