@@ -15,9 +15,8 @@ import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tests"))
 sys.path.insert(0, ROOT)
-from conftest import make_record  # noqa: E402
+from tests.conftest import make_record  # noqa: E402
 
 CHILD = r"""
 import resource, sys, time

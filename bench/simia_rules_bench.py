@@ -6,7 +6,7 @@ simulated trajectories vs a plain JSONL copy, measured in the same run.
 
 Input: records as `simulate-env --mode trajectory` writes them (one trajectory, the raw synthesizer
 text in extra.simia.raw, ~2 KB a line), 80% well-formed, 20% spread over the malformations of
-tests/simia_fixtures.py (unescaped quotes, missing bracket, <function> tags, SYSTEM turn, unknown
+tests/flows/simia/fixtures.py (unescaped quotes, missing bracket, <function> tags, SYSTEM turn, unknown
 tool, schema violation, unparseable call, unfinished). Cases, each over the same file:
 - copy      json.loads + json.dumps per line (the baseline: what any JSONL stage costs at least)
 - stream    toolkit RecordStream pass-through (schema validation in and out, no stage work)
@@ -25,9 +25,8 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tests"))
 sys.path.insert(0, ROOT)
-import simia_fixtures as FX
+import tests.flows.simia.fixtures as FX
 
 MIX = ["GOOD"] * 8 * 8 + [n for n in FX.EXPECTED if n != "GOOD"] * 2  # 64 good : 18 others ≈ 78% good
 

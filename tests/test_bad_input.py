@@ -15,7 +15,7 @@ import shutil
 import pytest
 from click.testing import CliRunner
 
-from conftest import BIN, ROOT, run_cmd
+from tests.conftest import BIN, ROOT, run_cmd
 from toolkit import cli
 from toolkit.llm.testserver import ScriptedServer
 

@@ -11,7 +11,7 @@ import zlib
 import pytest
 from click.testing import CliRunner
 
-from conftest import requires_embedded, BIN, ROOT, jsonl, make_record, run_cmd
+from tests.conftest import requires_embedded, BIN, ROOT, jsonl, make_record, run_cmd
 from toolkit.cli import COMMANDS, simulate_env
 from toolkit.llm.testserver import ScriptedServer
 

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import BIN, ROOT
+from tests.conftest import BIN, ROOT
 
 CLUSTER = ROOT / "recipes" / "cluster"
 N = 3

@@ -6,7 +6,7 @@ import zlib
 
 import pytest
 
-from conftest import jsonl, make_record
+from tests.conftest import jsonl, make_record
 from toolkit.io import IdSet, IOOptions, RecordStream, StageError, _trim_torn_tail, shard_of
 
 
@@ -323,7 +323,7 @@ def test_a_300mb_line_is_rejected_in_bounded_memory(tmp_path):
         "print(json.dumps({'rss_mb': peak, "
         "'written': s.summary.written, 'rejected': s.summary.rejected}))\n")
     p = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, timeout=120,
-                       cwd=str(tmp_path), env={"PYTHONPATH": str(__import__("conftest").ROOT), "PATH": "/usr/bin:/bin"})
+                       cwd=str(tmp_path), env={"PYTHONPATH": str(__import__("tests.conftest", fromlist=["ROOT"]).ROOT), "PATH": "/usr/bin:/bin"})
     assert p.returncode == 0, p.stderr
     res = json.loads(p.stdout)
     assert res["written"] == 2 and res["rejected"] == 1
@@ -352,7 +352,7 @@ def test_truncated_gzip_keeps_the_records_before_the_cut(tmp_path):
 
 
 def test_missing_or_non_gzip_input_is_a_usage_error(tmp_path):
-    from conftest import run_cmd
+    from tests.conftest import run_cmd
     from toolkit.io import UsageError
 
     with pytest.raises(UsageError, match="input file not found"):

@@ -3,7 +3,7 @@
 import shutil
 from pathlib import Path
 
-import layering
+from tests import layering
 
 ROOT = Path(__file__).resolve().parent.parent / "toolkit"
 

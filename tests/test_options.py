@@ -101,8 +101,8 @@ def test_env_sets_recipe_only_keys_typed():
 
 def test_env_recipe_only_key_takes_effect_in_the_run():
     """TOOLKIT_PREFILTER_LLM=false (a key no flag sets) turns the simia prefilter's LLM call off."""
-    from test_flow_simia_prefilter import COMPLETE as seed
-    from test_flow_simia_prefilter import GRADE_OK
+    from tests.flows.simia.test_prefilter import COMPLETE as seed
+    from tests.flows.simia.test_prefilter import GRADE_OK
 
     with ScriptedServer([GRADE_OK]) as srv:
         args = ["--strategy", "simia", "--base-url", srv.base_url, "--model", "scripted"]

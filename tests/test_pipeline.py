@@ -8,7 +8,7 @@ import asyncio
 import json
 from pathlib import Path
 
-from conftest import BIN, jsonl, run_cmd
+from tests.conftest import BIN, jsonl, run_cmd
 
 from toolkit.io import IOOptions, RecordStream, StageError
 from toolkit.pipeline import GenTask, Pipeline, Verify

@@ -3,7 +3,7 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from conftest import ROOT, make_record
+from tests.conftest import ROOT, make_record
 from toolkit.schema import SCHEMA_VERSION, Record, json_schema
 
 

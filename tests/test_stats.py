@@ -11,7 +11,7 @@ import sys
 
 import pytest
 from click.testing import CliRunner
-from conftest import BIN, ROOT
+from tests.conftest import BIN, ROOT
 
 from toolkit.cli import toolkit_group
 from toolkit.stats import StatsError, check_regressions, compute, parse_max_drop
@@ -170,7 +170,7 @@ def test_ci_doc_commands(tmp_path):
 
 
 def test_verify_min_pass_rate():
-    from conftest import run_cmd
+    from tests.conftest import run_cmd
 
     tasks = run_cmd(["toolkit", "tasks", "airline"]).stdout
     recs = [json.loads(ln) for ln in tasks.splitlines()]

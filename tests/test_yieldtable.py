@@ -7,7 +7,7 @@ import copy
 import json
 from pathlib import Path
 
-from conftest import jsonl, run_cmd
+from tests.conftest import jsonl, run_cmd
 
 from toolkit import yieldtable
 

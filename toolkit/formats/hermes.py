@@ -3,7 +3,7 @@
 
 It is used
 - by `sft --export hermes` (rendered in Python by `render_hermes`, byte-identical to the Jinja
-  template through `tokenizer.apply_chat_template`; tests/test_train_export.py checks it),
+  template through `tokenizer.apply_chat_template`; tests/train/test_export.py checks it),
 - as the chat template of a model that has none (`sft/grpo --chat-template toolkit`) and of the
   tiny offline test model,
 - by `grpo` to render prompts (whatever template the model has; this one by default when absent).

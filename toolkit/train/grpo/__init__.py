@@ -18,7 +18,7 @@ tools, user turns, tool results, the template's glue between turns) is tokenized
 *suffix* of the chat-template rendering after the last assistant message, and appended. The next
 turn is sampled from exactly that list, and the loss is computed on exactly that list, so the
 tokens trained are the tokens sampled, with the context they were sampled in. The mask is 1 on the
-generated ids and 0 elsewhere; `tests/test_train_grpo.py` decodes both sides.
+generated ids and 0 elsewhere; `tests/train/test_grpo.py` decodes both sides.
 
 Why a loop of our own on accelerate + TRL pieces rather than `trl.GRPOTrainer(rollout_func=...)`:
 see docs/training.md ("Why not GRPOTrainer"). In short: ASTRA's adaptive filling runs a variable

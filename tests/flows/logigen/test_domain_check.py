@@ -1,0 +1,198 @@
+"""The deterministic domain check (`toolkit domain check`): passes on sound domains with every rule
+provoked by a real call, fails with a reason naming the culprit on broken copies."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from tests.conftest import run_cmd
+
+from toolkit.domains import domain_path
+from toolkit.envs import load_env
+from toolkit.flows.logigen.domain_check import check_domain, policy_rule_ids
+
+LIBRARY = Path(__file__).resolve().parents[2] / "data" / "library"
+DATA = Path(__file__).resolve().parents[2] / "data"
+
+
+def _src(name: str) -> Path:
+    return DATA / name if (DATA / name).is_dir() else domain_path(name)
+
+
+@pytest.mark.parametrize("name", ["airline", "clinic", "library", "retail"])
+def test_sound_domains_pass_with_every_rule_provoked(name):
+    rep = check_domain(_src(name))
+    assert rep.ok, rep.reasons
+    d = rep.to_dict()
+    json.dumps(d)
+    policy = (_src(name) / "policy.md").read_text()
+    assert set(d["rules"]) == set(policy_rule_ids(policy))
+    env = load_env({"backend": "sqlite", "path": str(_src(name))})
+    for rule, info in d["rules"].items():
+        assert info["provoked"] and info["state_unchanged"] and info["hint_found"], (rule, info)
+        if info["state"] != "initial" or info.get("setup"):
+            continue
+        # replay the reported call independently: the engine must refuse it for that rule
+        env.reset()
+        h = env.state_hash()
+        call = info["call"]
+        side = "agent" if call["name"] in env.tool_names("agent") else "user"
+        res = env.call(call["name"], call["arguments"], side=side)
+        assert not res.ok, (rule, call)
+        if info["enforced_by"][0].startswith("trigger"):
+            assert res.error["code"] == "POLICY_VIOLATION" and res.error["violated_rule"] == rule
+        else:
+            assert res.error["code"] == "CONSTRAINT" and rule in res.error["message"]
+        assert env.state_hash() == h
+
+
+def _copy(tmp_path: Path, name: str = "airline") -> Path:
+    dst = tmp_path / name
+    shutil.copytree(_src(name), dst)
+    return dst
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, old
+    path.write_text(text.replace(old, new, 1))
+
+
+def test_broken_trigger_condition_is_named(tmp_path):
+    d = _copy(tmp_path)
+    _edit(d / "schema.sql", "WHERE NEW.email NOT LIKE '%_@_%._%';", "WHERE NEW.email NOT LIKE '%';")
+    rep = check_domain(d)
+    assert not rep.ok
+    assert rep.checks["provoked"]["ok"] is False
+    assert any("'email_format' was not provoked" in r for r in rep.reasons)
+    assert rep.rules["email_format"]["provoked"] is False
+    assert rep.rules["membership_fixed"]["provoked"] is True  # the rest is unaffected
+
+
+def test_trigger_that_does_not_compile(tmp_path):
+    d = _copy(tmp_path, "library")
+    _edit(d / "schema.sql", "WHERE NEW.renewals > 2", "WHERE NEW.renewals >> > 2")
+    rep = check_domain(d)
+    assert not rep.ok and list(rep.checks) == ["compile"]
+    assert "schema does not compile" in rep.reasons[0]
+
+
+def test_rule_missing_from_policy_is_named(tmp_path):
+    d = _copy(tmp_path)
+    _edit(d / "policy.md", "- **[membership_fixed]**", "- ")
+    rep = check_domain(d)
+    assert not rep.ok
+    assert any("rules_in_policy" in r and "'membership_fixed'" in r for r in rep.reasons)
+
+
+def test_policy_rule_without_enforcement_is_named(tmp_path):
+    d = _copy(tmp_path, "library")
+    _edit(d / "policy.md", "## Fines", "- **[quiet_hours]** No loans after 20:00.\n\n## Fines")
+    rep = check_domain(d)
+    assert any("policy_enforced" in r and "'quiet_hours'" in r for r in rep.reasons)
+
+
+def test_nullable_text_key_is_named(tmp_path):
+    d = _copy(tmp_path)
+    _edit(d / "schema.sql", "user_id TEXT PRIMARY KEY NOT NULL,", "user_id TEXT PRIMARY KEY,")
+    rep = check_domain(d)
+    assert not rep.ok
+    assert any("pk_not_null" in r and "customer.user_id" in r for r in rep.reasons)
+
+
+def test_reference_table_write_and_sql_message_are_named(tmp_path):
+    d = _copy(tmp_path, "library")
+    _edit(d / "tools.yaml", '"*_tier_limit", ', "")
+    _edit(d / "schema.sql", "'POLICY_VIOLATION: renewal_limit: a loan can be renewed at most 2 times'",
+          "'POLICY_VIOLATION: renewal_limit: NEW.renewals > 2'")
+    rep = check_domain(d)
+    assert "update_tier_limit writes reference table tier_limit" in "\n".join(rep.warnings)
+    assert rep.checks["reference_writes"]["ok"] is True  # a warning unless strict
+    assert "'renewal_limit': the message 'NEW.renewals > 2' reads like SQL" in "\n".join(rep.reasons)
+    strict = check_domain(d, strict=True)
+    assert any("reference_writes" in r and "update_tier_limit" in r for r in strict.reasons)
+
+
+def test_cli_exit_codes_and_streams(tmp_path):
+    ok = run_cmd(["toolkit", "domain", "check", str(LIBRARY)])
+    assert ok.returncode == 0, ok.stderr
+    rep = json.loads(ok.stdout)
+    assert rep["ok"] is True and rep["domain"] == "library"
+    assert "PASS" in ok.stderr
+    d = _copy(tmp_path, "library")
+    _edit(d / "schema.sql", "member_id TEXT PRIMARY KEY NOT NULL,", "member_id TEXT PRIMARY KEY,")
+    bad = run_cmd(["toolkit", "domain", "check", str(d)])
+    assert bad.returncode == 1
+    out = json.loads(bad.stdout)
+    assert out["ok"] is False and any("member.member_id" in r for r in out["reasons"])
+    assert "FAIL" in bad.stderr and "member.member_id" in bad.stderr
+    missing = run_cmd(["toolkit", "domain", "check", str(tmp_path / "nope")])
+    assert missing.returncode == 1 and "not found" in json.loads(missing.stdout)["reasons"][0]
+    usage = run_cmd(["toolkit", "domain", "check"])
+    assert usage.returncode == 2
+
+
+def test_find_violating_call_one_step_from_a_state():
+    from toolkit.flows.logigen.provoke import find_violating_call
+
+    env = load_env({"backend": "sqlite", "path": str(LIBRARY)})
+    hit = find_violating_call(env, "loan_limit")
+    assert hit is not None and "setup" not in hit and hit["state_unchanged"]
+    assert hit["call"]["name"] == "insert_loan" and hit["call"]["arguments"]["member_id"] == "M-1"
+    # M-1 one loan below the limit (N-1): no single call violates it; a first loan is needed
+    st = env.snapshot()
+    st["loan"] = [r for r in st["loan"] if r["loan_id"] != 2]
+    hit = find_violating_call(env, "loan_limit", st)
+    assert hit is not None and hit["setup"][0]["name"] == "insert_loan"
+    assert env.snapshot()["loan"] == st["loan"]  # left in the given state
+    # nobody at the limit and no one below it by one: with renewals all at 0 the renewal rule is
+    # still one call away (renewals 0 -> 3)
+    assert find_violating_call(env, "renewal_limit", st)["call"]["name"] == "update_loan"
+    with pytest.raises(KeyError):
+        find_violating_call(env, "no_such_rule")
+
+
+@pytest.mark.parametrize("schema", [
+    # no primary key, WITHOUT ROWID composite key, untyped and BLOB columns, a CHECK-only policy
+    "CREATE TABLE t (a, b BLOB, c TEXT CONSTRAINT c_short CHECK (length(c) < 5));",
+    "CREATE TABLE k (x TEXT NOT NULL, y INTEGER NOT NULL, v INTEGER CONSTRAINT v_pos CHECK (v > 0), "
+    "PRIMARY KEY (x, y)) WITHOUT ROWID;",
+])
+def test_odd_schemas_do_not_crash(schema):
+    policy = "- **[c_short]** short\n- **[v_pos]** positive\n"
+    seed = {"t": [{"a": 1, "b": None, "c": "ab"}]} if "TABLE t" in schema else {"k": [{"x": "a", "y": 1, "v": 2}]}
+    rep = check_domain({"name": "odd", "schema": schema, "policy": policy, "seed": seed})
+    assert not any("internal error" in r for r in rep.reasons), rep.reasons
+    rule = "c_short" if "TABLE t" in schema else "v_pos"
+    assert rep.rules[rule]["provoked"] is True, rep.rules[rule]
+
+
+def test_rule_only_reachable_through_hidden_tools_is_provoked_with_a_warning(tmp_path):
+    d = _copy(tmp_path, "library")
+    _edit(d / "schema.sql", "CREATE TRIGGER loan_borrow_rules", """CREATE TRIGGER book_rules
+BEFORE UPDATE OF copies_on_shelf ON book
+BEGIN
+  SELECT RAISE(ABORT, 'POLICY_VIOLATION: shelf_limit: a title has at most 9 copies')
+  WHERE NEW.copies_on_shelf > 9;
+END;
+
+CREATE TRIGGER loan_borrow_rules""")
+    _edit(d / "policy.md", "## Fines", "- **[shelf_limit]** A title has at most 9 copies.\n\n## Fines")
+    rep = check_domain(d)
+    assert rep.ok, rep.reasons
+    assert rep.rules["shelf_limit"]["via_hidden_tool"] is True
+    assert rep.rules["shelf_limit"]["call"]["name"] == "update_book"
+    assert any("'shelf_limit' is only reachable through hidden tools" in w for w in rep.warnings)
+
+
+def test_rule_provoked_only_from_a_derived_state_is_a_warning(tmp_path):
+    d = _copy(tmp_path, "library")
+    _edit(d / "seed.yaml", "  - {loan_id: 3, member_id: M-2, book_id: B-3, renewals: 1, status: returned}\n", "")
+    rep = check_domain(d)
+    assert rep.ok, rep.reasons
+    info = rep.rules["returned_is_final"]
+    assert info["provoked"] and info["state"].startswith("derived: loan row") and "status='returned'" in info["state"]
+    assert any("'returned_is_final' was provoked only from derived" in w for w in rep.warnings)

@@ -1,0 +1,51 @@
+"""The whole LOGIGEN synthesis recipe from a domain brief: the Architect (scripted replies on the
+loopback server, taken from tests/flows/logigen/test_architect.py) compiles a domain none of the task code has
+seen, then gen-task (symbolic; the LLM writes the user views) | validate-task | rollout (oracle) |
+verify → SFT rows and the yield table with the LLM requests of both LLM stages."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from tests.conftest import run_cmd
+from tests.flows.logigen.test_architect import ANALYZE, BRIEF, GOOD_TRIGGERS, PASS, POLICY, TABLES
+
+from toolkit.llm.testserver import ScriptedServer
+
+ROOT = Path(__file__).resolve().parents[3]
+VIEW = json.dumps({"instruction": "Hello, I need a change to my parking permit.", "persona": "A resident.",
+                   "reason_for_call": "wants a permit change", "known_info": "their name and plate",
+                   "unknown_info": "the rules", "instructions": "Ask for the change; stop when done."})
+
+
+def test_synth_recipe_from_a_brief(tmp_path):
+    architect = iter([ANALYZE, PASS, POLICY, PASS, TABLES, PASS, GOOD_TRIGGERS, PASS])
+
+    def reply(req):
+        if "You write the user's side" in (req["messages"][0].get("content") or ""):
+            return VIEW
+        return next(architect)
+
+    brief = tmp_path / "briefs.jsonl"
+    brief.write_text(json.dumps(BRIEF) + "\n")
+    out = tmp_path / "run"
+    with ScriptedServer(reply) as srv:
+        env = {"OUT": str(out), "TOOLKIT_BASE_URL": srv.base_url, "TOOLKIT_MODEL": "scripted",
+               "TOOLKIT_MAX_RETRIES": "0", "ROLLOUT_ARGS": "--agent replay -n 1", "TOOLKIT_PYTHON": sys.executable,
+               "PATH": f"{ROOT / 'bin'}:{os.path.dirname(sys.executable)}:{os.environ.get('PATH', '')}"}
+        r = run_cmd(["bash", str(ROOT / "recipes" / "logigen_synth.sh"), str(brief), "6"], env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    domains = [json.loads(x) for x in (out / "domains.jsonl").read_text().splitlines()]
+    assert len(domains) == 1 and Path(domains[0]["env"]["path"]).is_dir()
+    tasks = [json.loads(x) for x in (out / "tasks.jsonl").read_text().splitlines()]
+    assert len(tasks) == 6 and all(t["parent_id"] == "parking-1" for t in tasks)
+    assert {t["task"]["extra"]["user_view"]["source"] for t in tasks} == {"llm"}
+    assert sum(t["task"]["complexity"]["violation_first"] for t in tasks) >= 2  # 30% of 6, rounded up
+    assert len((out / "sft.jsonl").read_text().splitlines()) == 6
+    table = {row["stage"]: row for row in json.loads((out / "yield.json").read_text())}
+    assert list(table) == ["gen-plan", "gen-task", "validate-task", "rollout", "verify", "total"]
+    assert table["gen-plan"]["llm_requests"] == 8 and table["gen-task"]["llm_requests"] == 6
+    assert table["total"]["out"] == 6 and table["total"]["tokens"] > 0

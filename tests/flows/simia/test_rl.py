@@ -1,0 +1,110 @@
+"""Simia-RL: gen-task --strategy simia → rollout on env.backend=simulated (tool feedback + simulated
+human + [TERMINATE]) → verify --strategy judge --judge-rubric simia (0/1 reward)."""
+
+import asyncio
+import json
+
+from click.testing import CliRunner
+from tests.flows.simia.fixtures import POLICY, SEED
+
+from toolkit import cli
+from toolkit.llm import Meter
+from toolkit.llm.testserver import ScriptedServer
+from toolkit.roles.judge import parse
+from toolkit.schema import Record
+from toolkit.stages import rollout
+
+
+def rl_task():
+    r = CliRunner().invoke(cli.gen_task, ["--strategy", "simia"], input=json.dumps(SEED) + "\n")
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+def test_gen_task_makes_a_simulated_env_task():
+    t = rl_task()
+    assert t["id"] == "seed-1-rl" and t["parent_id"] == "seed-1" and t["env"]["backend"] == "simulated"
+    c = t["env"]["config"]
+    assert c["human"] is True and c["policy"] == POLICY and c["reference_trajectory_id"] == "seed-1-t0"
+    assert [x["function"]["name"] for x in c["tools"]] == ["get_reservation", "cancel_reservation"]
+    assert c["reference"].startswith("HUMAN: Please cancel reservation R1") and "OBSERVATION:" in c["reference"]
+    assert t["task"]["instruction"] == "Please cancel reservation R1, my plans changed."
+
+
+def script(req):
+    sys_prompt = req["messages"][0].get("content") or ""
+    last = req["messages"][-1].get("content") or ""
+    if sys_prompt.startswith("You simulate tool execution"):  # environment feedback (tool output or error)
+        assert "Reference conversation examples" in last and '"name": "get_reservation"' in last
+        return json.dumps({"success": True, "observation": {"reservation_id": "R1", "status": "confirmed"}})
+    if "simulate the human's next message" in sys_prompt:  # the simulated human (Fig 13)
+        assert "HUMAN: Please cancel reservation R1" in sys_prompt  # the reference conversation
+        return "[TERMINATE]"
+    if not any(m["role"] == "tool" for m in req["messages"]):  # the agent under training
+        return {"tool_calls": [{"name": "get_reservation", "arguments": {"reservation_id": "R1"}}]}
+    return "Your reservation R1 is confirmed; shall I cancel it?"
+
+
+def test_rollout_against_the_simulator_ends_on_terminate():
+    task = Record.model_validate(rl_task())
+    with ScriptedServer(script) as srv:
+        fn = rollout.build({"n": 1, "agent_kind": "llm", "max_turns": 6, "base_url": srv.base_url,
+                            "model": "scripted", "tool_protocol": "native", "max_retries": 0}, Meter())
+        out = asyncio.run(fn(task))
+    t = out.trajectories[0]
+    assert t.termination == "user_stop", t.error
+    assert [m.role for m in t.messages] == ["system", "user", "assistant", "tool", "assistant", "user"]
+    assert json.loads(t.messages[3].content) == {"reservation_id": "R1", "status": "confirmed"}
+    assert t.steps[0].name == "get_reservation" and t.steps[0].ok
+    assert t.messages[-1].content == "[TERMINATE]"
+
+
+def test_unknown_tool_is_refused_without_a_simulator_call():
+    task = Record.model_validate(rl_task())
+
+    def agent_unknown(req):
+        sys_prompt = req["messages"][0].get("content") or ""
+        if sys_prompt.startswith("You simulate tool execution"):
+            raise AssertionError("the simulator must not be asked about an unknown tool")
+        if "simulate the human's next message" in sys_prompt:
+            return "[TERMINATE]"
+        if not any(m["role"] == "tool" for m in req["messages"]):
+            return {"tool_calls": [{"name": "delete_database", "arguments": {}}]}
+        return "Sorry."
+    with ScriptedServer(agent_unknown) as srv:
+        fn = rollout.build({"n": 1, "agent_kind": "llm", "max_turns": 6, "base_url": srv.base_url,
+                            "model": "scripted", "tool_protocol": "native", "max_retries": 0}, Meter())
+        t = asyncio.run(fn(task)).trajectories[0]
+    assert not t.steps[0].ok and "error" in json.loads(t.messages[3].content)
+
+
+def test_judge_simia_reward_0_1_and_fig14_format():
+    task = Record.model_validate(rl_task())
+    with ScriptedServer(script) as srv:
+        fn = rollout.build({"n": 1, "agent_kind": "llm", "max_turns": 6, "base_url": srv.base_url,
+                            "model": "scripted", "tool_protocol": "native", "max_retries": 0}, Meter())
+        rec = asyncio.run(fn(task))
+    line = json.dumps(rec.dump()) + "\n"
+    for reply, reward, passed in [('{"reasoning": "followed the policy", "reward": 1}', 1.0, True),
+                                  ('{"reasoning": "cancelled without confirmation", "reward": 0}', 0.0, False),
+                                  ('{"reasoning": "x", "evidence": "y", "task_success": true, "confidence": 0.8}',
+                                   1.0, True)]:
+        with ScriptedServer([reply]) as srv:
+            r = CliRunner().invoke(cli.verify, ["--strategy", "judge", "--judge-rubric", "simia",
+                                                "--base-url", srv.base_url, "--model", "judge"], input=line)
+        assert r.exit_code == 0, r.output
+        out = json.loads(r.stdout)
+        assert out["trajectories"][0]["reward"] == reward
+        (v,) = [x for x in out["verdicts"] if x["name"] == "judge"]
+        assert v["passed"] is passed and v["kind"] == "llm"
+
+
+def test_fig14_reward_parser_is_strict():
+    assert parse("simia", '{"reasoning": "ok", "reward": 1}').score == 1.0
+    for bad in ('{"reasoning": "ok", "reward": 2}', '{"reasoning": "ok", "reward": "1"}',
+                '{"reasoning": "ok", "reward": true}', '{"reasoning": "ok"}'):
+        try:
+            parse("simia", bad)
+        except ValueError:
+            continue
+        raise AssertionError(f"accepted {bad}")
