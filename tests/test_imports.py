@@ -24,6 +24,8 @@ def toolkit_modules() -> list[str]:
     for path in sorted(PKG.rglob("*.py")):
         rel = path.relative_to(PKG.parent).with_suffix("")
         parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+        if parts[-1] == "__main__":  # `python -m` entry points run rather than import (side effects)
+            continue
         if all(p.isidentifier() for p in parts):
             names.append(".".join(parts))
     return names
