@@ -261,7 +261,6 @@ class StrategyChoice(RegistryChoice):
         super().__init__("strategies", command)
 
 
-
 # ----------------------------------------------------------------------------------------------
 # a command: registry --help sections + the standard epilog
 
@@ -271,6 +270,7 @@ EPILOG = "Reads JSONL records (toolkit.record/v1) on stdin or --input; writes JS
 def cli_command(name: str, help: str, sections: tuple = ()) -> Callable:
     return click.command(name, cls=RegistryHelp, sections=sections, help=help, epilog=EPILOG,
                          context_settings={"max_content_width": 110})
+
 
 # ----------------------------------------------------------------------------------------------
 # console-script entry points
