@@ -147,6 +147,15 @@ def test_closed_pipe_ends_quietly():
     assert "Traceback" not in p.stderr and "BrokenPipe" not in p.stderr
 
 
+def test_python_m_toolkit_cli_runs_a_command():
+    """`python -m toolkit.cli <command>` (the form `accelerate launch -m toolkit.cli sft` uses) runs it."""
+    p = run_cmd([sys.executable, "-m", "toolkit.cli", "verify", "--print-config", "--lambda-err", "0.25"])
+    assert p.returncode == 0, p.stderr
+    assert "lambda_err: 0.25" in p.stdout.splitlines()
+    p = run_cmd([sys.executable, "-m", "toolkit.cli", "verify", "--no-such-flag"])
+    assert p.returncode == 2 and "--no-such-flag" in p.stderr
+
+
 def test_config_layers(tmp_path, monkeypatch):
     recipe = tmp_path / "r.yaml"
     recipe.write_text("defaults:\n  model: from-defaults\n  temperature: 0.3\nsimulate-env:\n  model: from-recipe\n  fault_rate: 0.2\n")

@@ -1,0 +1,286 @@
+"""What every command shares: option decorators (defined once), the config merge (model defaults <
+recipe < TOOLKIT_<KEY> env < flags) and its --print-config, the stage runner, registry-driven choices
+and --help sections, and the console-script wrapper. The commands are in `commands.py`, the `toolkit`
+utilities in `utilities.py`."""
+
+from __future__ import annotations
+
+import functools
+import signal
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from toolkit import config as C
+from toolkit.io import IOOptions, RecordStream, UsageError, log
+
+# ----------------------------------------------------------------------------------------------
+# shared options (defined once)
+
+
+def compose(*decorators: Callable) -> Callable:
+    def deco(f: Callable) -> Callable:
+        for d in reversed(decorators):
+            f = d(f)
+        return f
+    return deco
+
+
+def io_options(f: Callable) -> Callable:
+    return compose(
+        click.option("-i", "--input", "input", metavar="FILE", help="Input JSONL (.gz ok). Default: stdin."),
+        click.option("-o", "--output", "output", metavar="FILE", help="Output JSONL (.gz ok). Default: stdout."),
+        click.option("--rejects", metavar="FILE", help="Append rejected lines here (with line, id, field, error)."),
+        click.option("--resume", is_flag=True, help="Skip ids already in --output and append (rerun after a kill)."),
+        click.option("--shard", metavar="I/N", help="Process only the stable hash partition I of N (job arrays)."),
+        click.option("--limit", type=int, metavar="N", help="Process at most N records."),
+        click.option("--unordered", is_flag=True, help="Emit records as they complete instead of input order."),
+        click.option("--progress/--no-progress", default=None, help="Progress bar on stderr (default: when a TTY)."),
+        click.option("--concurrency", type=int, show_default=True, help="Records processed at once."),
+        click.option("--max-line-bytes", type=click.IntRange(min=1), show_default=True,
+                     help="Longer input lines are rejected without being read into memory."),
+    )(f)
+
+
+def config_options(f: Callable) -> Callable:
+    return compose(
+        click.option("--recipe", metavar="YAML", help="Recipe file; its `defaults:` and `<command>:` sections apply."),
+        click.option("--print-config", is_flag=True, help="Print the merged config (YAML) and exit."),
+        click.option("--sandbox-isolation", type=click.Choice(["namespaces", "docker", "none-unsafe"]),
+                     default=None, help="Isolation for generated code (default namespaces; it never "
+                     "downgrades on its own). none-unsafe runs it WITHOUT kernel isolation."),
+        click.option("--sandbox-limits", metavar="JSON", default=None,
+                     help='Operator limits for generated code, e.g. \'{"memory_mb": 1024, "wall_seconds": 20}\' '
+                     "(keys cpu_seconds, wall_seconds, memory_mb, file_size_mb, max_processes, network); "
+                     "a record may only narrow them."),
+    )(f)
+
+
+def llm_options(role: str | None = None, label: str = "LLM") -> Callable:
+    """--model/--base-url/... (or --agent-model/--agent-base-url/... for a role)."""
+    p = f"{role}-" if role else ""
+    opts = [
+        click.option(f"--{p}model", help=f"{label} model name (default: the embedded CPU model)."),
+        click.option(f"--{p}base-url", help=f"{label} OpenAI-compatible endpoint, e.g. http://localhost:8000/v1 "
+                                            "(default: start/reuse the embedded server)."),
+        click.option(f"--{p}temperature", type=float, help=f"{label} sampling temperature."),
+    ]
+    if role is None:
+        opts += [
+            click.option("--seed", type=int, help="Sampling seed passed to every model call."),
+            click.option("--max-tokens", type=int, help="Max completion tokens per call."),
+            click.option("--cache", metavar="SQLITE", help="Request cache file: identical calls are answered from it."),
+            click.option("--tool-protocol", type=click.Choice(["auto", "native", "hermes"]),
+                         help="How tools reach the model: native tool_calls or Hermes <tool_call> text."),
+            click.option("--llm-timeout", "timeout", type=float, help="Seconds per LLM request."),
+            click.option("--max-retries", type=int, help="Retries on 429/5xx/timeouts (exponential backoff)."),
+        ]
+    return compose(*opts)
+
+
+def train_io_options(f: Callable) -> Callable:
+    return compose(
+        click.option("-i", "--input", "input", metavar="FILE", help="Input records JSONL (.gz ok). Default: stdin."),
+        click.option("--rejects", metavar="FILE", help="Append rejected input lines here."),
+        click.option("--shard", metavar="I/N", help="Read only the stable hash partition I of N."),
+        click.option("--limit", type=int, metavar="N", help="Read at most N records."),
+        click.option("--progress/--no-progress", default=None, help="Progress on stderr (default: when a TTY)."),
+        click.option("--model", metavar="PATH", help="Local HF checkpoint directory (model + tokenizer) to train."),
+        click.option("--output-dir", metavar="DIR", help="Checkpoints, final model, metrics.jsonl, run.json."),
+        click.option("--chat-template", metavar="model|toolkit|FILE", default=None,
+                     help="Chat template: the model's (default), the toolkit's Hermes template, or a Jinja file."),
+        click.option("--resume-from-checkpoint", metavar="DIR|auto", default=None,
+                     help="Resume training from a checkpoint directory (auto = the newest in --output-dir)."),
+        click.option("--max-steps", type=int, default=None, help="Stop after N optimizer steps (TRL max_steps)."),
+        click.option("--learning-rate", type=float, default=None, help="Learning rate (recipe: learning_rate)."),
+        click.option("--seed", type=int, default=None, help="Training seed."),
+        click.option("--tool-schema", type=click.Choice(["full", "compact"]), default=None,
+                     help="Tool schemas in the prompt: as offered (default) or compact (short descriptions)."),
+        click.option("--system-prompt", type=click.Choice(["keep", "drop"]), default=None,
+                     help="Keep the system prompt (domain policy; default) or drop it."),
+    )(f)
+
+
+# ----------------------------------------------------------------------------------------------
+# running a command
+
+
+# click parameter names that differ from the option key
+FLAG_KEYS = {"filter_": "filter"}
+STRATEGY_COMMANDS = ("gen-plan", "gen-task", "validate-task", "repair", "reflect", "make-verifier")
+
+
+def _flags_given(ctx: click.Context) -> dict:
+    out = {}
+    for name, value in ctx.params.items():
+        src = ctx.get_parameter_source(name)
+        if src is not None and src.name not in ("DEFAULT", "DEFAULT_MAP"):
+            out[FLAG_KEYS.get(name, name)] = value
+    return out
+
+
+def options_model(command: str) -> type:
+    """The typed options model of a command (toolkit.options), with its strategies' keys."""
+    from toolkit.options import model_for
+
+    if command in STRATEGY_COMMANDS:
+        from toolkit.stages.strategies import options_model as strategy_model
+
+        return strategy_model(command)
+    return model_for(command)
+
+
+@functools.lru_cache(maxsize=1)
+def all_option_keys() -> frozenset:
+    """Every key some command knows (recipe `defaults:` keys and TOOLKIT_* env vars are checked
+    against it)."""
+    from toolkit.options import COMMAND_MODELS
+
+    return frozenset(k for c in COMMAND_MODELS for k in options_model(c).model_fields)
+
+
+def merged_config(ctx: click.Context) -> Any:
+    """The command's typed options: model defaults < recipe < TOOLKIT_<KEY> env < flags."""
+    command = ctx.command.name
+    path = ctx.params.get("recipe")
+    recipe = C.load_recipe(path)
+    opts = C.resolve(command, options_model(command), recipe, _flags_given(ctx),
+                     known_anywhere=all_option_keys, recipe_path=path, warn=log)
+    opts.recipe_hash = C.recipe_hash(path)
+    if command in STRATEGY_COMMANDS:
+        from toolkit.stages.strategies import with_strategy_defaults
+
+        opts = with_strategy_defaults(command, opts)
+    return opts
+
+
+def printable(opts: Any) -> dict:
+    """--print-config: every key of the command (None included) and the strategy / role keys that
+    are set (the unset role-prefixed LLM keys would only repeat null dozens of times)."""
+    from toolkit.options import COMMAND_MODELS
+
+    own = COMMAND_MODELS[type(opts).command].model_fields
+    return {k: v for k, v in opts.model_dump(mode="json").items() if v is not None or k in own}
+
+
+def stage_command(fn: Callable[[Any], int]) -> Callable:
+    """Wrap a command body `fn(opts) -> exit code` (opts: the typed options, toolkit.options):
+    config merge, --print-config, error → exit code."""
+
+    @click.pass_context
+    @functools.wraps(fn)
+    def wrapper(ctx: click.Context, **_: Any) -> None:
+        try:
+            opts = merged_config(ctx)
+        except (C.ConfigError, UsageError) as e:
+            raise click.UsageError(str(e)) from None
+        if opts.print_config:
+            click.echo(C.dump(printable(opts)), nl=False)
+            ctx.exit(0)
+        if opts.sandbox_isolation:
+            from toolkit import sandbox
+            try:
+                sandbox.set_default_isolation(str(opts.sandbox_isolation))
+            except ValueError as e:
+                raise click.UsageError(f"sandbox_isolation: {e}") from None
+        if opts.sandbox_limits is not None:
+            from toolkit import sandbox
+            try:
+                sandbox.set_operator_limits(opts.sandbox_limits)
+            except ValueError as e:
+                raise click.UsageError(f"sandbox_limits: {e}") from None
+        try:
+            code = fn(opts)
+        except UsageError as e:
+            raise click.UsageError(str(e)) from None
+        ctx.exit(code or 0)
+
+    return wrapper
+
+
+def run_stage(command: str, opts: Any, stage: Any) -> int:
+    """Standard streaming command: run the stage object over the stream; the exit code."""
+    stream = RecordStream(IOOptions.from_config(opts.cfg()), command, meter=stage.meter)
+    stream.run_stage(stage, concurrency=opts.concurrency)
+    return stream.exit_code()
+
+
+def not_yet(command: str, issue: str) -> Callable[[Any], int]:
+    def body(cfg: Any) -> int:
+        log(f"{command}: registered, but its stage logic is not built yet ({issue}). "
+            "See README 'Commands' for what works today.")
+        return 2
+    return body
+
+
+# ----------------------------------------------------------------------------------------------
+# choices and --help sections read from the registry (toolkit.registry)
+
+
+class RegistryChoice(click.Choice):
+    """A choice whose values are whatever the registry holds for a kind (read when first needed)."""
+
+    def __init__(self, kind: str, scope: str | None = None):
+        self.kind, self.scope = kind, scope
+        super().__init__([], case_sensitive=True)
+
+    @property  # type: ignore[override]
+    def choices(self):
+        from toolkit import registry
+
+        return registry.names(self.kind, self.scope)
+
+    @choices.setter
+    def choices(self, value):  # click assigns in __init__
+        pass
+
+
+class RegistryHelp(click.Command):
+    """A command whose --help ends with one section per registry kind it takes a choice from:
+    `name (flow: x) — help` per entry."""
+
+    def __init__(self, *args: Any, sections: tuple = (), **kw: Any):
+        self.sections = sections  # ((title, kind, scope), ...)
+        super().__init__(*args, **kw)
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        from toolkit import registry
+
+        for title, kind, scope in self.sections:
+            with formatter.section(title):
+                formatter.write_text("\b\n" + registry.describe(kind, scope))
+        super().format_epilog(ctx, formatter)
+
+
+class StrategyChoice(RegistryChoice):
+    """--strategy whose choices are the command's registered strategies."""
+
+    def __init__(self, command: str):
+        self.command = command
+        super().__init__("strategies", command)
+
+
+# ----------------------------------------------------------------------------------------------
+# a command: registry --help sections + the standard epilog
+
+EPILOG = "Reads JSONL records (toolkit.record/v1) on stdin or --input; writes JSONL on stdout or --output."
+
+
+def cli_command(name: str, help: str, sections: tuple = ()) -> Callable:
+    return click.command(name, cls=RegistryHelp, sections=sections, help=help, epilog=EPILOG,
+                         context_settings={"max_content_width": 110})
+
+
+# ----------------------------------------------------------------------------------------------
+# console-script entry points
+
+
+def entry_point(cmd: click.Command) -> Callable[[], None]:
+    def main() -> None:
+        if hasattr(signal, "SIGPIPE"):
+            signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends quietly
+        cmd.main(prog_name=cmd.name)
+
+    return main
+

@@ -1,0 +1,256 @@
+"""The `toolkit` group: the 12 commands as subcommands, and the utilities (stats, schema, doctor,
+serve, tasks, plugins, domain check, tools import)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from toolkit import __version__
+from toolkit.cli.commands import COMMANDS
+from toolkit.cli.common import entry_point
+from toolkit.io import log
+
+
+@click.group("toolkit", help="Utilities: schema export/check, doctor, plugins, embedded server, bundled domains.")
+@click.version_option(__version__)
+def toolkit_group() -> None:
+    pass
+
+
+for _name, _c in COMMANDS.items():
+    toolkit_group.add_command(_c, _name)
+
+
+@toolkit_group.command("stats", help="""Dataset statistics (JSON on stdout, markdown table on stderr) and a CI gate.
+
+\b
+Per input file (a dataset; none or '-': stdin) and in total: counts, pass rates per verdict /
+strategy / flow, reward distribution, turns, tool calls and errors, terminations, tokens and cost,
+rejects by reason (--rejects). --baseline FILE --max-drop METRIC=X exits 1 when METRIC dropped by
+more than X against an earlier stats JSON (rose, for tool_error_rate / reject_count / cost / tokens).
+
+\b
+Example:
+  toolkit stats verified.jsonl --rejects rejects.jsonl > stats.json
+  toolkit stats verified.jsonl --baseline ci/baseline-stats.json --max-drop pass_rate=0.05
+""")
+@click.argument("inputs", nargs=-1)
+@click.option("--rejects", "rejects", multiple=True, metavar="FILE", help="Rejects file(s) to summarize.")
+@click.option("--markdown", "markdown_path", metavar="FILE", help="Write the markdown table here instead of stderr.")
+@click.option("--chart", metavar="PNG", help="Also write a PNG (needs matplotlib, dev extra).")
+@click.option("--baseline", metavar="FILE", help="Stats JSON of an earlier run to compare with.")
+@click.option("--max-drop", "max_drop", multiple=True, metavar="METRIC=X",
+              help="Largest allowed drop of METRIC against --baseline (repeatable).")
+def stats_cmd(inputs: tuple, rejects: tuple, markdown_path: str | None, chart: str | None,
+              baseline: str | None, max_drop: tuple) -> None:
+    from toolkit import stats as S
+
+    try:
+        limits = S.parse_max_drop(max_drop)
+        if limits and not baseline:
+            raise S.StatsError("--max-drop needs --baseline FILE")
+        base = None
+        if baseline:
+            try:
+                with open(baseline, encoding="utf-8") as f:
+                    base = json.load(f)
+            except (OSError, json.JSONDecodeError) as e:
+                raise S.StatsError(f"--baseline {baseline}: {e}") from None
+        result = S.compute(list(inputs), list(rejects))
+        bad = S.check_regressions(result, base, limits) if base is not None else []
+    except S.StatsError as e:
+        raise click.UsageError(str(e)) from None
+    if base is not None:
+        result["regressions"] = bad
+    click.echo(json.dumps(result, ensure_ascii=False, sort_keys=True))
+    md = S.markdown(result)
+    if markdown_path:
+        with open(markdown_path, "w", encoding="utf-8") as f:
+            f.write(md)
+    else:
+        sys.stderr.write(md)
+    if chart and not S.chart(result, chart):
+        log("stats: --chart skipped: matplotlib is not installed (pip install -e '.[dev]')")
+    for b in bad:
+        log(f"stats: regression: {b}")
+    sys.exit(1 if bad else 0)
+
+
+@toolkit_group.group("schema", help="The record JSON Schema.")
+def schema_group() -> None:
+    pass
+
+
+@schema_group.command("export", help="Write schemas/record.schema.json (or --out).")
+@click.option("--out", default="schemas/record.schema.json", show_default=True)
+def schema_export(out: str) -> None:
+    from toolkit.schema import json_schema
+
+    with open(out, "w", encoding="utf-8") as f:
+        json.dump(json_schema(), f, indent=2, sort_keys=True)
+        f.write("\n")
+    log(f"wrote {out}")
+
+
+@schema_group.command("check", help="Exit 1 when the checked-in schema is stale.")
+@click.option("--path", default="schemas/record.schema.json", show_default=True)
+def schema_check(path: str) -> None:
+    from toolkit.schema import json_schema
+
+    with open(path, encoding="utf-8") as f:
+        on_disk = json.load(f)
+    if on_disk != json.loads(json.dumps(json_schema())):
+        log(f"{path} is stale: run `toolkit schema export`")
+        sys.exit(1)
+    log(f"{path} is up to date")
+
+
+@toolkit_group.command("doctor", help="Report which backends are usable here (JSON on stdout).")
+def doctor() -> None:
+    from toolkit.doctor import report
+
+    rep = report()
+    click.echo(json.dumps(rep, indent=2, default=str))
+
+
+@toolkit_group.command("serve", help="Start (or reuse) the embedded CPU model server; print its base URL.")
+@click.option("--stop", is_flag=True, help="Stop the embedded server instead.")
+@click.option("--status", "status_", is_flag=True, help="Print the embedded server status.")
+def serve(stop: bool, status_: bool) -> None:
+    from toolkit.llm import embedded
+
+    if stop:
+        embedded.stop_embedded_server()
+        log("embedded server stopped")
+        return
+    if status_:
+        click.echo(json.dumps(embedded.embedded_status(), default=str))
+        return
+    click.echo(embedded.ensure_embedded_server())
+
+
+@toolkit_group.command("tasks", help="Print a bundled domain's hand-checked task records (JSONL).")
+@click.argument("domain", required=False)
+@click.option("--list", "list_", is_flag=True, help="List bundled domains.")
+def tasks(domain: str | None, list_: bool) -> None:
+    from toolkit import domains
+
+    if list_ or not domain:
+        for d in domains.list_domains():
+            click.echo(d)
+        return
+    if domain not in domains.list_domains():
+        raise click.UsageError(f"unknown domain {domain!r}; bundled: {', '.join(domains.list_domains())}")
+    from toolkit.schema import Record
+
+    for rec in domains.load_tasks(domain):
+        click.echo(Record.model_validate(rec).model_dump_json(by_alias=True))
+
+
+@toolkit_group.command("plugins", help="""List every registered kind (strategies, scorers, backends, domains, rubrics,
+variants, exporters, distractors) with each entry's flow and package, and the plugin modules that
+failed to load. Entries come from the `toolkit.<kind>` entry points (the toolkit's own included).
+Exit 1 when a plugin failed to load.
+
+\b
+Example: toolkit plugins --json | jq '.kinds.scorers[] | [.name, .package]'""")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout instead of the table.")
+def plugins_cmd(as_json: bool) -> None:
+    from toolkit import registry
+
+    rep = registry.report()
+    if as_json:
+        click.echo(json.dumps(rep, ensure_ascii=False, sort_keys=True))
+    else:
+        for kind, rows in rep["kinds"].items():
+            click.echo(f"{kind} ({registry.KINDS[kind]}): {len(rows)}")
+            for e in rows:
+                name = f"{e['scope']}: {e['name']}" if e["scope"] else e["name"]
+                click.echo(f"  {name:<28} flow={e['flow'] or '-':<10} package={e['package'] or '-'}"
+                           + (f"  [{e['source']}]" if e["source"] == "builtin-fallback" else "")
+                           + (f"  {e['help']}" if e["help"] else ""))
+        click.echo(f"load errors: {len(rep['errors'])}")
+        for e in rep["errors"]:
+            click.echo(f"  {e['line']}")
+        if rep["builtin_fallback"]:
+            click.echo(f"built-in modules imported without entry points (reinstall to refresh): "
+                       f"{len(rep['builtin_fallback'])}")
+        for c in rep["conflicts"]:
+            click.echo(f"  conflict: {c}")
+    sys.exit(1 if rep["errors"] else 0)
+
+
+@toolkit_group.group("domain", help="Sqlite policy domains (LOGIGEN): deterministic checks.")
+def domain_group() -> None:
+    pass
+
+
+@domain_group.command("check", help="""Check a sqlite domain: compiles; trigger rules <-> policy rule ids; no deletes;
+non-null keys; reference-table writes hidden or flagged; descriptions; every rule PROVOKED by a real
+tool call (structured error, hint, unchanged state). JSON report on stdout, summary on stderr;
+exit 1 with the reasons when a check fails.
+
+\b
+PATH: a domain directory, a single JSON/YAML domain file, or a bundled domain name.
+Example: toolkit domain check toolkit/domains/airline""")
+@click.argument("paths", nargs=-1, required=True, metavar="PATH...")
+@click.option("--max-calls", type=int, default=None, help="Search budget: tool calls per rule (default 4000).")
+@click.option("--strict", is_flag=True, help="Unflagged writes on reference tables fail (default: warnings).")
+def domain_check(paths: tuple[str, ...], max_calls: int | None, strict: bool) -> None:
+    from toolkit.flows.logigen.domain_check import MAX_CALLS_PER_RULE, check_domain
+
+    failed = False
+    for p in paths:
+        rep = check_domain(p, max_calls=max_calls or MAX_CALLS_PER_RULE, strict=strict)
+        click.echo(json.dumps(rep.to_dict(), ensure_ascii=False, default=str))
+        log(rep.summary())
+        failed = failed or not rep.ok
+    sys.exit(1 if failed else 0)
+
+@toolkit_group.group("tools", help="Tool documents: import and normalize (ASTRA tool-doc ingestion).")
+def tools_group() -> None:
+    pass
+
+
+@tools_group.command("import", help="""Normalize tool docs into OpenAI tool schemas grouped by server.
+
+\b
+FILE: OpenAI function schemas, an MCP tools/list result, an OpenAPI 3 document (JSON, YAML or
+      JSONL), or tau2:<domain> / sqlite:<domain> for the real environments' tools.
+Writes one server record per kept server (JSONL on stdout; `gen-plan --strategy astra` reads it);
+every dropped tool or server is reported on stderr with its reason (and in --report).""")
+@click.argument("files", nargs=-1, required=True)
+@click.option("--min-tools", type=int, default=3, show_default=True, help="Drop servers with fewer tools.")
+@click.option("--min-description-words", type=int, default=3, show_default=True,
+              help="Descriptions shorter than this are too vague.")
+@click.option("--fault-rate", type=float, default=0.2, show_default=True,
+              help="Injected-failure rate of the emulator env for doc-only servers.")
+@click.option("--report", metavar="FILE", help="Write {servers, drops} as JSON here.")
+def tools_import(files: tuple[str, ...], min_tools: int, min_description_words: int, fault_rate: float,
+                 report: str | None) -> None:
+    from toolkit.flows.astra import tooldocs as T
+
+    try:
+        res = T.import_paths(list(files), min_tools=min_tools, min_description_words=min_description_words)
+    except (T.ToolDocError, KeyError, ImportError) as e:
+        log(f"tools import: {e}")
+        sys.exit(1)
+    for d in res.drops:
+        log(d.line())
+    for s in res.servers:
+        click.echo(json.dumps(s.record(fault_rate), ensure_ascii=False))
+    if report:
+        with open(report, "w", encoding="utf-8") as f:
+            json.dump(res.report(), f, indent=2, ensure_ascii=False)
+    log(f"tools import: {len(res.servers)} server(s), "
+        f"{sum(len(s.tools) for s in res.servers)} tool(s) kept; {len(res.drops)} drop(s)")
+
+
+# ----------------------------------------------------------------------------------------------
+# console-script entry points
+
+
+main = entry_point(toolkit_group)
