@@ -571,7 +571,7 @@ def build(cfg: dict | RolloutOptions, meter: Any):
                 usp = env.user_simulator_system_prompt() if hasattr(env, "user_simulator_system_prompt") else None
                 user = LLMUser(_user_client(), scenario_text(record), sample_index=idx,
                                overrides=overrides, system_prompt=usp) if has_scenario else None
-            extra = (distractor_tools(record, env.tools("agent"), n_distract, idx, mode=d_mode, cfg=o)
+            extra = (distractor_tools(record, env.tools("agent"), n_distract, idx, mode=d_mode, cfg=cfg)
                      if n_distract > 0 or d_mode != "random" else [])
             return await run_episode(
                 record, env, agent, user, tid, limits, extra_tools=extra,
