@@ -18,7 +18,6 @@ from toolkit.cli.common import (
     entry_point,
     io_options,
     llm_options,
-    not_yet,
     run_stage,
     stage_command,
     train_io_options,
@@ -218,19 +217,6 @@ def strategy_command(name: str, help: str, *extra: Callable, filter_help: str | 
     body.__name__ = name.replace("-", "_")
     cmd = compose(*opts)(stage_command(body))
     return cli_command(name, help, sections=(("Strategies", "strategies", name),))(cmd)
-
-
-def _placeholder(name: str, help: str, issue: str) -> click.Command:
-    @cli_command(name, help + f"\n\n\b\nSTATUS: registered only — the stage logic arrives with {issue}.")
-    @io_options
-    @config_options
-    @llm_options()
-    @click.option("--strategy", default=None)
-    @stage_command
-    def cmd(cfg: Any) -> int:
-        return not_yet(name, issue)(cfg)
-
-    return cmd
 
 
 gen_plan = strategy_command("gen-plan", """Generate synthesis/evaluation plans (records with `plan`).

@@ -206,14 +206,6 @@ def run_stage(command: str, opts: Any, stage: Any) -> int:
     return stream.exit_code()
 
 
-def not_yet(command: str, issue: str) -> Callable[[Any], int]:
-    def body(cfg: Any) -> int:
-        log(f"{command}: registered, but its stage logic is not built yet ({issue}). "
-            "See README 'Commands' for what works today.")
-        return 2
-    return body
-
-
 # ----------------------------------------------------------------------------------------------
 # choices and --help sections read from the registry (toolkit.registry)
 
