@@ -17,8 +17,7 @@ from typing import Any, Awaitable, Callable, Iterator, Protocol
 from pydantic import ValidationError
 
 from toolkit.io.base import StageError, log
-from toolkit.io.lines import (InputCut, OversizedLine, _is_std, check_input, describe_validation_error, dump_line,
-                              first_field, open_lines, resolve_env_path)
+from toolkit.io.lines import (InputCut, OversizedLine, _is_std, check_input, describe_validation_error, first_field, open_lines, resolve_env_path)
 from toolkit.io.options import IOOptions, shard_of
 from toolkit.io.provenance import begin_record_notes
 from toolkit.io.resume import IdSet, _trim_torn_tail, existing_ids
@@ -352,16 +351,8 @@ class RecordStream:
         finally:
             for t in pending.values():
                 t.cancel()
-            writer.close()
-            if self._rejects_f is not None:
-                self._rejects_f.close()
-            self._progress.update(self.summary, force=True)
-            self._progress.close()
-        log(self.summary.line())
-        _write_stage_log(self.summary)
-        if _ACTIVE and _ACTIVE[-1] is self.summary:
-            _ACTIVE.pop()
-        return self.summary
+            self._close(writer)
+        return self._report()
 
     def _run_sync(self, fn: StageFn, writer: "_Writer") -> Summary:
         try:
@@ -381,15 +372,20 @@ class RecordStream:
                 self._write(writer, out, lineno, raw, rec.id)
                 self._progress.update(self.summary)
             finish = getattr(fn, "finish", None)
-            for r in (finish() if finish is not None else None) or []:  # a synchronous batch stage
-                writer.write(dump_line(r))
-                self.summary.count_written(r)
+            if finish is not None:  # a synchronous batch stage
+                self._write(writer, list(finish() or []), 0, b"", None)
         finally:
-            writer.close()
-            if self._rejects_f is not None:
-                self._rejects_f.close()
-            self._progress.update(self.summary, force=True)
-            self._progress.close()
+            self._close(writer)
+        return self._report()
+
+    def _close(self, writer: "_Writer") -> None:
+        writer.close()
+        if self._rejects_f is not None:
+            self._rejects_f.close()
+        self._progress.update(self.summary, force=True)
+        self._progress.close()
+
+    def _report(self) -> Summary:
         log(self.summary.line())
         _write_stage_log(self.summary)
         if _ACTIVE and _ACTIVE[-1] is self.summary:
