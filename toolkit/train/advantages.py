@@ -120,6 +120,12 @@ class AdaptiveBatcher:
         stats["buffer"] = len(self.buffer)
         return batch, stats
 
+    def flush(self) -> list[Group]:
+        """The valid groups waiting in the buffer, taken out (the trainer's bound on fill rounds hit:
+        train on fewer than n rather than roll out forever)."""
+        out, self.buffer = self.buffer, []
+        return out
+
 
 # ----------------------------------------------------------------------------------------------
 # loss aggregation weights (pure: per-token weights that multiply the per-token surrogate)

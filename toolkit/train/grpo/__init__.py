@@ -16,20 +16,17 @@ No re-tokenization drift: each episode keeps ONE append-only token list. Policy 
 the generator returned, appended verbatim (never decoded and re-encoded); everything else (system,
 tools, user turns, tool results, the template's glue between turns) is tokenized once, as the
 *suffix* of the chat-template rendering after the last assistant message, and appended. The next
-turn is sampled from exactly that list, and the loss is computed on exactly that list, so the
-tokens trained are the tokens sampled, with the context they were sampled in. The mask is 1 on the
-generated ids and 0 elsewhere; `tests/train/test_grpo.py` decodes both sides.
+turn is sampled from exactly that list, and the loss is computed on exactly that list.
 
-Why a loop of our own on accelerate + TRL pieces rather than `trl.GRPOTrainer(rollout_func=...)`:
-see docs/training.md ("Why not GRPOTrainer"). In short: ASTRA's adaptive filling runs a variable
-number of rollout rounds per optimizer step and carries samples over steps, EigenData drops groups
-(GRPOTrainer's batch shapes and its `steps_per_generation` split are fixed per step), and the
-group-token (EigenData) and turn-level (LOGIGEN) normalizations are not among its loss types. We
-reuse TRL's `selective_log_softmax` and its vLLM server client (`trl vllm-serve`) for generation.
+The training loop is `trl.GRPOTrainer`'s (`trainer.ToolkitGRPOTrainer` overrides the generation
+step and the loss; see docs/training.md): DDP / DeepSpeed / FSDP, vLLM server and colocate, weight
+sync, gradient checkpointing, report_to and checkpoints come from TRL and accelerate. Filtering and
+filling decide on the groups gathered from every rank (`batch.Selector`), so all ranks step together.
 
-Modules: `options` (GRPOOptions, variant_preset), `generators` (HF, vLLM server, scripted), `agent`
-(PolicyAgent: the token list), `episodes` (Rollouts), `loss` (advantages, policy loss), `loop`
-(GRPORun); this module is the `grpo` command.
+Modules: `options` (GRPOOptions, variant_preset), `generators` (HF, TRL vLLM, scripted), `agent`
+(PolicyAgent: the token list), `episodes` (Rollouts), `loss` (sequence advantages), `batch`
+(cross-rank selection, global weights, rows), `trainer` (ToolkitGRPOTrainer), `loop` (GRPORun);
+this module is the `grpo` command.
 """
 
 from __future__ import annotations
@@ -41,14 +38,13 @@ from toolkit.io import IOOptions, RecordStream, StageError, UsageError, log
 from toolkit.schema import Record
 from toolkit.train.grpo.agent import PolicyAgent
 from toolkit.train.grpo.episodes import Episode, Rollouts
-from toolkit.train.grpo.generators import HFGenerator, ScriptedGenerator, VLLMGenerator
+from toolkit.train.grpo.generators import HFGenerator, ScriptedGenerator, TRLVLLMGenerator
 from toolkit.train.grpo.loop import GRPORun
-from toolkit.train.grpo.loss import compute_old_logps, policy_loss, sequence_advantages
+from toolkit.train.grpo.loss import sequence_advantages
 from toolkit.train.grpo.options import GRPOOptions, variant_preset
 
 __all__ = ["variant_preset", "Episode", "GRPOOptions", "GRPORun", "HFGenerator", "PolicyAgent", "Rollouts",
-           "ScriptedGenerator", "VLLMGenerator", "compute_old_logps", "main", "policy_loss", "read_tasks",
-           "sequence_advantages"]
+           "ScriptedGenerator", "TRLVLLMGenerator", "check_generation", "main", "read_tasks", "sequence_advantages"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -72,12 +68,42 @@ def read_tasks(cfg: dict) -> tuple[list[Record], RecordStream]:
     return recs, stream
 
 
+def check_generation(o: GRPOOptions) -> None:
+    """Usage errors about the generation backend, before any model loads (exit 2)."""
+    if o.generation != "vllm":
+        return
+    import importlib.util
+
+    if o.vllm_mode == "colocate":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UsageError("grpo: vllm_mode colocate runs vLLM inside each training process and needs a GPU; "
+                             "none is visible (use vllm_mode server, or generation transformers)")
+    else:
+        import urllib.error
+        import urllib.request
+
+        url = f"http://{o.vllm_server_host}:{o.vllm_server_port}/health/"
+        try:
+            urllib.request.urlopen(url, timeout=float(o.vllm_server_timeout)).close()
+        except urllib.error.HTTPError:
+            pass  # something answers; TRL checks the rest when it connects
+        except (OSError, ValueError) as e:
+            raise UsageError(f"grpo: vLLM server {url} unreachable within {o.vllm_server_timeout:g}s ({e}); start "
+                             f"`trl vllm-serve --model PATH --port {o.vllm_server_port}` or set vllm_server_host/port")
+    if importlib.util.find_spec("vllm") is None:
+        raise UsageError("grpo: generation vllm needs the vllm package in this environment (pip install vllm); "
+                         "or use generation transformers")
+
+
 def main(cfg: dict) -> int:
     if not cfg.get("model"):
         raise UsageError("grpo needs --model PATH (a local HF checkpoint directory)")
     if not cfg.get("output_dir"):
         raise UsageError("grpo needs --output-dir DIR")
-    GRPOOptions.from_config(cfg)  # usage errors before reading anything
+    opts = GRPOOptions.from_config(cfg)  # usage errors before reading anything
+    check_generation(opts)
     recs, stream = read_tasks(cfg)
     if not recs:
         log("grpo: no task records")

@@ -80,12 +80,17 @@ class PolicyAgent:
         self.eos_text = tok.eos_token
         self.prompt_len = 0
         self.truncated = False
+        self.sampling_logps: list[float] | None = None  # the sampler's log-prob per id (NaN = context)
 
     def _render(self, msgs: list[dict], tools: list[dict], gen: bool) -> str:
         return self.tok.apply_chat_template(_render_copy(msgs), tools=tools or None, tokenize=False,
                                             add_generation_prompt=gen)
 
-    def _append(self, ids: list[int], policy: bool, turn: int = -1) -> None:
+    def _append(self, ids: list[int], policy: bool, turn: int = -1, logps: list[float] | None = None) -> None:
+        if logps is not None and self.sampling_logps is None:
+            self.sampling_logps = [float("nan")] * len(self.ids)
+        if self.sampling_logps is not None:
+            self.sampling_logps.extend(logps if logps is not None else [float("nan")] * len(ids))
         self.ids.extend(ids)
         self.mask.extend([1 if policy else 0] * len(ids))
         self.turn_of.extend([turn if policy else -1] * len(ids))
@@ -119,7 +124,7 @@ class PolicyAgent:
         kw = {"key": self.key} if isinstance(self.generator, ScriptedGenerator) else {}
         comp = await self.generator.generate(list(self.ids), min(self.opts.max_new_tokens, room), **kw)
         turn = len(self.calls_per_turn)
-        self._append(comp, True, turn)
+        self._append(list(comp), True, turn, getattr(comp, "logps", None))
         usage.prompt_tokens += before
         usage.completion_tokens += len(comp)
         usage.requests += 1

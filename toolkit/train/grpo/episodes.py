@@ -27,6 +27,7 @@ class Episode:
     format_errors: int
     reward: float = 0.0
     turn_rewards: list[float] = field(default_factory=list)
+    sampling_logps: list[float] | None = None  # behaviour policy log-prob per id (vLLM / async), NaN on context
 
     @property
     def policy_tokens(self) -> int:
@@ -88,7 +89,7 @@ class Rollouts:
         if agent.truncated:
             traj.termination = "context_length"
         return Episode(record.id, traj, agent.ids, agent.mask, agent.turn_of, agent.calls_per_turn,
-                       agent.prompt_len, agent.format_errors)
+                       agent.prompt_len, agent.format_errors, sampling_logps=agent.sampling_logps)
 
     async def group(self, record: Record, step: int) -> tuple[ADV.Group, Record]:
         eps = await asyncio.gather(*(self.episode(record, k, step) for k in range(self.opts.num_generations)))

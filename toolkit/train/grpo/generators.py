@@ -1,5 +1,5 @@
 """Generation backends for GRPO: ids in, sampled completion ids out (HF generate, TRL's vLLM
-server client, a scripted one for tests)."""
+server / colocate through TRL's VLLMGeneration, a scripted one for tests and replays)."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ class HFGenerator:
                     f.set_exception(e)
                 return
             for (ids, mx, f), o in zip(batch, outs):
-                f.set_result(o[:mx])
+                f.set_result(o if len(o) <= mx else o[:mx])
         finally:
             self.flushing = False
             if self.pending:
@@ -92,18 +92,23 @@ class HFGenerator:
         pass
 
 
-class VLLMGenerator:
-    """Generation on a TRL vLLM server (`trl vllm-serve --model PATH` on its own GPU): prompts are
-    sent as token ids, completions come back as token ids; weights are pushed after every update
-    through TRL's NCCL communicator. Not exercised by the CPU tests (no GPU here)."""
+class Completion(list):
+    """Completion ids with the sampler's log-prob of each id (`logps`), for the IS correction."""
 
-    def __init__(self, model, tok, opts: GRPOOptions, is_main: bool = True):
-        from trl.generation.vllm_client import VLLMClient
+    def __init__(self, ids, logps=None):
+        super().__init__(ids)
+        self.logps = list(logps) if logps is not None else None
 
-        self.model, self.tok, self.opts, self.is_main = model, tok, opts, is_main
-        self.client = VLLMClient(host=opts.vllm_server_host, server_port=opts.vllm_server_port)
-        if is_main:  # one weight-sync communicator: DDP keeps every rank's weights equal
-            self.client.init_communicator(device=getattr(model, "device", 0))
+
+class TRLVLLMGenerator:
+    """Generation through TRL's `VLLMGeneration` (built by GRPOTrainer from `use_vllm`, `vllm_mode`):
+    server mode sends each batch of concurrent turns from this rank to `trl vllm-serve` as token ids;
+    colocate mode calls the in-process `vllm.LLM`. Completions come back as token ids with their
+    log-probs (kept for the importance-sampling correction). Weight sync is the trainer's
+    (`VLLMGeneration.sync_weights` before each rollout round). Not exercised by the CPU tests."""
+
+    def __init__(self, vllm_generation, opts: GRPOOptions):
+        self.vg, self.opts = vllm_generation, opts
         self.pending: list[tuple[list[int], int, asyncio.Future]] = []
         self.flushing = False
         self.generated_tokens = 0
@@ -115,32 +120,30 @@ class VLLMGenerator:
 
     def _run(self, prompts: list[list[int]], max_new: int) -> list[list[int]]:
         t0 = time.time()
-        out = self.client.generate(prompts=prompts, n=1, temperature=self.opts.temperature, top_p=self.opts.top_p,
-                                   max_tokens=max_new, logprobs=0)
-        res = [list(c) for c in out["completion_ids"]]
-        self.generated_tokens += sum(len(r) for r in res)
+        o = self.opts
+        if self.vg.mode == "server":
+            out = self.vg.vllm_client.generate(prompts=prompts, n=1, temperature=o.temperature, top_p=o.top_p,
+                                              max_tokens=max_new, logprobs=0)
+            ids = [list(c) for c in out["completion_ids"]]
+            lps = [[lp[0] for lp in seq] for seq in out.get("logprobs") or [[] for _ in ids]]
+        else:
+            from vllm import SamplingParams
+
+            sp = SamplingParams(n=1, temperature=o.temperature, top_p=o.top_p, max_tokens=max_new, logprobs=0)
+            res = self.vg.llm.generate([{"prompt_token_ids": p} for p in prompts], sampling_params=sp, use_tqdm=False)
+            ids, lps = [], []
+            for r in res:
+                c = r.outputs[0]
+                ids.append(list(c.token_ids))
+                lps.append([d[t].logprob for d, t in zip(c.logprobs or [], c.token_ids)])
+        out_c = [Completion(i, lp if len(lp) == len(i) else None) for i, lp in zip(ids, lps)]
+        self.generated_tokens += sum(len(r) for r in out_c)
         self.seconds += time.time() - t0
         self.calls += 1
-        return res
+        return out_c
 
-    def sync_weights(self) -> None:
-        if not self.is_main:
-            return
-        model = self.model
-        if hasattr(model, "merge_adapter"):  # peft: push merged weights
-            model.merge_adapter()
-            try:
-                for name, p in model.named_parameters():
-                    name = name.replace("base_model.model.", "").replace(".base_layer", "")
-                    if "lora_" in name:
-                        continue
-                    self.client.update_named_param(name, p.data)
-            finally:
-                model.unmerge_adapter()
-        else:
-            for name, p in model.named_parameters():
-                self.client.update_named_param(name, p.data)
-        self.client.reset_prefix_cache()
+    def sync_weights(self) -> None:  # the trainer syncs (collectively, before each round)
+        pass
 
 
 class ScriptedGenerator:

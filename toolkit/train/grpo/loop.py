@@ -1,26 +1,31 @@
-"""The GRPO training loop: task stream, rollout rounds, filtering, optimizer steps, checkpoints."""
+"""`GRPORun`: builds the `GRPOConfig`, the task stream, the generator and `ToolkitGRPOTrainer`, and
+runs it (resume included). The training loop itself is TRL's (see `trainer.py`)."""
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import json
 import math
 import os
+import pickle
 import random
+import sys
 import time
 from dataclasses import asdict
 from typing import Any
 
-from toolkit.io import log
+from toolkit.io import UsageError, log
 from toolkit.schema import Record
 from toolkit.train import advantages as ADV
+from toolkit.train.grpo.batch import Selection, Selector
 from toolkit.train.grpo.episodes import Rollouts
-from toolkit.train.grpo.generators import HFGenerator, VLLMGenerator
-from toolkit.train.grpo.loss import compute_old_logps, policy_loss, sequence_advantages
+from toolkit.train.grpo.generators import HFGenerator, ScriptedGenerator, TRLVLLMGenerator
 from toolkit.train.grpo.options import GRPOOptions
 
-# ----------------------------------------------------------------------------------------------
-# the trainer
+# GRPOOptions fields that are ours (never forwarded to GRPOConfig under the same name)
+_TRL_MAP = {"learning_rate", "lr_scheduler_type", "weight_decay", "max_grad_norm", "seed",
+            "temperature", "top_p", "num_iterations", "beta", "epsilon", "epsilon_high", "report_to",
+            "gradient_accumulation_steps"}
 
 
 def _task_stream(records: list[Record], seed: int):
@@ -31,235 +36,197 @@ def _task_stream(records: list[Record], seed: int):
         yield from order
 
 
+def grpo_config(cfg: dict, o: GRPOOptions, out_dir: str):
+    """The `trl.GRPOConfig` of a run: our options mapped onto its fields, CPU defaults, and any
+    field of the recipe's `trl:` mapping (deepspeed, fsdp, ds3_gather_for_generation, bf16, ...)."""
+    from trl import GRPOConfig
+
+    from toolkit.train.sft import cpu_defaults
+
+    cpu = cpu_defaults()
+    if cfg.get("use_cpu"):
+        cpu = {"use_cpu": True, "bf16": False, "gradient_checkpointing": False, "dataloader_pin_memory": False}
+    ga = int(o.gradient_accumulation_steps)
+    kw: dict[str, Any] = {
+        "output_dir": out_dir, "max_steps": o.max_steps, "logging_steps": 1, "save_strategy": "steps" if o.save_steps else "no",
+        "save_steps": o.save_steps or 500, "per_device_train_batch_size": o.num_generations,
+        "num_generations": o.num_generations, "steps_per_generation": ga, "max_completion_length": o.max_total_tokens,
+        "loss_type": "bnpo", "log_completions": False, "disable_tqdm": True, "use_vllm": o.generation == "vllm",
+        "vllm_mode": o.vllm_mode, "vllm_server_host": o.vllm_server_host, "vllm_server_port": o.vllm_server_port,
+        "vllm_server_timeout": o.vllm_server_timeout, "vllm_importance_sampling_correction": False,
+        "epsilon_high": o.eps_high, "top_k": 0, "warmup_steps": int(o.warmup_ratio * o.max_steps), "dataloader_num_workers": 0, "save_only_model": False,
+        **cpu,
+    }
+    for k in _TRL_MAP:
+        v = getattr(o, k)
+        if v is not None:
+            kw[k] = v
+    if o.gradient_checkpointing is not None:
+        kw["gradient_checkpointing"] = o.gradient_checkpointing
+    extra = cfg.get("trl") or {}
+    names = set(GRPOConfig.__dataclass_fields__)
+    bad = [k for k in extra if k not in names]
+    if bad:
+        raise UsageError(f"grpo: unknown trl: key(s) {', '.join(sorted(bad))} (fields of trl.GRPOConfig)")
+    kw.update(extra)
+    return GRPOConfig(**kw)
+
+
+def verify_reward(*_, **__):
+    """Placeholder for GRPOTrainer's reward slot: rewards come from verify inside the episode engine
+    (`Rollouts.group`), and `_calculate_rewards` is never reached."""
+    raise RuntimeError("grpo rewards come from verify in the generation step")
+
+
 class GRPORun:
     def __init__(self, cfg: dict, records: list[Record], model_path: str, out_dir: str, generator=None):
         import torch
-        from accelerate import Accelerator
-        from transformers import AutoModelForCausalLM
+        from datasets import Dataset
+        from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from toolkit.stages import make_meter
-        from toolkit.train.sft import apply_template, cpu_defaults, lora_config
+        from toolkit.train.grpo.trainer import ToolkitGRPOTrainer
+        from toolkit.train.sft import apply_template, lora_config
 
         self.cfg, self.records, self.out_dir = cfg, records, out_dir
-        self.opts = GRPOOptions.from_config(cfg)
-        o = self.opts
-        torch.manual_seed(o.seed)
-        use_cpu = bool(cfg.get("use_cpu", cpu_defaults().get("use_cpu", False)))
-        acc_kw = dict(cfg.get("accelerator") or {})
-        self.acc = Accelerator(cpu=use_cpu, **acc_kw)
-        from transformers import AutoTokenizer
-
+        self.opts = o = GRPOOptions.from_config(cfg)
+        os.makedirs(out_dir, exist_ok=True)
         self.tok = AutoTokenizer.from_pretrained(model_path)
         apply_template(self.tok, cfg.get("chat_template"))
         if self.tok.pad_token is None:
             self.tok.pad_token = self.tok.eos_token
-        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32 if use_cpu else "auto")
-        lc = lora_config(cfg)
-        if lc is not None:
-            from peft import get_peft_model
-
-            self.model = get_peft_model(self.model, lc)
-        self.ref = None
-        if o.beta:
-            if lc is not None:
-                self.ref = None  # adapters disabled = reference (see _ref_ctx)
-            else:
-                self.ref = AutoModelForCausalLM.from_pretrained(model_path, dtype=self.model.dtype).eval()
-                for p in self.ref.parameters():
-                    p.requires_grad_(False)
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optim = torch.optim.AdamW(params, lr=o.learning_rate, weight_decay=o.weight_decay)
-        from transformers import get_scheduler
-
-        self.sched = get_scheduler(o.lr_scheduler_type, self.optim,
-                                   num_warmup_steps=int(o.warmup_ratio * o.max_steps), num_training_steps=o.max_steps)
-        self.model, self.optim, self.sched = self.acc.prepare(self.model, self.optim, self.sched)
-        if self.ref is not None:
-            self.ref = self.ref.to(self.acc.device)
-        self.unwrapped = self.acc.unwrap_model(self.model)
+        args = grpo_config(cfg, o, out_dir)
+        dtype = torch.bfloat16 if args.bf16 else (torch.float16 if args.fp16 else torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
+        # the dataloader only paces TRL's loop; tasks come from our own seeded stream (exact resume)
+        n_rows = max(8, len(records)) * args.world_size * o.gradient_accumulation_steps
+        ds = Dataset.from_dict({"prompt": [str(i) for i in range(n_rows)]})
+        self.trainer = ToolkitGRPOTrainer(model=model, reward_funcs=[verify_reward], args=args, train_dataset=ds,
+                                          processing_class=self.tok, peft_config=lora_config(cfg), run=self)
+        acc = self.trainer.accelerator
+        self.unwrapped = self.trainer.model
+        self.uses_policy_weights = False
         if generator is not None:  # a factory (model, tokenizer) -> generator (tests, custom backends)
             self.generator = generator(self.unwrapped, self.tok)
+        elif o.generation == "scripted":
+            with open(o.scripted_completions, encoding="utf-8") as f:
+                self.generator = ScriptedGenerator(self.tok, json.load(f))
         elif o.generation == "vllm":
-            self.generator = VLLMGenerator(self.unwrapped, self.tok, o, is_main=self.acc.is_main_process)
+            self.generator = TRLVLLMGenerator(self.trainer.vllm_generation, o)
         else:
-            self.generator = HFGenerator(self.unwrapped, self.tok, o.temperature, o.top_p, seed=o.seed)
+            self.generator = HFGenerator(self.unwrapped, self.tok, o.temperature, o.top_p, seed=o.seed + acc.process_index)
+            self.uses_policy_weights = True
         self.meter = make_meter()
         self.rollouts = Rollouts(cfg, o, self.tok, self.generator, self.meter)
         self.batcher = ADV.AdaptiveBatcher(o.tasks_per_step, o.delta) if o.filter == "adaptive" else None
-        self.step = 0
-        # each process rolls out its own shard of the tasks
-        shard = [r for i, r in enumerate(records) if i % self.acc.num_processes == self.acc.process_index] or records
-        self.tasks = _task_stream(shard, o.seed + self.acc.process_index)
-        os.makedirs(out_dir, exist_ok=True)
+        self.selector = Selector(o, self.batcher)
+        self.stream = _task_stream(records, o.seed)  # the same global order on every rank
+        self.drawn = 0
+        self.empty_steps = 0
+        self.fill_bound_hits = 0
+        self.history: list[dict] = []
         self.metrics_path = os.path.join(out_dir, "metrics.jsonl")
         self.rollouts_path = cfg.get("rollouts")
 
-    # -- checkpoints ---------------------------------------------------------------------------
-    def save(self, final: bool = False) -> str:
-        path = self.out_dir if final else os.path.join(self.out_dir, f"checkpoint-{self.step}")
-        self.acc.wait_for_everyone()
-        if not final:
-            self.acc.save_state(os.path.join(path, "accelerate"))
-        if self.acc.is_main_process:
-            self.unwrapped.save_pretrained(path)
-            self.tok.save_pretrained(path)
-            with open(os.path.join(path, "trainer_state.json"), "w") as f:
-                json.dump({"step": self.step, "options": asdict(self.opts)}, f, indent=2, default=str)
-        return path
+    @property
+    def ref(self):
+        return self.trainer.ref_model
 
-    def resume(self, spec: Any) -> str | None:
-        if spec in (None, False, "", "no"):
-            return None
-        path = spec
-        if spec in (True, "auto", "last", "latest"):
-            cks = sorted((d for d in os.listdir(self.out_dir) if d.startswith("checkpoint-")),
-                         key=lambda d: int(d.split("-")[1])) if os.path.isdir(self.out_dir) else []
-            if not cks:
-                log(f"grpo: no checkpoint in {self.out_dir}; starting fresh")
-                return None
-            path = os.path.join(self.out_dir, cks[-1])
-        self.acc.load_state(os.path.join(path, "accelerate"))
-        with open(os.path.join(path, "trainer_state.json")) as f:
-            self.step = int(json.load(f)["step"])
-        for _ in range(self.step * self.opts.tasks_per_step):  # same task order as an uninterrupted run
-            next(self.tasks)
-        return path
+    @property
+    def acc(self):
+        return self.trainer.accelerator
 
-    # -- one step ------------------------------------------------------------------------------
-    async def _rollout_round(self) -> tuple[list[ADV.Group], list[Record]]:
-        recs = [next(self.tasks) for _ in range(self.opts.tasks_per_step)]
-        res = await asyncio.gather(*(self.rollouts.group(r, self.step) for r in recs))
-        return [g for g, _ in res], [r for _, r in res]
+    def next_task(self) -> Record:
+        self.drawn += 1
+        return next(self.stream)
 
-    def _ref_ctx(self):
-        import contextlib
+    # -- state in checkpoints --------------------------------------------------------------------
+    def save_state(self, path: str, rank: int, is_main: bool) -> None:
+        from toolkit.train.grpo.trainer import STATE_FILE
 
-        if self.opts.beta and self.ref is None and hasattr(self.unwrapped, "disable_adapter"):
-            return self.unwrapped.disable_adapter()
-        return contextlib.nullcontext()
+        if is_main:
+            with open(os.path.join(path, STATE_FILE), "wb") as f:
+                pickle.dump({"drawn": self.drawn, "buffer": self.batcher.buffer if self.batcher else [],
+                             "empty_steps": self.empty_steps, "fill_bound_hits": self.fill_bound_hits}, f)
+        gen = getattr(self.generator, "gen", None)
+        with open(os.path.join(path, f"toolkit_grpo_rank{rank}.pkl"), "wb") as f:
+            pickle.dump({"generator_rng": gen.get_state() if gen is not None else None}, f)
 
-    async def train_step(self) -> dict:
+    def restore_state(self, path: str) -> None:
+        from toolkit.train.grpo.trainer import load_state
+
+        st = load_state(path, self.acc.process_index)
+        if st is None:
+            log(f"grpo: {path} has no toolkit state; task order and buffer start fresh")
+            return
+        self.stream = _task_stream(self.records, self.opts.seed)
+        self.drawn = 0
+        for _ in range(st["drawn"]):
+            self.next_task()
+        if self.batcher is not None:
+            self.batcher.buffer = list(st["buffer"])
+        self.empty_steps, self.fill_bound_hits = st["empty_steps"], st["fill_bound_hits"]
+        rng = (st.get("rank") or {}).get("generator_rng")
+        if rng is not None and getattr(self.generator, "gen", None) is not None:
+            self.generator.gen.set_state(rng)
+
+    # -- metrics ---------------------------------------------------------------------------------
+    def step_record(self, sel: Selection, step: int, rows: int, t_roll: float, per_rank: dict, gen_tokens: int,
+                    gen_s: float, pad: int) -> dict:
         o = self.opts
-        t0 = time.time()
-        g0 = (self.generator.generated_tokens, self.generator.seconds)
-        all_groups: list[ADV.Group] = []
-        scored: list[Record] = []
-        batch: list[ADV.Group] | None = None
-        fill = {"rounds": 0, "from_buffer": 0, "overflow": 0}
-        while True:
-            groups, recs = await self._rollout_round()
-            fill["rounds"] += 1
-            all_groups += groups
-            scored += recs
-            if o.filter == "none":
-                batch = groups
-                break
-            if o.filter == "dynamic":
-                batch, _ = ADV.dynamic_filter(groups, o.delta)
-                break
-            batch, st = self.batcher.offer(groups)
-            fill["from_buffer"] += st["from_buffer"]
-            fill["overflow"] += st["overflow"]
-            if batch is not None or fill["rounds"] >= o.max_fill_rounds:
-                break
-        t_roll = time.time() - t0
-        if self.rollouts_path and self.acc.is_main_process:
-            with open(self.rollouts_path, "a", encoding="utf-8") as f:
-                for r in scored:
-                    r.extra = {**r.extra, "grpo_step": self.step}
-                    f.write(r.model_dump_json(by_alias=True) + "\n")
-        t1 = time.time()
-        train_stats = {"loss": 0.0, "kl": 0.0, "clipped": 0, "tokens": 0}
-        trained = bool(batch)
-        if batch:
-            items = sequence_advantages(batch, o)
-            items = [it for it in items if it[0].policy_tokens > 0]
-            if items:
-                self.model.train()
-                old = compute_old_logps(self.unwrapped, items, o) if o.num_iterations > 1 else None
-                for _ in range(max(1, o.num_iterations)):
-                    self.optim.zero_grad(set_to_none=True)
-                    if self.ref is None and o.beta:
-                        ref_model = _AdapterOff(self.unwrapped)
-                    else:
-                        ref_model = self.ref
-                    st = policy_loss(self.model, ref_model, items, o, self.acc.backward, old)
-                    if o.max_grad_norm:
-                        self.acc.clip_grad_norm_(self.model.parameters(), o.max_grad_norm)
-                    self.optim.step()
-                    for k in train_stats:
-                        train_stats[k] += st[k]
-                self.sched.step()
-                self.acc.wait_for_everyone()
-                self.generator.sync_weights()
-            else:
-                trained = False
-        self.step += 1
-        eps = [e for g in all_groups for e in g.items]
+        eps = [e for g in sel.groups_seen for e in g.items]
         rewards = [e.reward for e in eps]
         mu = sum(rewards) / len(rewards) if rewards else 0.0
-        gen_tok = self.generator.generated_tokens - g0[0]
-        gen_s = self.generator.seconds - g0[1]
         terms: dict[str, int] = {}
         for e in eps:
             terms[e.traj.termination or "none"] = terms.get(e.traj.termination or "none", 0) + 1
-        n_groups = len(all_groups)
-        rec = {
-            "step": self.step, "variant": o.variant, "reward_mean": mu,
+        n_groups = len(sel.groups_seen)
+        empty = not rows
+        if empty:
+            self.empty_steps += 1
+        if sel.bound_hit:
+            self.fill_bound_hits += 1
+        return {
+            "step": step, "variant": o.variant, "reward_mean": mu,
             "reward_std": math.sqrt(sum((r - mu) ** 2 for r in rewards) / len(rewards)) if rewards else 0.0,
             "success_rate": sum(1 for r in rewards if r >= 1.0) / len(rewards) if rewards else 0.0,
-            "groups": n_groups, "groups_trained": len(batch or []),
-            "filtered_fraction": (sum(1 for g in all_groups if g.std <= o.delta) / n_groups) if (n_groups and o.filter != "none") else 0.0,
-            "buffer": len(self.batcher.buffer) if self.batcher else 0, "fill_rounds": fill["rounds"],
-            "from_buffer": fill["from_buffer"], "episodes": len(eps),
+            "groups": n_groups, "groups_trained": len(sel.batch), "sequences_trained": rows,
+            "filtered_fraction": ((sel.invalid + sel.forced_filtered) / n_groups) if n_groups else 0.0,
+            "forced_filtered": sel.forced_filtered,
+            "buffer": len(self.batcher.buffer) if self.batcher else 0, "fill_rounds": sel.rounds,
+            "from_buffer": sel.from_buffer, "overflow": sel.overflow, "fill_bound_hit": sel.bound_hit,
+            "fill_bound_hits": self.fill_bound_hits, "trained": not empty, "empty_steps": self.empty_steps,
+            "episodes": len(eps), "episodes_per_rank": {str(k): v for k, v in sorted(per_rank.items())},
             "turns_mean": sum(len(e.calls_per_turn) for e in eps) / len(eps) if eps else 0.0,
             "tool_calls": sum(1 for e in eps for s in e.traj.steps if s.side == "agent"),
             "tool_errors": sum(1 for e in eps for s in e.traj.steps if s.side == "agent" and not s.ok),
             "format_errors": sum(e.format_errors for e in eps),
-            "policy_tokens": sum(e.policy_tokens for e in eps), "generated_tokens": gen_tok,
-            "gen_tokens_per_s": gen_tok / gen_s if gen_s > 0 else None,
-            "rollout_s": round(t_roll, 3), "train_s": round(time.time() - t1, 3), "trained": trained,
-            "loss": train_stats["loss"], "kl": train_stats["kl"] / max(1, train_stats["tokens"]),
-            "clip_fraction": train_stats["clipped"] / max(1, train_stats["tokens"]),
-            "trained_tokens_per_s": train_stats["tokens"] / max(1e-9, time.time() - t1) if trained else None,
-            "terminations": terms, "lr": self.sched.get_last_lr()[0],
+            "policy_tokens": sum(e.policy_tokens for e in eps), "generated_tokens": gen_tokens,
+            "gen_tokens_per_s": gen_tokens / gen_s if gen_s > 0 else None, "rollout_s": round(t_roll, 3),
+            "padding_rows": pad, "terminations": terms, "tasks_drawn": self.drawn,
+            **({"sample": self.tok.decode([t for t, m in zip(eps[0].ids, eps[0].mask) if m])[:500]}
+               if o.log_completions and eps else {}),
         }
-        if o.log_completions and eps:
-            rec["sample"] = self.tok.decode([t for t, m in zip(eps[0].ids, eps[0].mask) if m])[:500]
-        if self.acc.is_main_process:
-            with open(self.metrics_path, "a", encoding="utf-8") as f:
-                f.write(json.dumps(rec, default=float) + "\n")
-        return rec
 
+    # -- run -------------------------------------------------------------------------------------
     def train(self) -> dict:
-        o = self.opts
-        resumed = self.resume(self.cfg.get("resume_from_checkpoint"))
+        from toolkit.train.sft import resolve_resume
+
         t0 = time.time()
-        history = []
-
-        async def loop():
-            while self.step < o.max_steps:
-                rec = await self.train_step()
-                history.append(rec)
-                log(f"grpo step {rec['step']}/{o.max_steps}: reward {rec['reward_mean']:.3f}±{rec['reward_std']:.3f} "
-                    f"groups {rec['groups_trained']}/{rec['groups']} buffer {rec['buffer']} "
-                    f"turns {rec['turns_mean']:.1f} tool errors {rec['tool_errors']} loss {rec['loss']:.4f}")
-                if o.save_steps and (self.step % o.save_steps == 0 or self.step == o.max_steps):
-                    self.save()
-
-        asyncio.run(loop())
-        self.save(final=True)
-        return {"steps": self.step, "resumed_from": resumed, "seconds": round(time.time() - t0, 2),
-                "reward_first": history[0]["reward_mean"] if history else None,
-                "reward_last": history[-1]["reward_mean"] if history else None, "output_dir": self.out_dir}
-
-
-class _AdapterOff:
-    """Reference model for LoRA runs: the same network with adapters disabled."""
-
-    def __init__(self, peft_model):
-        self.m = peft_model
-
-    def __call__(self, **kw):
-        with self.m.disable_adapter():
-            return self.m(**kw)
+        resume = resolve_resume(self.cfg.get("resume_from_checkpoint"), self.out_dir)
+        if resume:
+            self.restore_state(resume)
+        with contextlib.redirect_stdout(sys.stderr):  # stdout is for records only
+            self.trainer.train(resume_from_checkpoint=resume or None)
+            self.trainer.save_model(self.out_dir)
+        if self.acc.is_main_process:
+            self.tok.save_pretrained(self.out_dir)
+        res = {"steps": self.trainer.state.global_step, "resumed_from": resume or None,
+               "seconds": round(time.time() - t0, 2),
+               "reward_first": self.history[0].get("reward_mean") if self.history else None,
+               "reward_last": self.history[-1].get("reward_mean") if self.history else None,
+               "empty_steps": self.empty_steps, "fill_bound_hits": self.fill_bound_hits, "output_dir": self.out_dir}
+        if self.acc.is_main_process:
+            with open(os.path.join(self.out_dir, "run.json"), "w", encoding="utf-8") as f:
+                json.dump({"result": res, "options": asdict(self.opts)}, f, indent=2, default=str)
+        return res

@@ -68,18 +68,27 @@ class GRPOOptions:
     scale_rewards: bool = True         # divide by σ (False: Dr. GRPO)
     filter: str = "none"               # none | dynamic | adaptive
     delta: float = 0.0                 # Std(R) > δ
-    max_fill_rounds: int = 4           # adaptive: rollout rounds per step before giving up
+    max_fill_rounds: int = 16          # rollout rounds per step before training on what is valid (see batch.Selector)
     verify_strategy: list = field(default_factory=lambda: ["state_diff"])
     lambda_err: float = VerifyOptions.model_fields["lambda_err"].default  # written once, in verify's options
-    micro_batch: int = 1               # sequences per forward/backward
+    micro_batch: int = 1               # sequences per forward in the no-grad passes (old / reference log-probs)
+    gradient_accumulation_steps: int = 1  # slices of each rank's rows, one backward each (TRL steps_per_generation)
     save_steps: int = 0                # 0 = only at the end
     seed: int = 0
     tool_schema: str = "full"
     system_prompt: str = "keep"
     distractor_tools: int = 0          # ASTRA irrelevant-tool mixing from the rollout side
-    generation: str = "transformers"   # transformers | vllm (TRL's `trl vllm-serve`)
+    generation: str = "transformers"   # transformers | vllm (TRL's VLLMGeneration) | scripted (replay a file)
+    scripted_completions: str | None = None  # generation scripted: JSON {episode key: [turn texts]} or [texts]
+    vllm_mode: str = "server"          # server (`trl vllm-serve`) | colocate (vLLM inside each training process)
     vllm_server_host: str = "127.0.0.1"
     vllm_server_port: int = 8000
+    vllm_server_timeout: float = 10.0  # seconds: the early reachability check and TRL's own wait
+    importance_sampling: bool = True   # correct sampler/trainer mismatch with the sampler's log-probs (TRL's IS)
+    importance_sampling_cap: float = 3.0  # per-token ratio truncated at this value
+    report_to: str = "none"            # transformers trackers: none | wandb | tensorboard | ...
+    gradient_checkpointing: bool | None = None  # None: TRL's default on GPU, off on CPU
+    turn_ratio: str = "token"          # ta-grpo: token (per-token ratios, token mean per turn) | turn (paper eq. 5)
     log_completions: bool = False
     strict_tool_calls: bool = False    # a <tool_call> block must be valid JSON as generated (no repair)
 
@@ -101,6 +110,16 @@ class GRPOOptions:
             raise UsageError("advantage must be grpo or ta_grpo")
         if o.filter not in ("none", "dynamic", "adaptive"):
             raise UsageError("filter must be none, dynamic or adaptive")
+        if o.generation not in ("transformers", "vllm", "scripted"):
+            raise UsageError("generation must be transformers, vllm or scripted")
+        if o.generation == "scripted" and not o.scripted_completions:
+            raise UsageError("generation scripted needs scripted_completions (a JSON file)")
+        if o.vllm_mode not in ("server", "colocate"):
+            raise UsageError("vllm_mode must be server or colocate")
+        if o.turn_ratio not in ("token", "turn"):
+            raise UsageError("turn_ratio must be token or turn")
+        if o.max_fill_rounds < 1 or o.gradient_accumulation_steps < 1:
+            raise UsageError("max_fill_rounds and gradient_accumulation_steps must be >= 1")
         if o.num_generations < 2:
             raise UsageError("num_generations (G) must be >= 2: advantages are relative to the group")
         return o

@@ -1,0 +1,251 @@
+"""`ToolkitGRPOTrainer`: `trl.GRPOTrainer` with our episode engine and our advantages.
+
+What comes from TRL / transformers / accelerate unchanged: the training loop (optimizer, scheduler,
+clipping, gradient accumulation, DDP / DeepSpeed / FSDP wrapping), `_prepare_inputs` (the generation
+buffer reused `num_iterations` times and split into `steps_per_generation` slices), the fused
+log-prob forward `_get_per_token_logps_and_entropies`, the reference model (a frozen copy, or the
+LoRA base with adapters disabled), vLLM server / colocate setup and weight sync
+(`VLLMGeneration.sync_weights`, ZeRO-3 / FSDP gathers included), gradient checkpointing, `report_to`
+trackers, checkpoints and resume.
+
+What we override, and why:
+- `_generate_and_score_completions`: the generation step. Instead of TRL's single-prompt tool loop,
+  each rank runs its share of the step's tasks through rollout's `run_episode` (environment, user
+  simulator, policy as agent), verify scores the groups, the groups are GATHERED from every rank
+  and `batch.Selector` decides the batch on the gathered data (filtering, ASTRA filling with its
+  buffer, refill rounds) identically everywhere; rows are split round robin and padded with
+  zero-weight rows so every rank runs the same passes.
+- `_compute_loss`: the clipped surrogate with per-token advantages and the GLOBAL per-token
+  weights of our loss normalizations (grpo, bnpo/dapo, group_token, dr_grpo, turn), which are not
+  all among TRL's `loss_type`s and must be computed over the gathered batch.
+- `training_step` (metrics.jsonl line per optimizer step, gathered) and `_save_checkpoint` (the
+  ASTRA buffer, the task-stream position and the sampler RNG go into the checkpoint).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import pickle
+import time
+
+import torch
+from trl import GRPOTrainer
+
+from toolkit.train.grpo import batch as B
+
+STATE_FILE = "toolkit_grpo_state.pkl"
+
+
+class ToolkitGRPOTrainer(GRPOTrainer):
+    def __init__(self, *a, run=None, **kw):
+        super().__init__(*a, **kw)
+        self.run = run
+        self._stats: dict = {}
+        self._pending: dict | None = None
+
+    # -- generation step -------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _generation_model(self):
+        """The policy's weights as a plain module for `generate` (ZeRO-3 gathered / FSDP summoned)."""
+        from trl.models.utils import unwrap_model_for_generation
+
+        with unwrap_model_for_generation(self.model_wrapped, self.accelerator,
+                                         gather_deepspeed3_params=self.args.ds3_gather_for_generation,
+                                         gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs) as m, \
+                torch.no_grad(), self._dist.summon_full_params(self.model_wrapped, recurse=False):
+            yield m
+
+    def _gather(self, obj: list) -> list:
+        if self.accelerator.num_processes == 1:
+            return obj
+        from accelerate.utils import gather_object
+
+        return gather_object(obj)
+
+    def _rollout_round(self, step: int) -> tuple[list, list, list, int]:
+        """Roll out this rank's share of the next `tasks_per_step` tasks; return the GATHERED
+        (groups, forced flags, scored records) in task order, and this rank's episode count."""
+        run, acc = self.run, self.accelerator
+        o = run.opts
+        recs = [run.next_task() for _ in range(o.tasks_per_step)]
+        mine = [(j, r) for j, r in enumerate(recs) if j % acc.num_processes == acc.process_index]
+        forced = B.forced_filter_rank() == acc.process_index
+        if self.use_vllm and self.state.global_step != self._last_loaded_step:
+            with torch.no_grad():
+                self.vllm_generation.sync_weights()  # every rank: ZeRO-3 / FSDP gathers are collective
+            self._last_loaded_step = self.state.global_step
+
+        async def go():
+            return await asyncio.gather(*(run.rollouts.group(r, step) for _, r in mine))
+
+        if run.uses_policy_weights:
+            with self._generation_model() as m:
+                run.generator.model = m
+                res = asyncio.run(go())
+        else:
+            res = asyncio.run(go())
+        local = [(j, g, scored, forced, acc.process_index) for (j, _), (g, scored) in zip(mine, res)]
+        every = sorted(self._gather(local), key=lambda x: x[0])
+        return ([x[1] for x in every], [x[3] for x in every], [x[2] for x in every],
+                {x[4]: sum(len(y[1].items) for y in every if y[4] == x[4]) for x in every})
+
+    def _generate_and_score_completions(self, inputs):
+        run, acc = self.run, self.accelerator
+        o = run.opts
+        t0 = time.time()
+        step = self.state.global_step
+        g0 = (run.generator.generated_tokens, run.generator.seconds)
+        sel = run.selector.start()
+        scored_all, per_rank = [], {}
+        while True:
+            groups, forced, scored, counts = self._rollout_round(step)
+            scored_all += scored
+            for k, v in counts.items():
+                per_rank[k] = per_rank.get(k, 0) + v
+            if run.selector.offer(sel, groups, forced):
+                break
+        t_roll = time.time() - t0
+        if run.rollouts_path and acc.is_main_process:
+            with open(run.rollouts_path, "a", encoding="utf-8") as f:
+                for r in scored_all:
+                    r.extra = {**r.extra, "grpo_step": step}
+                    f.write(r.model_dump_json(by_alias=True) + "\n")
+        rows = B.global_rows(sel.batch, o)
+        world = acc.num_processes
+        mine, pad = B.rank_rows(rows, acc.process_index, world, self.args.steps_per_generation)
+        out = B.rows_to_tensors(mine, self._tokenizer.pad_token_id, scale=float(world), device=acc.device)
+        self._add_logps(out)
+        gen_tok = self._gather([run.generator.generated_tokens - g0[0]])
+        gen_s = max(self._gather([run.generator.seconds - g0[1]]))
+        self._pending = run.step_record(sel, step + 1, rows=len(rows), t_roll=t_roll, per_rank=per_rank,
+                                        gen_tokens=sum(gen_tok), gen_s=gen_s, pad=pad)
+        self._stats = {"loss": 0.0, "kl": 0.0, "clipped": 0.0, "tokens": 0.0, "is_ratio_sum": 0.0}
+        self._t_train = time.time()
+        return out
+
+    @torch.no_grad()
+    def _add_logps(self, out: dict) -> None:
+        """old (num_iterations > 1, or a behaviour policy other than these weights), reference
+        (beta) log-probs and the importance-sampling ratio against the sampler's log-probs."""
+        from trl.models.utils import disable_gradient_checkpointing
+
+        ids, att = out["input_ids"], out["attention_mask"]
+        T = ids.size(1) - 1
+        bs = max(1, int(self.run.opts.micro_batch))
+        need_old = self.num_iterations > 1 or "sampling_per_token_logps" in out
+        with disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
+            if need_old:
+                out["old_per_token_logps"] = self._get_per_token_logps_and_entropies(self.model, ids, att, T, batch_size=bs)[0]
+            if self.beta != 0.0:
+                if self.ref_model is not None:
+                    ref = self._get_per_token_logps_and_entropies(self.ref_model, ids, att, T, batch_size=bs)[0]
+                else:
+                    from trl.trainer.utils import use_adapter
+
+                    m = self.accelerator.unwrap_model(self.model)
+                    with use_adapter(m, adapter_name="ref" if "ref" in m.peft_config else None):
+                        ref = self._get_per_token_logps_and_entropies(self.model, ids, att, T, batch_size=bs)[0]
+                out["ref_per_token_logps"] = ref
+        if "sampling_per_token_logps" in out and self.run.opts.importance_sampling:
+            diff = torch.nan_to_num((out["old_per_token_logps"] - out["sampling_per_token_logps"]) * out["policy_mask"],
+                                    nan=0.0)
+            out["importance_sampling_ratio"] = torch.clamp(torch.exp(diff), max=float(self.run.opts.importance_sampling_cap))
+        out.pop("sampling_per_token_logps", None)
+
+    # -- loss ------------------------------------------------------------------------------------
+    def _compute_loss(self, model, inputs):
+        o = self.run.opts
+        ids, att = inputs["input_ids"], inputs["attention_mask"]
+        logps = self._get_per_token_logps_and_entropies(model, ids, att, ids.size(1) - 1)[0]
+        per_tok, info = surrogate(logps, inputs, o.epsilon, o.eps_high, self.beta)
+        loss = (per_tok * inputs["loss_weight"]).sum()
+        world = self.accelerator.num_processes
+        st = self._stats
+        st["loss"] += float(loss.detach()) / world
+        st["kl"] += info["kl"]
+        st["clipped"] += info["clipped"]
+        st["tokens"] += info["tokens"]
+        st["is_ratio_sum"] += info["is_ratio_sum"]
+        return loss
+
+    # -- one metrics line per optimizer step -----------------------------------------------------
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        out = super().training_step(model, inputs, num_items_in_batch)
+        if self._step % self.current_gradient_accumulation_steps == 0:
+            self._flush_step_metrics()
+        return out
+
+    def _flush_step_metrics(self) -> None:
+        acc = self.accelerator
+        st = self._stats
+        vec = torch.tensor([st.get(k, 0.0) for k in ("loss", "kl", "clipped", "tokens", "is_ratio_sum")],
+                           device=acc.device, dtype=torch.float64)
+        if acc.num_processes > 1:
+            vec = acc.reduce(vec, reduction="sum")
+        loss, kl, clipped, tokens, is_sum = vec.tolist()
+        rec = dict(self._pending or {"step": self.state.global_step + 1, "reused_rollouts": True})
+        rec["step"] = self.state.global_step + 1
+        train_s = time.time() - getattr(self, "_t_train", time.time())
+        rec.update({"loss": loss, "kl": kl / max(1.0, tokens), "clip_fraction": clipped / max(1.0, tokens),
+                    "trained_tokens": int(tokens), "train_s": round(train_s, 3),
+                    "trained_tokens_per_s": tokens / train_s if tokens and train_s > 0 else None,
+                    "lr": self._get_learning_rate() if hasattr(self, "_get_learning_rate") else None})
+        if is_sum:
+            rec["importance_sampling_ratio_mean"] = is_sum / max(1.0, tokens)
+        self._pending = None
+        self._stats = {"loss": 0.0, "kl": 0.0, "clipped": 0.0, "tokens": 0.0, "is_ratio_sum": 0.0}
+        self._t_train = time.time()
+        for k in ("reward_mean", "reward_std", "success_rate", "filtered_fraction", "groups_trained", "buffer",
+                  "fill_rounds", "turns_mean", "tool_errors", "policy_tokens"):
+            if isinstance(rec.get(k), (int, float)):
+                self._metrics["train"][f"toolkit/{k}"].append(float(rec[k]))
+        self.run.history.append(rec)
+        if acc.is_main_process:
+            with open(self.run.metrics_path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(rec, default=float) + "\n")
+
+    # -- checkpoints -----------------------------------------------------------------------------
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)
+        from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+        path = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+        os.makedirs(path, exist_ok=True)
+        self.run.save_state(path, self.accelerator.process_index, self.accelerator.is_main_process)
+
+
+def surrogate(logps, inputs: dict, eps_low: float, eps_high: float, beta: float):
+    """Per-token loss −min(ρA, clip(ρ)A) (× IS ratio) + β·k3 KL, and statistics. ρ = exp(logp − old)."""
+    adv, pm = inputs["advantages"], inputs["policy_mask"]
+    old = inputs.get("old_per_token_logps")
+    old = logps.detach() if old is None else old
+    ratio = torch.exp(logps - old)
+    per_tok = -torch.min(ratio * adv, torch.clamp(ratio, 1 - eps_low, 1 + eps_high) * adv)
+    info = {"kl": 0.0, "is_ratio_sum": 0.0}
+    if "importance_sampling_ratio" in inputs:
+        per_tok = per_tok * inputs["importance_sampling_ratio"]
+        info["is_ratio_sum"] = float((inputs["importance_sampling_ratio"] * pm).sum())
+    if beta:
+        ref = inputs["ref_per_token_logps"]
+        kl = torch.exp(ref - logps) - (ref - logps) - 1
+        per_tok = per_tok + beta * kl
+        info["kl"] = float((kl.detach() * pm).sum())
+    info["clipped"] = float((((ratio < 1 - eps_low) | (ratio > 1 + eps_high)).float() * pm).sum())
+    info["tokens"] = float(pm.sum())
+    return per_tok, info
+
+
+def load_state(path: str, rank: int) -> dict | None:
+    f = os.path.join(path, STATE_FILE)
+    if not os.path.exists(f):
+        return None
+    with open(f, "rb") as fh:
+        shared = pickle.load(fh)
+    rf = os.path.join(path, f"toolkit_grpo_rank{rank}.pkl")
+    if os.path.exists(rf):
+        with open(rf, "rb") as fh:
+            shared["rank"] = pickle.load(fh)
+    return shared
