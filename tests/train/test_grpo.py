@@ -63,7 +63,7 @@ def make_run(tiny_model, tmp_path, records, scripts, **cfg):
         gen.generate = generate
         return gen
 
-    return G.GRPORun({**CPU, **cfg}, records, tiny_model, str(tmp_path / "out"), generator=factory)
+    return G.GRPORun({**CPU, "max_steps": 1, **cfg}, records, tiny_model, str(tmp_path / "out"), generator=factory)
 
 
 def test_episode_calls_env_verify_rewards_and_masks(tiny_model, tmp_path):
@@ -139,14 +139,13 @@ def test_ta_grpo_turn_penalty_token_by_token(tiny_model, tmp_path):
     # plain GRPO on the same group: nothing to learn (all advantages 0)
     run.opts.advantage = "grpo"
     assert all(a == 0 for it in G.sequence_advantages([group], run.opts) for a in it[1])
-    # a training step with TA-GRPO moves the weights (only the penalized turn has signal)
-    run.opts.advantage = "ta_grpo"
-    for k in (0, 1):  # the step's own rollouts (step index 1) replay the same two episodes
-        run.generator.scripts[f"{rec.id}-s1-g{k}"] = scripts[f"{rec.id}-s0-g{k}"]
-    run.step = 1
+    # a training step with TA-GRPO (through TRL's trainer) moves the weights: only the penalized turn has signal
+    run = make_run(tiny_model, tmp_path, [rec], scripts, num_generations=2, tasks_per_step=1, variant="ta-grpo",
+                   max_steps=1)
     before = [p.detach().clone() for p in run.unwrapped.parameters()]
-    rec2 = asyncio.run(run.train_step())
-    assert rec2["trained"] and rec2["loss"] != 0.0
+    run.train()
+    m = run.history[0]
+    assert m["trained"] and m["loss"] != 0.0 and m["groups_trained"] == 1
     assert any((a != b.detach()).any() for a, b in zip(before, run.unwrapped.parameters()))
 
 
@@ -164,19 +163,22 @@ def test_dynamic_filtering_drops_the_all_equal_group(tiny_model, tmp_path):
     wrong = [call_text("insert_ticket", {"code": "nope"}), DONE]
     scripts = {"tk-red-s0-g0": right("red"), "tk-red-s0-g1": right("red"),      # all pass -> dropped
                "tk-blue-s0-g0": right("blue"), "tk-blue-s0-g1": wrong}          # mixed -> kept
-    run = make_run(tiny_model, tmp_path, recs, scripts, num_generations=2, tasks_per_step=2, variant="eigendata")
-    m = asyncio.run(run.train_step())
+    run = make_run(tiny_model, tmp_path, recs, scripts, num_generations=2, tasks_per_step=2, variant="eigendata",
+                   max_steps=1)
+    run.train()
+    m = run.history[0]
     assert m["groups"] == 2 and m["groups_trained"] == 1 and m["filtered_fraction"] == 0.5
     assert m["reward_mean"] == 0.75 and m["tool_calls"] == 4 and m["trained"]
     with open(tmp_path / "out" / "metrics.jsonl") as f:
         assert json.loads(f.readline())["groups_trained"] == 1
-    # several policy updates per batch (importance ratios vs the sampling-time log-probs), micro-batches of 2
-    for k in range(2):
-        run.generator.scripts[f"tk-red-s1-g{k}"] = scripts[f"tk-red-s0-g{k}"]
-        run.generator.scripts[f"tk-blue-s1-g{k}"] = scripts[f"tk-blue-s0-g{k}"]
-    run.opts.num_iterations, run.opts.micro_batch = 3, 2
-    m = asyncio.run(run.train_step())
-    assert m["trained"] and m["groups_trained"] == 1 and 0.0 <= m["clip_fraction"] <= 1.0
+    # several policy updates per batch (TRL reuses the generation num_iterations times; ratios vs the
+    # sampling-time log-probs), two gradient-accumulation slices
+    run = make_run(tiny_model, tmp_path / "b", recs, scripts, num_generations=2, tasks_per_step=2, variant="eigendata",
+                   max_steps=3, num_iterations=3, gradient_accumulation_steps=2, micro_batch=2)
+    run.train()
+    assert [m["step"] for m in run.history] == [1, 2, 3]
+    assert run.history[0]["groups_trained"] == 1 and run.history[1].get("reused_rollouts")
+    assert all(0.0 <= m["clip_fraction"] <= 1.0 for m in run.history) and run.history[2]["clip_fraction"] >= 0.0
 
 
 def test_adaptive_batch_filling_keeps_the_batch_full_from_the_buffer(tiny_model, tmp_path):
@@ -191,8 +193,10 @@ def test_adaptive_batch_filling_keeps_the_batch_full_from_the_buffer(tiny_model,
     for r, kind in zip(order, kinds):
         for k, text in enumerate(kind(r)):
             scripts[f"{r.id}-s0-g{k}"] = [text, DONE]
-    run = make_run(tiny_model, tmp_path, recs, scripts, num_generations=2, tasks_per_step=2, variant="astra")
-    m = asyncio.run(run.train_step())
+    run = make_run(tiny_model, tmp_path, recs, scripts, num_generations=2, tasks_per_step=2, variant="astra",
+                   max_steps=1)
+    run.train()
+    m = run.history[0]
     assert m["fill_rounds"] == 2 and m["groups"] == 4 and m["groups_trained"] == 2
     assert m["from_buffer"] == 1 and m["buffer"] == 1  # one valid group carried over to the next step
     assert [g.key for g in run.batcher.buffer] == [order[3].id]
@@ -210,7 +214,8 @@ def test_grpo_cli_real_generation_checkpoint_and_resume(tiny_model, tmp_path):
             "--tasks-per-step", "2", "--variant", "grpo", "--rollouts", str(tmp_path / "roll.jsonl")]
     p = run_cmd(args + ["--max-steps", "2"], stdin=stdin, env={"OMP_NUM_THREADS": "1"}, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
-    assert (out / "model.safetensors").exists() and (out / "checkpoint-2" / "accelerate").is_dir()
+    assert (out / "model.safetensors").exists() and (out / "checkpoint-2" / "optimizer.pt").exists()
+    assert (out / "checkpoint-2" / "toolkit_grpo_state.pkl").exists()
     with open(out / "metrics.jsonl") as f:
         m = [json.loads(x) for x in f]
     assert [x["step"] for x in m] == [1, 2]
@@ -265,8 +270,9 @@ def test_simia_rl_simulated_env_and_llm_reward(tiny_model, tmp_path):
                        env_base_url=srv.base_url, judge_base_url=srv.base_url, judge_model="scripted-model",
                        rollouts=str(tmp_path / "roll.jsonl"))
         assert run.opts.beta == 0.001 and run.opts.eps_high == 0.28 and run.ref is not None
-        m1 = asyncio.run(run.train_step())
-        m2 = asyncio.run(run.train_step())
+        run.trainer.args.max_steps = 2
+        run.train()
+        m1, m2 = run.history
     assert m1["reward_mean"] == 0.5 and m2["reward_mean"] == 0.5
     assert m1["kl"] == pytest.approx(0.0, abs=1e-6) and m2["kl"] > 0  # the policy moved away from the reference
     rolled = [json.loads(x) for x in (tmp_path / "roll.jsonl").read_text().splitlines()]

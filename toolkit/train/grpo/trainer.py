@@ -43,7 +43,7 @@ class ToolkitGRPOTrainer(GRPOTrainer):
     def __init__(self, *a, run=None, **kw):
         super().__init__(*a, **kw)
         self.run = run
-        self._stats: dict = {}
+        self._stats: dict = {"loss": 0.0, "kl": 0.0, "clipped": 0.0, "tokens": 0.0, "is_ratio_sum": 0.0}
         self._pending: dict | None = None
 
     # -- generation step -------------------------------------------------------------------------
