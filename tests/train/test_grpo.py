@@ -241,6 +241,37 @@ def test_usage_errors(tmp_path):
     assert p.returncode == 2 and "num_generations" in p.stderr
 
 
+def test_vllm_usage_errors_before_any_model_loads(tmp_path):
+    """generation vllm: an unreachable server (short timeout), colocate without a GPU and vllm not
+    installed are usage errors (exit 2) raised before the model path is even opened."""
+    import importlib.util
+    import socket
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed once the block ends: nothing listens there
+
+    def grpo(body):
+        r = tmp_path / "r.json"
+        r.write_text(json.dumps({"grpo": {"generation": "vllm", **body}}))
+        t0 = time.time()
+        p = run_cmd(["grpo", "--model", str(tmp_path / "no-such-model"), "--output-dir", str(tmp_path / "o"),
+                     "--recipe", str(r)], stdin="", env={"CUDA_VISIBLE_DEVICES": ""})
+        return p, time.time() - t0
+
+    p, dt = grpo({"vllm_server_port": port, "vllm_server_timeout": 2})
+    assert p.returncode == 2 and "unreachable" in p.stderr and f":{port}/health/" in p.stderr, p.stderr[-2000:]
+    assert "no-such-model" not in p.stderr and dt < 60
+    p, _ = grpo({"vllm_mode": "colocate"})
+    assert p.returncode == 2 and "needs a GPU" in p.stderr, p.stderr[-2000:]
+    if importlib.util.find_spec("vllm") is None:
+        with ScriptedServer(lambda req: "ok") as srv:  # something answers on the port
+            port = int(srv.base_url.rsplit(":", 1)[1].split("/")[0])
+            p, _ = grpo({"vllm_server_port": port})
+        assert p.returncode == 2 and "needs the vllm package" in p.stderr, p.stderr[-2000:]
+
+
 def test_simia_rl_simulated_env_and_llm_reward(tiny_model, tmp_path):
     """Simia-RL: the environment is an LLM (simulate-env's role) and the reward an LLM judge (Simia
     rubric), both over loopback HTTP; KL to the reference model (beta 0.001) and clip-high 0.28."""

@@ -155,6 +155,12 @@ def _reference_loss(model, groups, loss_type, max_tokens, advantage):
         pos = [p - 1 for p, m in enumerate(e.mask) if m]
         turns = [e.turn_of[p + 1] for p in pos]
         n_i = len(pos)
+        if loss_type == "turn_paper":  # ρ_it = π(y_it)/π_old(y_it): one ratio per turn, 1/G per trajectory
+            for t in sorted(set(turns)):
+                lt = sum(lp[p] for p, tt in zip(pos, turns) if tt == t)
+                adv = a + min(e.turn_rewards[t], 0.0)
+                loss = loss - adv * torch.exp(lt - lt.detach()) / (n_groups * len(groups[gi].items))
+            continue
         for k, p in enumerate(pos):
             adv = a + min(e.turn_rewards[turns[k]], 0.0) if advantage == "ta_grpo" else a
             if loss_type == "grpo":
@@ -192,14 +198,18 @@ def test_distributed_loss_gradients_match_reference_through_trainer(tiny_model, 
     groups[0].items[1].turn_rewards = [-0.25, 0.0]  # a dense penalty on turn 0 (TA-GRPO)
     model, tr = run.unwrapped, run.trainer
     for loss_type, advantage in [("grpo", "grpo"), ("dapo", "grpo"), ("bnpo", "grpo"), ("group_token", "grpo"),
-                                 ("dr_grpo", "grpo"), ("turn", "ta_grpo")]:
+                                 ("dr_grpo", "grpo"), ("turn", "ta_grpo"), ("turn_paper", "ta_grpo")]:
+        run.opts.turn_ratio = "turn" if loss_type == "turn_paper" else "token"
+        loss_type = "turn" if loss_type == "turn_paper" else loss_type
         run.opts.loss_type, run.opts.advantage = loss_type, advantage
         inputs = B.rows_to_tensors(B.global_rows(groups, run.opts), run.tok.pad_token_id, 1.0)
         model.zero_grad()
         tr._compute_loss(model, inputs).backward()
         got = [p.grad.clone() for p in model.parameters()]
         model.zero_grad()
-        ref_type = "dapo" if loss_type == "bnpo" else loss_type
+        ref_type = {"bnpo": "dapo"}.get(loss_type, loss_type)
+        if run.opts.turn_ratio == "turn":
+            ref_type = "turn_paper"
         _reference_loss(model, groups, ref_type, run.opts.max_total_tokens, advantage).backward()
         for g, p in zip(got, model.parameters()):
             assert torch.allclose(g, p.grad, atol=2e-6, rtol=1e-4), loss_type

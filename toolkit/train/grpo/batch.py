@@ -104,6 +104,7 @@ class Row:
     adv: list[float]            # per position of ids (0 off-policy)
     weight: list[float]         # global loss weight per position of ids
     sampling_logps: list[float] | None = None  # behaviour policy log-prob per position (NaN off-policy)
+    turns: list[int] | None = None  # agent turn of each position (-1 = context)
 
 
 def global_rows(batch: Sequence[ADV.Group], opts: GRPOOptions) -> list[Row]:
@@ -126,7 +127,7 @@ def global_rows(batch: Sequence[ADV.Group], opts: GRPOOptions) -> list[Row]:
                 adv[p], wt[p] = tok_adv[k], w[k]
                 k += 1
         slp = getattr(ep, "sampling_logps", None)
-        rows.append(Row(list(ep.ids), list(ep.mask), adv, wt, list(slp) if slp else None))
+        rows.append(Row(list(ep.ids), list(ep.mask), adv, wt, list(slp) if slp else None, list(ep.turn_of)))
     return rows
 
 
@@ -159,6 +160,7 @@ def rows_to_tensors(rows: Sequence[Row], pad_id: int, scale: float, device=None)
     w = torch.zeros((n, L - 1))
     pm = torch.zeros((n, L - 1))
     slp = torch.full((n, L - 1), float("nan"))
+    turn = torch.full((n, L - 1), -1, dtype=torch.long)
     has_slp = False
     for i, r in enumerate(rows):
         m = len(r.ids)
@@ -168,10 +170,13 @@ def rows_to_tensors(rows: Sequence[Row], pad_id: int, scale: float, device=None)
             adv[i, : m - 1] = torch.tensor(r.adv[1:])
             w[i, : m - 1] = torch.tensor(r.weight[1:]) * scale
             pm[i, : m - 1] = torch.tensor(r.policy[1:], dtype=torch.float)
+            if r.turns:
+                turn[i, : m - 1] = torch.tensor(r.turns[1:])
             if r.sampling_logps:
                 has_slp = True
                 slp[i, : m - 1] = torch.tensor(r.sampling_logps[1:], dtype=torch.float)
-    out = {"input_ids": ids, "attention_mask": att, "advantages": adv, "loss_weight": w, "policy_mask": pm}
+    out = {"input_ids": ids, "attention_mask": att, "advantages": adv, "loss_weight": w, "policy_mask": pm,
+           "turn_index": turn}
     if has_slp:
         out["sampling_per_token_logps"] = slp
     if device is not None:

@@ -160,7 +160,8 @@ class ToolkitGRPOTrainer(GRPOTrainer):
         o = self.run.opts
         ids, att = inputs["input_ids"], inputs["attention_mask"]
         logps = self._get_per_token_logps_and_entropies(model, ids, att, ids.size(1) - 1)[0]
-        per_tok, info = surrogate(logps, inputs, o.epsilon, o.eps_high, self.beta)
+        per_tok, info = surrogate(logps, inputs, o.epsilon, o.eps_high, self.beta,
+                                  turn_ratio=o.turn_ratio == "turn" and o.loss_type == "turn")
         loss = (per_tok * inputs["loss_weight"]).sum()
         world = self.accelerator.num_processes
         st = self._stats
@@ -217,12 +218,26 @@ class ToolkitGRPOTrainer(GRPOTrainer):
         self.run.save_state(path, self.accelerator.process_index, self.accelerator.is_main_process)
 
 
-def surrogate(logps, inputs: dict, eps_low: float, eps_high: float, beta: float):
-    """Per-token loss −min(ρA, clip(ρ)A) (× IS ratio) + β·k3 KL, and statistics. ρ = exp(logp − old)."""
+def turn_log_ratio(log_ratio, turn_index, policy_mask):
+    """LOGIGEN eq. 5: the log of ρ_it = π_θ(y_it)/π_old(y_it) — the sum of the token log-ratios of agent
+    turn t — broadcast back to every token of the turn (0 off-policy)."""
+    idx = turn_index.clamp(min=0)
+    n_turns = int(idx.max()) + 1 if idx.numel() else 1
+    per_turn = torch.zeros(log_ratio.size(0), n_turns, dtype=log_ratio.dtype, device=log_ratio.device)
+    per_turn = per_turn.scatter_add(1, idx, log_ratio * policy_mask)
+    return per_turn.gather(1, idx) * policy_mask
+
+
+def surrogate(logps, inputs: dict, eps_low: float, eps_high: float, beta: float, turn_ratio: bool = False):
+    """Per-token loss −min(ρA, clip(ρ)A) (× IS ratio) + β·k3 KL, and statistics. ρ = exp(logp − old)
+    per token, or (turn_ratio) the ratio of the whole agent turn the token belongs to."""
     adv, pm = inputs["advantages"], inputs["policy_mask"]
     old = inputs.get("old_per_token_logps")
     old = logps.detach() if old is None else old
-    ratio = torch.exp(logps - old)
+    log_ratio = logps - old
+    if turn_ratio:
+        log_ratio = turn_log_ratio(log_ratio, inputs["turn_index"], pm)
+    ratio = torch.exp(log_ratio)
     per_tok = -torch.min(ratio * adv, torch.clamp(ratio, 1 - eps_low, 1 + eps_high) * adv)
     info = {"kl": 0.0, "is_ratio_sum": 0.0}
     if "importance_sampling_ratio" in inputs:
