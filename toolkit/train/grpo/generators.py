@@ -12,12 +12,22 @@ from toolkit.train.grpo.options import GRPOOptions
 # generation backends: ids in -> sampled completion ids out
 
 
+class Completion(list):
+    """Completion ids with the sampler's log-prob of each id (`logps`), for the IS correction."""
+
+    def __init__(self, ids, logps=None):
+        super().__init__(ids)
+        self.logps = list(logps) if logps is not None else None
+
+
 class HFGenerator:
     """transformers `generate` on the training model. Concurrent episodes' requests are batched
     (left-padded) into one `generate` call when they arrive together."""
 
-    def __init__(self, model, tok, temperature: float = 1.0, top_p: float = 1.0, seed: int = 0):
+    def __init__(self, model, tok, temperature: float = 1.0, top_p: float = 1.0, seed: int = 0,
+                 record_logps: bool = False):
         self.model, self.tok = model, tok
+        self.record_logps = record_logps  # keep the sampler's log-prob of each id (async: behaviour policy)
         self.temperature, self.top_p = temperature, top_p
         self.pending: list[tuple[list[int], int, asyncio.Future]] = []
         self.flushing = False
@@ -75,14 +85,20 @@ class HFGenerator:
             torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=self.gen)))
             out = self.model.generate(input_ids=input_ids.to(self.model.device), attention_mask=attn.to(self.model.device),
                                       do_sample=True, temperature=self.temperature, top_p=self.top_p, top_k=0,
-                                      max_new_tokens=max_new, eos_token_id=eos, pad_token_id=pad)
+                                      max_new_tokens=max_new, eos_token_id=eos, pad_token_id=pad,
+                                      output_logits=self.record_logps, return_dict_in_generate=True)
         if was_training:
             self.model.train()
+        seqs = out.sequences
+        lps = None
+        if self.record_logps and out.logits:  # log-softmax(logits / T) at the sampled id (exact for top_p = 1)
+            logits = torch.stack(out.logits, 1).float() / self.temperature
+            lps = torch.log_softmax(logits, -1).gather(2, seqs[:, L:, None].to(logits.device))[..., 0].tolist()
         res = []
-        for row in out[:, L:].tolist():
+        for i, row in enumerate(seqs[:, L:].tolist()):
             if eos in row:
                 row = row[: row.index(eos) + 1]
-            res.append(row)
+            res.append(Completion(row, lps[i][: len(row)]) if lps is not None else row)
             self.generated_tokens += len(row)
         self.seconds += time.time() - t0
         self.calls += 1
@@ -90,14 +106,6 @@ class HFGenerator:
 
     def sync_weights(self) -> None:  # same model object: nothing to do
         pass
-
-
-class Completion(list):
-    """Completion ids with the sampler's log-prob of each id (`logps`), for the IS correction."""
-
-    def __init__(self, ids, logps=None):
-        super().__init__(ids)
-        self.logps = list(logps) if logps is not None else None
 
 
 class TRLVLLMGenerator:

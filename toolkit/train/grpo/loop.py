@@ -127,6 +127,60 @@ class GRPORun:
         self.history: list[dict] = []
         self.metrics_path = os.path.join(out_dir, "metrics.jsonl")
         self.rollouts_path = cfg.get("rollouts")
+        self._setup_async(cfg, args, generator)
+
+    # -- asynchronous rollouts -------------------------------------------------------------------
+    def _setup_async(self, cfg: dict, args, factory) -> None:
+        """max_staleness > 0: one background thread rolls out the next steps' first rounds with a
+        behaviour copy of the weights (transformers), or on the vLLM server, while TRL trains."""
+        import copy
+        from concurrent.futures import ThreadPoolExecutor
+
+        o = self.opts
+        self.pool, self.prefetch, self.behaviour = None, [], None
+        if not o.max_staleness:
+            return
+        if self.uses_policy_weights and (args.deepspeed or args.fsdp):
+            raise UsageError("grpo: max_staleness > 0 with generation transformers keeps a full copy of the weights; "
+                             "under DeepSpeed / FSDP use generation vllm (server) or max_staleness 0")
+        if factory is not None:
+            gen = factory(self.unwrapped, self.tok)
+        elif self.opts.generation == "scripted":
+            gen = self.generator
+        elif self.opts.generation == "vllm":
+            gen = TRLVLLMGenerator(self.trainer.vllm_generation, o)
+        else:
+            self.behaviour = copy.deepcopy(self.unwrapped).eval()
+            for p in self.behaviour.parameters():
+                p.requires_grad_(False)
+            gen = HFGenerator(self.behaviour, self.tok, o.temperature, o.top_p,
+                              seed=o.seed + 1000 + self.acc.process_index, record_logps=True)
+        self.behaviour_generator = gen
+        self.rollouts_async = Rollouts(cfg, o, self.tok, gen, self.meter)
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grpo-rollouts")
+
+    def behaviour_snapshot(self):
+        """The weights a prefetched round will sample from (copied now, loaded when it starts)."""
+        if self.behaviour is None:
+            return None
+        return {k: v.detach().clone() for k, v in self.unwrapped.state_dict().items()}
+
+    def behaviour_rollouts(self, mine: list, step: int, snapshot, run_local):
+        if snapshot is not None:
+            self.behaviour.load_state_dict(snapshot)
+        return run_local(mine, step, self.rollouts_async)
+
+    def gen_counters(self) -> tuple[int, float]:
+        gens = [self.generator] + ([self.behaviour_generator] if self.pool is not None else [])
+        gens = list({id(g): g for g in gens}.values())
+        return sum(g.generated_tokens for g in gens), sum(g.seconds for g in gens)
+
+    def shutdown(self) -> None:
+        if self.pool is not None:
+            for *_, fut, _v in self.prefetch:
+                fut.cancel()
+            self.pool.shutdown(wait=True)
+            self.pool, self.prefetch = None, []
 
     @property
     def ref(self):
@@ -145,8 +199,9 @@ class GRPORun:
         from toolkit.train.grpo.trainer import STATE_FILE
 
         if is_main:
+            in_flight = self.opts.tasks_per_step * len(self.prefetch)  # redrawn on resume (first step synchronous)
             with open(os.path.join(path, STATE_FILE), "wb") as f:
-                pickle.dump({"drawn": self.drawn, "buffer": self.batcher.buffer if self.batcher else [],
+                pickle.dump({"drawn": self.drawn - in_flight, "buffer": self.batcher.buffer if self.batcher else [],
                              "empty_steps": self.empty_steps, "fill_bound_hits": self.fill_bound_hits}, f)
         gen = getattr(self.generator, "gen", None)
         with open(os.path.join(path, f"toolkit_grpo_rank{rank}.pkl"), "wb") as f:
@@ -216,9 +271,12 @@ class GRPORun:
         resume = resolve_resume(self.cfg.get("resume_from_checkpoint"), self.out_dir)
         if resume:
             self.restore_state(resume)
-        with contextlib.redirect_stdout(sys.stderr):  # stdout is for records only
-            self.trainer.train(resume_from_checkpoint=resume or None)
-            self.trainer.save_model(self.out_dir)
+        try:
+            with contextlib.redirect_stdout(sys.stderr):  # stdout is for records only
+                self.trainer.train(resume_from_checkpoint=resume or None)
+                self.trainer.save_model(self.out_dir)
+        finally:
+            self.shutdown()
         if self.acc.is_main_process:
             self.tok.save_pretrained(self.out_dir)
         res = {"steps": self.trainer.state.global_step, "resumed_from": resume or None,

@@ -88,6 +88,8 @@ class GRPOOptions:
     importance_sampling_cap: float = 3.0  # per-token ratio truncated at this value
     report_to: str = "none"            # transformers trackers: none | wandb | tensorboard | ...
     gradient_checkpointing: bool | None = None  # None: TRL's default on GPU, off on CPU
+    max_staleness: int = 1             # async rollouts: generation of step k+1 overlaps training of step k
+    #                                    (weights at most this many updates old; 0 = synchronous)
     turn_ratio: str = "token"          # ta-grpo: token (per-token ratios, token mean per turn) | turn (paper eq. 5)
     log_completions: bool = False
     strict_tool_calls: bool = False    # a <tool_call> block must be valid JSON as generated (no repair)
@@ -118,6 +120,13 @@ class GRPOOptions:
             raise UsageError("vllm_mode must be server or colocate")
         if o.turn_ratio not in ("token", "turn"):
             raise UsageError("turn_ratio must be token or turn")
+        if o.max_staleness < 0:
+            raise UsageError("max_staleness must be >= 0 (0 = synchronous rollouts)")
+        if o.max_staleness and o.generation == "vllm" and o.vllm_mode == "colocate" and not cfg.get("max_staleness"):
+            o.max_staleness = 0  # the default (1) does not apply: colocated vLLM shares the training devices
+        if o.max_staleness and o.generation == "vllm" and o.vllm_mode == "colocate":
+            raise UsageError("max_staleness > 0 needs generation on other devices than training: use vllm_mode "
+                             "server, or max_staleness 0 with colocate")
         if o.max_fill_rounds < 1 or o.gradient_accumulation_steps < 1:
             raise UsageError("max_fill_rounds and gradient_accumulation_steps must be >= 1")
         if o.num_generations < 2:
