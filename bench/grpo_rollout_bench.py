@@ -13,6 +13,12 @@ X": one sqlite tool, G episodes per task), at the same temperature and per-turn 
 Figures: episodes/s, generated tokens/s, tool calls, mean reward where known. Usage:
     OMP_NUM_THREADS=1 python bench/grpo_rollout_bench.py [--tasks 8 --group 8 --rounds 2]
     python bench/grpo_rollout_bench.py --demo      # sft then grpo on the tiny model: reward per step
+    python bench/grpo_rollout_bench.py --async-only --repeats 3   # async vs sync GRPO steps/s only
+
+Async vs sync: the same GRPO run (real generation, env, verify, TRL trainer) for `--async-steps`
+steps with max_staleness 0 (rollout and training alternate) and 1 (the next step's first rollout
+round runs in a background thread on a behaviour copy of the weights while TRL trains), median of
+`--repeats` interleaved runs, printed as ratio_steps_per_s_async_vs_sync.
 """
 
 from __future__ import annotations
@@ -126,7 +132,7 @@ def trl_loop(model_path: str, recs, tmp: Path, group: int, max_new: int, rounds:
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
-    from trl.chat_template_utils import qwen3_template, qwen3_schema
+    from trl.chat_template_utils import qwen3_schema, qwen3_template
 
     from toolkit.envs import load_env
 
@@ -195,6 +201,39 @@ def trl_loop(model_path: str, recs, tmp: Path, group: int, max_new: int, rounds:
             "generate_seconds": round(gen_s[0], 3)}
 
 
+def train_steps(model: str, recs, tmp: Path, steps: int, staleness: int, group: int, max_new: int, tag: str) -> dict:
+    """`steps` GRPO steps (real HF generation, sqlite env, state_diff reward) with max_staleness
+    `staleness` (0 = rollout and training alternate; 1 = the next step's rollouts overlap training)."""
+    from toolkit.train import grpo as G
+
+    cfg = {"use_cpu": True, "learning_rate": 1e-3, "max_new_tokens": max_new, "max_turns": 2, "tool_schema": "compact",
+           "system_prompt": "drop", "num_generations": group, "tasks_per_step": len(recs), "max_steps": steps,
+           "variant": "grpo", "temperature": 1.0, "max_staleness": staleness, "strict_tool_calls": True}
+    run = G.GRPORun(cfg, recs, model, str(tmp / f"async-{tag}"))
+    t0 = time.perf_counter()
+    run.train()
+    dt = time.perf_counter() - t0
+    h = run.history
+    isr = [m["importance_sampling_ratio_mean"] for m in h if "importance_sampling_ratio_mean" in m]
+    return {"steps": len(h), "seconds": round(dt, 3), "steps_per_s": round(len(h) / dt, 3),
+            "staleness": [m.get("staleness") for m in h], "rollout_wait_s": [m.get("rollout_wait_s") for m in h],
+            "reward_mean": round(sum(m["reward_mean"] for m in h) / len(h), 3),
+            "importance_sampling_ratio_mean": round(sum(isr) / len(isr), 4) if isr else None}
+
+
+def async_vs_sync(model: str, recs, tmp: Path, a) -> dict:
+    runs: dict[str, list] = {"sync": [], "async": []}
+    for i in range(a.repeats):  # interleaved, median
+        runs["sync"].append(train_steps(model, recs, tmp, a.async_steps, 0, a.group, a.max_new_tokens, f"s{i}"))
+        runs["async"].append(train_steps(model, recs, tmp, a.async_steps, 1, a.group, a.max_new_tokens, f"a{i}"))
+    out = {}
+    for k, v in runs.items():
+        v.sort(key=lambda r: r["steps_per_s"])
+        out[k] = {**v[len(v) // 2], "steps_per_s_all": [r["steps_per_s"] for r in v]}
+    out["ratio_steps_per_s_async_vs_sync"] = round(out["async"]["steps_per_s"] / out["sync"]["steps_per_s"], 2)
+    return out
+
+
 def demo(tmp: Path, n_tasks: int, sft_steps: int, grpo_steps: int) -> None:
     from toolkit.train import grpo as G
 
@@ -222,6 +261,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="interleaved repeats; the median is reported")
     ap.add_argument("--demo", action="store_true", help="sft then grpo on the tiny model; print reward per step")
     ap.add_argument("--grpo-steps", type=int, default=30)
+    ap.add_argument("--async-steps", type=int, default=6, help="GRPO steps per async-vs-sync measurement (0 = skip)")
+    ap.add_argument("--async-only", action="store_true", help="only the async vs sync comparison")
     a = ap.parse_args()
     import torch
 
@@ -237,7 +278,13 @@ def main() -> None:
         with contextlib.redirect_stdout(sys.stderr):  # the trainer prints its logs on stdout
             model = warm_model(tmp, recs, a.sft_steps)
         res = {"config": {"tasks": a.tasks, "group": a.group, "max_new_tokens_per_turn": a.max_new_tokens,
-                          "rounds": a.rounds, "threads": torch.get_num_threads()}}
+                          "rounds": a.rounds, "threads": torch.get_num_threads(), "repeats": a.repeats}}
+        if a.async_steps:
+            with contextlib.redirect_stdout(sys.stderr):
+                res["async_vs_sync"] = async_vs_sync(model, recs[: max(2, a.tasks // 2)], tmp, a)
+        if a.async_only:
+            print(json.dumps(res, indent=2))
+            return
         runs: dict[str, list] = {"toolkit_batched": [], "trl_tool_loop": []}
         for _ in range(a.repeats):  # interleaved, median: the machine may be shared
             runs["toolkit_batched"].append(ours(model, recs, tmp, a.group, a.max_new_tokens, a.rounds, batched=True))

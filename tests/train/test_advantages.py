@@ -55,8 +55,8 @@ def test_dynamic_filter_drops_all_equal_groups():
 
 def test_adaptive_batching_keeps_batch_full_from_buffer():
     b = A.AdaptiveBatcher(n=2, delta=0.0)
-    v = lambda k: A.Group(k, [1, 0])  # noqa: E731  valid
-    z = lambda k: A.Group(k, [1, 1])  # noqa: E731  zero variance
+    v = lambda k: A.Group(k, [1, 0])
+    z = lambda k: A.Group(k, [1, 1])
     batch, st = b.offer([v("a"), z("b")])
     assert batch is None and [g.key for g in b.buffer] == ["a"] and st["invalid"] == 1
     batch, st = b.offer([v("c"), v("d"), v("e")])

@@ -97,8 +97,8 @@ def test_episode_calls_env_verify_rewards_and_masks(tiny_model, tmp_path):
     assert good.traj.messages[3].content in context and "that is all. ###STOP###" not in policy
     assert rec.task.instruction in context and rec.task.instruction not in policy
     # the token stream is the conversation: decoding it gives the chat template's rendering
-    from toolkit.train import grpo as G
     from toolkit.formats.tools import prepare_tools
+    from toolkit.train import grpo as G
     from toolkit.train.export import prepare_system
 
     msgs = prepare_system([m.model_dump(exclude_none=True) for m in good.traj.messages[:-1]], "drop")
@@ -125,7 +125,7 @@ def test_ta_grpo_turn_penalty_token_by_token(tiny_model, tmp_path):
                f"{rec.id}-s0-g1": [call_text("query_reservation", {"reservation_id": 1002}),
                                    "It is basic economy: no cancellation.<|im_end|>"]}
     run = make_run(tiny_model, tmp_path, [rec], scripts, num_generations=2, variant="ta-grpo")
-    group, scored = asyncio.run(run.rollouts.group(rec, 0))
+    group, _ = asyncio.run(run.rollouts.group(rec, 0))
     viol, ok = group.items
     assert viol.traj.steps[0].error_code == "POLICY_VIOLATION"
     assert group.rewards == [1.0, 1.0]  # the violated write was rolled back: both end in the target state
@@ -156,10 +156,9 @@ def _order(records, seed=0):
 
 
 def test_dynamic_filtering_drops_the_all_equal_group(tiny_model, tmp_path):
-    import asyncio
 
     recs = ticket_tasks(tmp_path, ["red", "blue"])
-    right = lambda c: [call_text("insert_ticket", {"code": c}), DONE]  # noqa: E731
+    right = lambda c: [call_text("insert_ticket", {"code": c}), DONE]
     wrong = [call_text("insert_ticket", {"code": "nope"}), DONE]
     scripts = {"tk-red-s0-g0": right("red"), "tk-red-s0-g1": right("red"),      # all pass -> dropped
                "tk-blue-s0-g0": right("blue"), "tk-blue-s0-g1": wrong}          # mixed -> kept
@@ -182,12 +181,11 @@ def test_dynamic_filtering_drops_the_all_equal_group(tiny_model, tmp_path):
 
 
 def test_adaptive_batch_filling_keeps_the_batch_full_from_the_buffer(tiny_model, tmp_path):
-    import asyncio
 
     recs = ticket_tasks(tmp_path)
     order = _order(recs)  # the task order GRPORun draws (seeded)
-    valid = lambda r: [call_text("insert_ticket", {"code": r.id[3:]}), call_text("insert_ticket", {"code": "x"})]  # noqa
-    same = lambda r: [call_text("insert_ticket", {"code": r.id[3:]})] * 2  # noqa: E731
+    valid = lambda r: [call_text("insert_ticket", {"code": r.id[3:]}), call_text("insert_ticket", {"code": "x"})]
+    same = lambda r: [call_text("insert_ticket", {"code": r.id[3:]})] * 2
     kinds = [valid, same, valid, valid]  # round 1: 1 valid (buffered); round 2: 2 valid -> batch of n=2
     scripts = {}
     for r, kind in zip(order, kinds):
@@ -275,7 +273,6 @@ def test_vllm_usage_errors_before_any_model_loads(tmp_path):
 def test_simia_rl_simulated_env_and_llm_reward(tiny_model, tmp_path):
     """Simia-RL: the environment is an LLM (simulate-env's role) and the reward an LLM judge (Simia
     rubric), both over loopback HTTP; KL to the reference model (beta 0.001) and clip-high 0.28."""
-    import asyncio
 
     rec = Record.model_validate({
         "id": "sim-1", "env": {"backend": "simulated", "config": {

@@ -21,8 +21,9 @@ module uses so there is one definition); a group with σ = 0 has advantage 0 for
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from toolkit.scoring.rewards import grpo_advantages
 

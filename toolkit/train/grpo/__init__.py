@@ -38,13 +38,30 @@ from toolkit.io import IOOptions, RecordStream, StageError, UsageError, log
 from toolkit.schema import Record
 from toolkit.train.grpo.agent import PolicyAgent
 from toolkit.train.grpo.episodes import Episode, Rollouts
-from toolkit.train.grpo.generators import HFGenerator, ScriptedGenerator, TRLVLLMGenerator
+from toolkit.train.grpo.generators import (
+    HFGenerator,
+    ScriptedGenerator,
+    TRLVLLMGenerator,
+)
 from toolkit.train.grpo.loop import GRPORun
 from toolkit.train.grpo.loss import sequence_advantages
 from toolkit.train.grpo.options import GRPOOptions, variant_preset
 
-__all__ = ["variant_preset", "Episode", "GRPOOptions", "GRPORun", "HFGenerator", "PolicyAgent", "Rollouts",
-           "ScriptedGenerator", "TRLVLLMGenerator", "check_generation", "main", "read_tasks", "sequence_advantages"]
+__all__ = [
+    "Episode",
+    "GRPOOptions",
+    "GRPORun",
+    "HFGenerator",
+    "PolicyAgent",
+    "Rollouts",
+    "ScriptedGenerator",
+    "TRLVLLMGenerator",
+    "check_generation",
+    "main",
+    "read_tasks",
+    "sequence_advantages",
+    "variant_preset",
+]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -61,7 +78,6 @@ def read_tasks(cfg: dict) -> tuple[list[Record], RecordStream]:
         if not (record.task and (record.task.instruction or record.task.user_scenario)):
             raise StageError("grpo needs task.instruction or task.user_scenario to open the episode", field="task")
         recs.append(record)
-        return None
 
     stream = RecordStream(opts, "grpo")
     stream.run(fn)

@@ -49,7 +49,7 @@ def _strictly_valid(text: str) -> bool:
 
     global _TOOL_BLOCK
     if _TOOL_BLOCK is None:
-        _TOOL_BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>", re.S)
+        _TOOL_BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
     blocks = _TOOL_BLOCK.findall(text)
     if not blocks:
         return False
@@ -129,8 +129,7 @@ class PolicyAgent:
         usage.completion_tokens += len(comp)
         usage.requests += 1
         text = self.tok.decode(comp, skip_special_tokens=False)
-        if text.endswith(self.eos_text):
-            text = text[: -len(self.eos_text)]
+        text = text.removesuffix(self.eos_text)
         for sp in (self.tok.pad_token,):
             if sp:
                 text = text.replace(sp, "")

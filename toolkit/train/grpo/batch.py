@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from toolkit.train import advantages as ADV
 from toolkit.train.grpo.loss import sequence_advantages

@@ -53,15 +53,20 @@ class Rollouts:
 
     def user_client(self):
         if self._user_client is None:
-            from toolkit.llm import llm_config
-            from toolkit.llm import get_client
+            from toolkit.llm import get_client, llm_config
 
             self._user_client = get_client(llm_config(self.side_cfg, role="user"), self.meter)
         return self._user_client
 
     async def episode(self, record: Record, k: int, step: int) -> Episode:
         from toolkit.envs import load_env
-        from toolkit.stages.rollout import EpisodeLimits, LLMUser, distractor_tools, run_episode, scenario_text
+        from toolkit.stages.rollout import (
+            EpisodeLimits,
+            LLMUser,
+            distractor_tools,
+            run_episode,
+            scenario_text,
+        )
 
         key = f"{record.id}-s{step}-g{k}"
         agent = PolicyAgent(self.tok, self.generator, self.opts, key=key)
@@ -69,8 +74,7 @@ class Rollouts:
         try:
             env.reset(record.env.state if record.env and record.env.state else None)
             if hasattr(env, "bind_llm"):
-                from toolkit.llm import llm_config
-                from toolkit.llm import get_client
+                from toolkit.llm import get_client, llm_config
 
                 env.bind_llm(get_client(llm_config(self.side_cfg, role="env"), self.meter))
             user = None

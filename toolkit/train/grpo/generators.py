@@ -57,7 +57,7 @@ class HFGenerator:
             batch, self.pending = self.pending, []
             try:
                 outs = self._run([b[0] for b in batch], max(b[1] for b in batch))
-            except Exception as e:  # pragma: no cover - surfaced to every waiting episode
+            except Exception as e:  # noqa: BLE001  # pragma: no cover - surfaced to every waiting episode
                 for *_, f in batch:
                     f.set_exception(e)
                 return

@@ -19,7 +19,11 @@ from toolkit.schema import Record
 from toolkit.train import advantages as ADV
 from toolkit.train.grpo.batch import Selection, Selector
 from toolkit.train.grpo.episodes import Rollouts
-from toolkit.train.grpo.generators import HFGenerator, ScriptedGenerator, TRLVLLMGenerator
+from toolkit.train.grpo.generators import (
+    HFGenerator,
+    ScriptedGenerator,
+    TRLVLLMGenerator,
+)
 from toolkit.train.grpo.options import GRPOOptions
 
 # GRPOOptions fields that are ours (never forwarded to GRPOConfig under the same name)

@@ -3,12 +3,11 @@ itself is `trainer.surrogate` with the weights of `batch.global_rows`)."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from toolkit.train import advantages as ADV
 from toolkit.train.grpo.episodes import Episode
 from toolkit.train.grpo.options import GRPOOptions
-
 
 
 def sequence_advantages(groups: Sequence[ADV.Group], opts: GRPOOptions) -> list[tuple[Episode, list[float], int]]:

@@ -95,7 +95,7 @@ class GRPOOptions:
     strict_tool_calls: bool = False    # a <tool_call> block must be valid JSON as generated (no repair)
 
     @classmethod
-    def from_config(cls, cfg: dict) -> "GRPOOptions":
+    def from_config(cls, cfg: dict) -> GRPOOptions:
         variant = cfg.get("variant") or "grpo"
         vals: dict[str, Any] = {"variant": variant, **variant_preset(variant)}
         names = {f for f in cls.__dataclass_fields__}
