@@ -326,6 +326,11 @@ class GRPOCommandOptions(TrainOptions, LLMOpts):
     max_new_tokens: Optional[int] = None
     verify_strategy: Optional[list[str]] = None
     rollouts: Optional[str] = None
+    generation: Optional[Literal["transformers", "vllm", "scripted"]] = None
+    vllm_mode: Optional[Literal["server", "colocate"]] = None
+    vllm_server_host: Optional[str] = None   # also TOOLKIT_VLLM_SERVER_HOST (the sbatch files pass it)
+    vllm_server_port: Optional[int] = None   # also TOOLKIT_VLLM_SERVER_PORT
+    max_staleness: Optional[int] = None
 
     @field_validator("verify_strategy", mode="before")
     @classmethod
