@@ -110,11 +110,11 @@ PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP OverSu
         return e
 
     def _start(self, args: list[str], name: str) -> None:
-        log = open(self.root / "log" / f"{name}.stdout", "w")
-        self.procs.append(subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=self.env(),
-                                           cwd=self.root, start_new_session=True))
+        with open(self.root / "log" / f"{name}.stdout", "w") as log:
+            self.procs.append(subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=self.env(),
+                                               cwd=self.root, start_new_session=True))
 
-    def start(self, timeout: float = 60) -> "LocalSlurm":
+    def start(self, timeout: float = 60) -> LocalSlurm:
         self._write()
         r = self.root
         self._start([_which("munged"), "--foreground", "--force", f"--key-file={r}/munge/munge.key",
@@ -189,7 +189,7 @@ PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP OverSu
                 p.wait(timeout=5)
         self.procs.clear()
 
-    def __enter__(self) -> "LocalSlurm":
+    def __enter__(self) -> LocalSlurm:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -16,7 +16,7 @@ from tests.test_cluster import _env, _normalized, _run
 
 ray = pytest.importorskip("ray", reason="ray not installed: pip install -e '.[cluster]' to run the Ray tests")
 
-from toolkit.cluster import ray_shard as R  # noqa: E402
+from toolkit.cluster import ray_shard as R
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +38,8 @@ def task_lines(tmp_path_factory) -> tuple[list[bytes], str]:
 
 
 def _single(cmd: list[str], path: str) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, stdin=open(path), env=_env(), capture_output=True, text=True, timeout=300, check=False)
+    with open(path) as f:
+        return subprocess.run(cmd, stdin=f, env=_env(), capture_output=True, text=True, timeout=300, check=False)
 
 
 def test_split_is_contiguous_and_balanced():
@@ -60,7 +61,7 @@ def test_ray_sharded_pipeline_equals_one_process(ray_cluster, task_lines, tmp_pa
 
 
 def test_ray_shard_resume_and_rejects(ray_cluster, task_lines, tmp_path):
-    lines, path = task_lines
+    lines, _ = task_lines
     bad = lines[:6] + [b'{"id": "broken", "task": \n'] + lines[6:]  # input line 7 is not JSON
     env = {k: v for k, v in _env().items() if k in ("PATH", "PYTHONPATH")}
     cmd = ["rollout", "--agent", "replay"]
@@ -83,7 +84,7 @@ def test_ray_shard_failing_slice_names_it(ray_cluster, tmp_path):
 
 
 def test_ray_shard_cli_local_cluster(task_lines, tmp_path):
-    lines, path = task_lines
+    _, path = task_lines
     if ray.is_initialized():
         ray.shutdown()
     one = _single(["rollout", "--agent", "replay"], path)

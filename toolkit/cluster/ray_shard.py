@@ -32,8 +32,9 @@ import json
 import os
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from toolkit.io import UsageError, log
 
@@ -126,7 +127,10 @@ def run_sharded(command: Sequence[str], lines: Sequence[bytes], nshards: int, *,
             with open(part, "rb") as f:
                 out = f.read()
             rej_path = os.path.join(parts_dir, f"rejects-{i}.jsonl")
-            rej = open(rej_path, "rb").read() if os.path.exists(rej_path) else b""
+            rej = b""
+            if os.path.exists(rej_path):
+                with open(rej_path, "rb") as f:
+                    rej = f.read()
             parts[i], codes[i] = (out, rej), 0
             skipped.append(i)
             continue
