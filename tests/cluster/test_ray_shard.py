@@ -76,6 +76,11 @@ def test_ray_shard_resume_and_rejects(ray_cluster, task_lines, tmp_path):
     assert again.skipped == [0, 1, 3]
     assert _normalized(again.output.decode()) == _normalized(res.output.decode())
     assert len(_normalized(res.output.decode())) == 12
+    # the parts dir belongs to that run: another shard count is refused, not merged
+    from toolkit.io import UsageError
+
+    with pytest.raises(UsageError, match="nshards differ"):
+        R.run_sharded(cmd, bad, 3, parts_dir=str(parts), env=env)
 
 
 def test_ray_shard_failing_slice_names_it(ray_cluster, tmp_path):

@@ -155,15 +155,21 @@ Example:
 def ray_shard_cmd(nshards: int, input_: str | None, output: str | None, rejects: str | None, parts_dir: str | None,
                   address: str | None, num_cpus: int | None, cpus_per_shard: float, command: tuple[str, ...]) -> None:
     from toolkit.cluster import ray_shard as R
+    from toolkit.io import UsageError
 
     lines = R.read_lines(input_)
-    R.init_ray(address, num_cpus)
+    try:
+        R.init_ray(address, num_cpus)
+    except UsageError as e:
+        raise click.UsageError(str(e)) from None
     try:
         res = R.run_sharded(list(command), lines, nshards, parts_dir=parts_dir, rejects=bool(rejects),
                             cpus_per_shard=cpus_per_shard)
     except R.ShardError as e:
         log(f"ray-shard: {e}")
         sys.exit(1)
+    except UsageError as e:
+        raise click.UsageError(str(e)) from None
     if output in (None, "", "-"):
         sys.stdout.buffer.write(res.output)
         sys.stdout.flush()

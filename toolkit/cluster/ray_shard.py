@@ -102,6 +102,28 @@ def _write_part(path: str, data: bytes) -> None:
     os.replace(path + ".tmp", path)
 
 
+def _check_manifest(parts_dir: str, command: Sequence[str], lines: Sequence[bytes], nshards: int) -> None:
+    """parts_dir belongs to one run (command, input, shard count): a rerun of the same run resumes;
+    anything else is a usage error instead of silently merging another run's parts."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for ln in lines:
+        h.update(ln)
+    want = {"command": list(command), "nshards": nshards, "lines": len(lines), "input_sha256": h.hexdigest()}
+    os.makedirs(parts_dir, exist_ok=True)
+    path = os.path.join(parts_dir, "manifest.json")
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            have = json.load(f)
+        if have != want:
+            diff = sorted(k for k in want if have.get(k) != want[k])
+            raise UsageError(f"--parts-dir {parts_dir} holds parts of another run ({', '.join(diff)} differ): "
+                             "use a new directory or remove it")
+        return
+    _write_part(path, json.dumps(want).encode())
+
+
 def run_sharded(command: Sequence[str], lines: Sequence[bytes], nshards: int, *, parts_dir: str | None = None,
                 rejects: bool = False, env: dict[str, str] | None = None, cpus_per_shard: float = 1.0) -> ShardResult:
     """Run `command` on `nshards` slices of `lines` as Ray tasks (ray.init must have been called,
@@ -119,7 +141,7 @@ def run_sharded(command: Sequence[str], lines: Sequence[bytes], nshards: int, *,
     codes: dict[int, int] = {}
     skipped = []
     if parts_dir:
-        os.makedirs(parts_dir, exist_ok=True)
+        _check_manifest(parts_dir, command, lines, nshards)
     pending: dict[Any, int] = {}
     for i, (a, b) in enumerate(bounds):
         part = os.path.join(parts_dir, f"part-{i}.jsonl") if parts_dir else None
