@@ -313,6 +313,7 @@ class SFTOptions(TrainOptions):
     min_reward: Optional[float] = None
     export: Optional[str] = None  # a registered export format (kind "exporters")
     num_train_epochs: Optional[float] = None
+    merge_lora: Optional[bool] = None
 
 
 class GRPOCommandOptions(TrainOptions, LLMOpts):

@@ -271,7 +271,8 @@ Example: verify --filter passed < r.jsonl | make-verifier | verify --strategy co
 
 \b
 Reads : records with trajectories (verify them first: --filter uses their verdicts)
-Writes: --output-dir (checkpoints, final model, metrics.jsonl, run.json); with --export FORMAT
+Writes: --output-dir (checkpoints, final model, metrics.jsonl, run.json; the final model is one full
+        checkpoint under FSDP / ZeRO-3 too); with --export FORMAT
         the training rows as JSONL on stdout/--output instead (no training)
 Loss  : assistant turns only (the chat template's {% generation %} markers); --role user trains
         a user-simulator model on the user turns (EigenData user-model SFT)
@@ -294,6 +295,8 @@ Example:
 @click.option("--export", "export", type=RegistryChoice("exporters"), default=None,
               help="Write training rows in this format instead of training.")
 @click.option("--lora/--no-lora", "lora", default=None, help="Train LoRA adapters (peft; recipe `lora:` sets r, alpha ...).")
+@click.option("--merge-lora", "merge_lora", is_flag=True, default=None,
+              help="With --lora: also write base + adapter merged into OUTPUT_DIR/merged (a plain checkpoint for serving).")
 @click.option("--epochs", "num_train_epochs", type=float, default=None, help="Epochs (TRL num_train_epochs).")
 @stage_command
 def sft(opts: Any) -> int:

@@ -1,5 +1,5 @@
 """The `toolkit` group: the 12 commands as subcommands, and the utilities (stats, schema, doctor,
-serve, tasks, plugins, domain check, tools import)."""
+serve, tasks, plugins, domain check, tools import, ray-shard)."""
 
 from __future__ import annotations
 
@@ -130,6 +130,58 @@ def serve(stop: bool, status_: bool) -> None:
         click.echo(json.dumps(embedded.embedded_status(), default=str))
         return
     click.echo(embedded.ensure_embedded_server())
+
+
+@toolkit_group.command("ray-shard", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+                       help="""Run any JSONL command sharded over a Ray cluster; merged output in input order.
+
+\b
+The input's lines are cut into N contiguous slices, one Ray task each: the command runs as a
+subprocess with its slice on stdin; outputs are concatenated in slice order (record for record
+what one process writes). Needs the `cluster` extra (ray).
+\b
+Example:
+  toolkit ray-shard -n 8 -i tasks.jsonl -o out.jsonl --parts-dir out/parts -- rollout --agent replay
+  RAY_ADDRESS=head:6379 toolkit ray-shard -n 64 -i tasks.jsonl -- bash -c 'rollout -n 4 | verify'""")
+@click.option("-n", "--shards", "nshards", type=click.IntRange(min=1), required=True, help="Number of slices (Ray tasks).")
+@click.option("-i", "--input", "input_", metavar="FILE", help="Input JSONL (.gz ok). Default: stdin.")
+@click.option("-o", "--output", metavar="FILE", help="Merged output. Default: stdout.")
+@click.option("--rejects", metavar="FILE", help="Pass --rejects to each slice's command; merged here (input line numbers).")
+@click.option("--parts-dir", metavar="DIR", help="Keep each slice's output as part-<i>.jsonl; a rerun skips finished slices.")
+@click.option("--address", help="Ray cluster address (default: RAY_ADDRESS; else a local cluster on 127.0.0.1).")
+@click.option("--num-cpus", type=int, help="Local cluster only: CPUs (parallel slices).")
+@click.option("--cpus-per-shard", type=float, default=1.0, show_default=True, help="Ray num_cpus of each task.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
+def ray_shard_cmd(nshards: int, input_: str | None, output: str | None, rejects: str | None, parts_dir: str | None,
+                  address: str | None, num_cpus: int | None, cpus_per_shard: float, command: tuple[str, ...]) -> None:
+    from toolkit.cluster import ray_shard as R
+    from toolkit.io import UsageError
+
+    lines = R.read_lines(input_)
+    try:
+        R.init_ray(address, num_cpus)
+    except UsageError as e:
+        raise click.UsageError(str(e)) from None
+    try:
+        res = R.run_sharded(list(command), lines, nshards, parts_dir=parts_dir, rejects=bool(rejects),
+                            cpus_per_shard=cpus_per_shard)
+    except R.ShardError as e:
+        log(f"ray-shard: {e}")
+        sys.exit(1)
+    except UsageError as e:
+        raise click.UsageError(str(e)) from None
+    if output in (None, "", "-"):
+        sys.stdout.buffer.write(res.output)
+        sys.stdout.flush()
+    else:
+        with open(output, "wb") as f:
+            f.write(res.output)
+    if rejects:
+        with open(rejects, "ab") as f:
+            f.write(res.rejects)
+    log(f"ray-shard: {len(lines)} input lines, {nshards} shards (exit codes {res.shard_codes}), "
+        f"{res.output.count(bytes([10]))} output lines")
+    sys.exit(res.exit_code)
 
 
 @toolkit_group.command("tasks", help="Print a bundled domain's hand-checked task records (JSONL).")

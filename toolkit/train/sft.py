@@ -40,7 +40,7 @@ from toolkit.train import export as X
 # our CLI / stream keys that are never trainer settings
 _OURS = {"input", "output", "rejects", "resume", "shard", "limit", "unordered", "progress", "concurrency",
          "recipe", "print_config", "recipe_hash", "model", "role", "filter", "min_reward", "export", "lora",
-         "chat_template", "resume_from_checkpoint", "max_rows", "tool_schema", "system_prompt"}
+         "chat_template", "resume_from_checkpoint", "max_rows", "tool_schema", "system_prompt", "merge_lora"}
 
 
 def collect_rows(cfg: dict, role: str) -> tuple[list[dict], Any]:
@@ -165,6 +165,77 @@ def cpu_defaults() -> dict:
     return {"use_cpu": True, "bf16": False, "gradient_checkpointing": False, "dataloader_pin_memory": False}
 
 
+def launched_with(kind: str) -> bool:
+    """True when `accelerate launch` set up this process for FSDP / DeepSpeed (its env variables)."""
+    var = {"fsdp": "ACCELERATE_USE_FSDP", "deepspeed": "ACCELERATE_USE_DEEPSPEED"}[kind]
+    return os.environ.get(var, "").lower() in ("1", "true", "yes")
+
+
+def cpu_fsdp_state(kw: dict) -> bool:
+    """FSDP on CPU processes (gloo): accelerate 1.15 turns `accelerate launch`'s FSDP settings into
+    an FSDP state only for accelerator devices (GPU, XPU, NPU ...); with `use_cpu` it sets up plain
+    multi-CPU data parallelism and drops the plugin. PyTorch's FSDP2 (`fully_shard`) itself runs on
+    CPU with gloo, so on a machine without a GPU, launched for FSDP, we configure the shared
+    accelerator state as FSDP ourselves (the plugin from the launcher's FSDP_* variables) and let
+    the Trainer use that state (`use_configured_state`). Returns True when it did. Nothing changes
+    on a GPU machine: there accelerate sets FSDP up itself."""
+    if not launched_with("fsdp") or not kw.get("use_cpu"):
+        return False
+    import torch.distributed as dist
+    from accelerate import Accelerator, PartialState
+    from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
+
+    state = Accelerator(cpu=True).state  # sets up the shared state (gloo process group) once
+    if state.distributed_type != DistributedType.MULTI_CPU or not dist.is_initialized():
+        return False
+    plugin = FullyShardedDataParallelPlugin()  # reads FSDP_VERSION, FSDP_STATE_DICT_TYPE ... from the env
+    # every AcceleratorState() copies PartialState's fields, so the type is set on both shared states
+    PartialState().distributed_type = DistributedType.FSDP
+    state.distributed_type = DistributedType.FSDP
+    state.fsdp_plugin = plugin
+    acc = dict(kw.get("accelerator_config") or {})
+    acc["use_configured_state"] = True
+    kw["accelerator_config"] = acc
+    return True
+
+
+def save_full_model(trainer, out_dir: str) -> None:
+    """The final model as one loadable checkpoint, whatever the sharding: FSDP (any state-dict
+    type: with SHARDED_STATE_DICT `Trainer.save_model` writes no weights) gathers the full state dict
+    (`accelerator.get_state_dict`, a collective: every rank calls it) and the main process writes
+    it with `save_pretrained`; DeepSpeed ZeRO-3 goes through `Trainer.save_model`, which gathers
+    the 16-bit weights (`zero3_save_16bit_model: true` / `stage3_gather_16bit_weights_on_model_save`);
+    one process or DDP: `save_model` as is. LoRA runs save the adapter (see merge_lora)."""
+    if not getattr(trainer, "is_fsdp_enabled", False):
+        trainer.save_model(out_dir)
+        return
+    acc = trainer.accelerator
+    state_dict = acc.get_state_dict(trainer.model)
+    if acc.is_main_process:
+        model = acc.unwrap_model(trainer.model)
+        model.save_pretrained(out_dir, state_dict=state_dict, safe_serialization=True)
+        torch_save_args(trainer, out_dir)
+    acc.wait_for_everyone()
+
+
+def torch_save_args(trainer, out_dir: str) -> None:
+    import torch
+
+    torch.save(trainer.args, os.path.join(out_dir, "training_args.bin"))
+
+
+def merge_lora(out_dir: str, merged_dir: str, tok) -> str:
+    """Base model + the LoRA adapter saved in out_dir, merged (`merge_and_unload`) into a plain
+    checkpoint in merged_dir that `from_pretrained`, vLLM or llama.cpp's converter load without peft."""
+    from peft import AutoPeftModelForCausalLM
+
+    model = AutoPeftModelForCausalLM.from_pretrained(out_dir)
+    merged = model.merge_and_unload()
+    merged.save_pretrained(merged_dir, safe_serialization=True)
+    tok.save_pretrained(merged_dir)
+    return merged_dir
+
+
 def lora_config(cfg: dict):
     spec = cfg.get("lora")
     if not spec:
@@ -245,6 +316,8 @@ def main(cfg: dict) -> int:
         raise UsageError("sft needs --model PATH (a local HF checkpoint directory) unless --export is given")
     if not out_dir:
         raise UsageError("sft needs --output-dir DIR")
+    if cfg.get("merge_lora") and not cfg.get("lora"):
+        raise UsageError("--merge-lora needs LoRA training (--lora or a recipe `lora:` section)")
     result = train(rows, cfg, model_path, out_dir)
     log(f"sft: {json.dumps(result)}")
     return stream.exit_code()
@@ -283,20 +356,35 @@ def train(rows: list[dict], cfg: dict, model_path: str, out_dir: str) -> dict:
     kw["assistant_only_loss"] = False  # the mask is already in the dataset (assistant_masks → labels)
     kw["completion_only_loss"] = False
     kw.setdefault("dataset_num_proc", None)
+    fsdp_on_cpu = cpu_fsdp_state(kw)
+    lora = lora_config(cfg)
     args = SFTConfig(**kw)
     dtype = torch.bfloat16 if args.bf16 else (torch.float16 if args.fp16 else torch.float32)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
     os.makedirs(out_dir, exist_ok=True)
     metrics = MetricsJSONL(os.path.join(out_dir, "metrics.jsonl"), {"role": cfg.get("role") or "assistant"})
     trainer = SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tok,
-                         peft_config=lora_config(cfg), callbacks=[metrics.make()])
+                         peft_config=lora, callbacks=[metrics.make()])
     resume = resolve_resume(cfg.get("resume_from_checkpoint"), out_dir)
     out = trainer.train(resume_from_checkpoint=resume)
-    trainer.save_model(out_dir)
-    tok.save_pretrained(out_dir)
+    save_full_model(trainer, out_dir)
+    main_process = trainer.accelerator.is_main_process
+    if main_process:
+        tok.save_pretrained(out_dir)
+    merged = None
+    if cfg.get("merge_lora"):
+        merged = os.path.join(out_dir, "merged")
+        if main_process:
+            merge_lora(out_dir, merged, tok)
+        trainer.accelerator.wait_for_everyone()
     result = {"rows": len(rows), "examples": len(ds), "steps": trainer.state.global_step,
               "train_loss": out.training_loss, "seconds": round(time.time() - t0, 2),
-              "resumed_from": resume, "output_dir": out_dir}
+              "resumed_from": resume, "output_dir": out_dir, "merged_dir": merged,
+              "sharding": ("fsdp" + ("-cpu" if fsdp_on_cpu else "")) if getattr(trainer, "is_fsdp_enabled", False)
+              else ("deepspeed" if getattr(trainer, "is_deepspeed_enabled", False) else None),
+              "processes": trainer.accelerator.num_processes}
+    if not main_process:
+        return result
     with open(os.path.join(out_dir, "run.json"), "w", encoding="utf-8") as f:
         json.dump({"result": result, "config": {k: v for k, v in kw.items() if _jsonable(v)}}, f, indent=2, default=str)
     return result
