@@ -344,6 +344,9 @@ class Draft:
     before_goal: dict | None = None  # the state each goal description is read against
     usage: dict = field(default_factory=dict)  # LLM usage of an llm exploration
     exploration: dict = field(default_factory=dict)  # llm explorer: turns, termination, calls
+    requests: list[dict] = field(default_factory=list)  # goal explorer: what the user asks, step by step
+    patterns: list[str] = field(default_factory=list)  # goal explorer: option-menu, mind-change, ...
+    seeded: dict = field(default_factory=dict)  # how s_origin was set up for a violation-first task
 
 
 def execute(env_base: Any, origin: dict, actions: list[dict]) -> tuple[dict, list[dict]]:
@@ -764,3 +767,16 @@ def canonical_state(env_base: Any, state: dict) -> dict:
         return env.snapshot()
     finally:
         env.close()
+
+
+def probe_goals(view: DomainView, actions: list[dict]) -> list[Probe]:
+    """The successful writes of a reference path as probes (in order)."""
+    out = []
+    for a in actions:
+        td = view.tools.get(a["name"])
+        if td is None or td.kind not in WRITE_KINDS or a.get("expect_error"):
+            continue
+        t = view.tables[td.table]
+        col = next((k for k in a["arguments"] if k not in t.pk), None) if td.kind == "update" else None
+        out.append(Probe(a["name"], copy.deepcopy(a["arguments"]), td.kind, td.table, column=col, ok=True))
+    return out

@@ -79,7 +79,58 @@ def describe(view: DomainView, state: dict, p: Probe, rookie: bool = False) -> t
     return f"create a new {words(p.table)} with " + ", ".join(attrs), [", ".join(attrs)]
 
 
+def goal_facts(draft: Draft) -> dict:
+    """User-visible facts of a goal-explorer draft: the goals in order (what, not how), the
+    fallbacks, what the user knows (their identities), and behaviour cues (menu, mind change)."""
+    goals: list[dict] = []
+    known: list[str] = []
+    for r in draft.requests:
+        known += r.get("known") or []
+        if r.get("identity"):
+            continue
+        if r.get("fallback_for") is not None and goals:
+            goals[-1]["fallback"] = r["text"]
+            continue
+        g = {"want": r["text"]}
+        for k in ("fallback", "mind_change", "violates"):
+            if r.get(k):
+                g[k] = r[k]
+        goals.append(g)
+    return {"archetype": draft.archetype, "goals": goals, "known": list(dict.fromkeys(known)),
+            "patterns": list(draft.patterns), "insist": "insist" in draft.patterns}
+
+
+def goal_view(f: dict) -> dict:
+    goals = f["goals"]
+    steps = []
+    for i, g in enumerate(goals, 1):
+        s = f"({i}) you want {g['want']}."
+        if g.get("mind_change"):
+            s += f" When the agent offers the options, {g['mind_change']}."
+        if g.get("violates"):
+            if f.get("insist"):
+                s += " If the agent says it is not allowed, insist once that you really need it;"
+            else:
+                s += " If the agent says it is not allowed,"
+            s += f" then accept {g['fallback']}." if g.get("fallback") and not g["fallback"].startswith("drop") \
+                else " then drop it and go on."
+        steps.append(s)
+    first = goals[0]["want"] if goals else "some help"
+    wants = "; ".join(g["want"] for g in goals)
+    return {"instruction": f"Hi, I'd like some help: {first}.",
+            "persona": "A customer with a goal in mind who knows their own details but not the internal "
+                       "reference numbers or the rules.",
+            "reason_for_call": f"wants {wants}",
+            "known_info": "; ".join(f["known"]) or "only what is said in the request",
+            "unknown_info": "internal reference numbers they were never given, the rules, what the options are",
+            "instructions": "Tell the agent what you want, one goal at a time, in this order: " + " ".join(steps)
+                            + " Let the agent look up anything you do not know. Confirm when the agent asks for "
+                              "confirmation. Once everything is done, end the conversation."}
+
+
 def facts(view: DomainView, draft: Draft) -> dict:
+    if draft.requests:
+        return goal_facts(draft)
     rookie = draft.archetype == "Rookie"
     out: dict = {"archetype": draft.archetype, "requests": [], "known": [], "fallback": None}
     state = draft.origin
@@ -102,6 +153,8 @@ def facts(view: DomainView, draft: Draft) -> dict:
 
 
 def template_view(f: dict) -> dict:
+    if "goals" in f:
+        return goal_view(f)
     reqs = f["requests"]
     first = f"Hi, I'd like to {reqs[0]}."
     if f.get("fallback"):
