@@ -1,8 +1,10 @@
 """LOGIGEN user-view projection (§3.5.3): one-sided, goal-first, procedure-hidden.
 
 The user scenario keeps the what and the why and removes the how: no tool names, no schema
-identifiers (snake_case table or column names), no internal ids the user could not know
-(technical keys, keys of rows the task itself creates). `facts()` turns a draft into
+identifiers (snake_case table or column names), no column followed by one of its enum values
+("status cancelled"), no internal ids the user could not know (technical keys, keys of rows the
+task itself creates), no literal target values nobody states (values the triggers compute), no
+procedure (tool-call order, "call the ... tool", "update the row"). `facts()` turns a draft into
 user-visible facts; `template_view()` writes the scenario deterministically; `llm_view()` asks the
 LLM (toolkit/prompts/logigen/user_view) to phrase it, with the same leak check as a hard parse
 rule. `leaks()` is the rule check validate-task runs.
@@ -201,7 +203,50 @@ def forbidden_terms(view: DomainView, origin: dict | None, target: dict | None,
                 if k in r and r[k] is not None:
                     hidden.add(str(r[k]))
     hidden = {h for h in hidden if len(h) >= 3} - set(allowed or ())
-    return {"tool": tools, "identifier": idents, "hidden id": sorted(hidden)}
+    # literal target values the user could not know: values the task's writes produce without
+    # anyone stating them (computed by triggers: a price, a copay, a generated reference)
+    said = {str(v) for v in (allowed or ())}
+    produced: set[str] = set()
+    for tname, t in view.tables.items():
+        o_rows = {json.dumps(r, sort_keys=True, default=str) for r in (origin or {}).get(tname, []) or []}
+        o_vals = {str(v) for r in (origin or {}).get(tname, []) or [] for v in r.values() if v is not None}
+        for r in (target or {}).get(tname, []) or []:
+            if json.dumps(r, sort_keys=True, default=str) in o_rows:
+                continue
+            for c in t.columns:
+                v = r.get(c.name)
+                if v is None or isinstance(v, bool) or str(v) in said or str(v) in o_vals:
+                    continue
+                sv = str(v)
+                if isinstance(v, (int, float)) and len(sv.replace(".", "").replace("-", "").lstrip("0")) < 3:
+                    continue  # small numbers occur in any text
+                if isinstance(v, str) and (len(sv) < 4 or not any(ch.isdigit() for ch in sv)):
+                    continue  # words ("appointment") occur in any text; codes and amounts do not
+                produced.add(sv)
+    # a column followed by one of its enum values ("status cancelled", "tier: gold")
+    enum_phrases = []
+    for t in view.tables.values():
+        for c in t.columns:
+            if not c.enum:
+                continue
+            names = {c.name, words(c.name)}
+            vals = {str(v) for v in c.enum} | {words(v) for v in c.enum}
+            enum_phrases.append(r"(?i)\b(?:" + "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
+                                + r")\b\W{0,3}(?:(?:is|to|of|=|as|set to)\W{1,3})?(?:"
+                                + "|".join(re.escape(v) for v in sorted(vals, key=len, reverse=True)) + r")\b")
+    return {"tool": tools, "identifier": idents, "hidden id": sorted(hidden), "target value": sorted(produced),
+            "column=value": enum_phrases, "procedure": list(PROCEDURE)}
+
+
+# tool-call order / procedure: the user view says what the user wants, never how it is done
+PROCEDURE = (
+    r"(?i)\b(?:call|use|run|invoke)\s+(?:the\s+)?\w*\s*(?:tool|function|api|endpoint)s?\b",
+    r"(?i)\b(?:query|insert|update)\s+(?:the\s+|a\s+)?(?:table|row|record|database|column)s?\b",
+    r"(?i)\b(?:first|then|next|after that)\b[^.;]{0,40}\b(?:query|look\s*up|search)\b[^.;]{0,60}\b(?:then|and then)\b"
+    r"[^.;]{0,40}\b(?:update|insert|call)\b",
+    r"(?i)\bset\s+(?:the\s+)?[a-z]+(?:_[a-z]+)+\b",
+)
+PATTERN_KINDS = ("column=value", "procedure")
 
 
 def leaks(texts: list[str], terms: dict[str, list[str]]) -> list[str]:
@@ -209,7 +254,11 @@ def leaks(texts: list[str], terms: dict[str, list[str]]) -> list[str]:
     blob = "\n".join(t for t in texts if t)
     for kind, items in terms.items():
         for term in items:
-            if re.search(r"(?<![\w-])" + re.escape(term) + r"(?![\w-])", blob):
+            if kind in PATTERN_KINDS:
+                m = re.search(term, blob)
+                if m:
+                    found.append(f"{kind} {m.group(0)!r}")
+            elif re.search(r"(?<![\w-])" + re.escape(term) + r"(?![\w-])", blob):
                 found.append(f"{kind} {term!r}")
     return found
 

@@ -152,6 +152,12 @@ class GoalDesigner:
                 continue
             if env.diff(d.origin, d.target)["total"] == 0:
                 continue
+            from toolkit.flows.logigen.validate import target_rule_violations
+
+            broken = target_rule_violations(env, d.origin, d.target)
+            if broken:
+                failed["target breaks a rule"] = failed.get("target breaks a rule", 0) + 1
+                continue
             key = env.hash_state(d.target)
             if key in seen:
                 continue
