@@ -121,8 +121,20 @@ class Phrases:
         return f"their {words(table)} number is {v}"
 
     def row(self, table: str, filters: dict) -> str:
-        parts = [self.value(table, k, v) for k, v in filters.items()]
-        return f"the {words(table)} " + (", ".join(parts) if parts else "")
+        """"the booked rental for car SP-808 on 2025-06-04": enum values as adjectives, references
+        and dates after the noun, never a column name next to its value."""
+        view = self.view
+        t = view.tables[table]
+        adj, rest = [], []
+        for k, v in filters.items():
+            c = t.colmap.get(k)
+            if c is not None and c.enum and not view.fk(table, k):
+                adj.append(words(v))
+            elif view.fk(table, k):
+                rest.append(f"for {self.value(table, k, v)}")
+            else:
+                rest.append(self.value(table, k, v) if _is_date(v) else f"with {self.value(table, k, v)}")
+        return " ".join(["the"] + adj + [words(table)] + rest)
 
     def change(self, table: str, col: str, old: Any, new: Any) -> str:
         view = self.view
@@ -180,6 +192,7 @@ class GoalExplorer:
         except Exception:  # noqa: BLE001 - a domain without a policy text: schema only
             policy = ""
         self.principal = choose_principal(self.view, policy)
+        self._owners: dict = {}
         self.pk = None
         if self.principal and len(self.view.tables[self.principal].pk) == 1:
             self.pk = self.view.tables[self.principal].pk[0]
@@ -189,9 +202,25 @@ class GoalExplorer:
     # -- whose rows ------------------------------------------------------------------------------
 
     def owner_of(self, state: dict, table: str, row: dict, depth: int = 0) -> Any:
-        """The principal key a row belongs to (directly or through one reference), or None."""
+        """The principal key a row belongs to (directly or through one reference), or None.
+        Memoized per row content (ownership never changes within a chain: `owns`)."""
         if self.principal is None or depth > 2:
             return None
+        try:
+            key = (table, tuple(sorted(row.items())))
+            hit = self._owners.get(key, self)
+        except TypeError:
+            key, hit = None, self
+        if hit is not self:
+            return hit
+        out = self._owner_of(state, table, row, depth)
+        if key is not None:
+            if len(self._owners) > 50000:
+                self._owners.clear()
+            self._owners[key] = out
+        return out
+
+    def _owner_of(self, state: dict, table: str, row: dict, depth: int) -> Any:
         if table == self.principal:
             return row.get(self.pk)
         for fk in self.view.tables[table].fks:
@@ -248,7 +277,9 @@ class GoalExplorer:
                         used: dict, who: Any = None) -> list[Probe]:
         view = self.view
         out: list[Probe] = []
-        for td in self.writes:
+        tools = list(self.writes)
+        rng.shuffle(tools)
+        for td in tools[:max(3, len(tools) // 2)]:
             if td.kind == "update":
                 t = view.tables[td.table]
                 rows = state.get(td.table) or []
@@ -333,8 +364,9 @@ class GoalExplorer:
         for a in fks:
             fk = view.fk(p.table, a)
             rt = view.tables.get(fk.get("table"))
-            if rt is None or rt.name not in view.query_tool or len(rt.pk) != 1 or rt.name == self.principal:
-                continue
+            if rt is None or rt.name not in view.query_tool or len(rt.pk) != 1 or rt.name == self.principal \
+                    or any(f.get("table") == self.principal for f in rt.fks):
+                continue  # options come from shared resources, not from the user's own rows
             to = fk.get("to") or rt.pk[0]
             rows = state.get(rt.name, [])
             nums = [c.name for c in rt.columns if not c.pk and c.json_type in ("integer", "number")
@@ -546,7 +578,7 @@ class GoalExplorer:
             req["known"] = []
             pats.append("uses-created-row")
             return acts, req, pats, p
-        lk = self.lookup(state, p.table, key, rng) if (
+        lk = self.lookup(state, p.table, key, rng) if p.table != self.principal and (
             rng.random() < lookup_share or any(t.colmap[k].rowid_alias for k in t.pk)) else None
         if lk is not None:
             f, phrase = lk

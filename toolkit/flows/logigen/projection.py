@@ -208,10 +208,10 @@ def forbidden_terms(view: DomainView, origin: dict | None, target: dict | None,
     said = {str(v) for v in (allowed or ())}
     produced: set[str] = set()
     for tname, t in view.tables.items():
-        o_rows = {json.dumps(r, sort_keys=True, default=str) for r in (origin or {}).get(tname, []) or []}
+        o_rows = {tuple(sorted((k, str(v)) for k, v in r.items())) for r in (origin or {}).get(tname, []) or []}
         o_vals = {str(v) for r in (origin or {}).get(tname, []) or [] for v in r.values() if v is not None}
         for r in (target or {}).get(tname, []) or []:
-            if json.dumps(r, sort_keys=True, default=str) in o_rows:
+            if tuple(sorted((k, str(v)) for k, v in r.items())) in o_rows:
                 continue
             for c in t.columns:
                 v = r.get(c.name)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import random
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +34,7 @@ class Witness:
 
 
 class RuleCoverage:
-    def __init__(self, gx: Any, rng: random.Random, max_calls: int = 1500):
+    def __init__(self, gx: Any, rng: random.Random, max_calls: int = 1000):
         self.gx = gx
         self.view = gx.view
         self.rng = rng
@@ -92,18 +93,25 @@ class RuleCoverage:
                         break
                 if self.violations[rule]:
                     break
-        missing = [r for r in self.rules if not self.violations[r]]
+        # a rule whose every witness belongs to someone with no rows of their own to go on with
+        # (a banned customer with no bookings): look for one in a derived state as well
+        stuck = [r for r in self.rules if self.violations[r]
+                 and not any(self._has_rows(wit.origin, self._owner(wit.origin, wit.call)) for wit in self.violations[r])]
+        missing = [r for r in self.rules if not self.violations[r]] + stuck
         if not missing:
             return
         from toolkit.flows.logigen.provoke import ViolationSearch, find_violating_call
 
         for rule in missing:
-            try:
+            if rule in stuck:
+                hit = None
+            else:
+              try:
                 hit = find_violating_call(w.env, rule, max_calls=self.max_calls)
-            except Exception as e:  # noqa: BLE001
+              except Exception as e:  # noqa: BLE001
                 self.errors.append(f"{rule}: violation search failed: {type(e).__name__}: {e}")
                 hit = None
-            w.restore(self.gx.base_cp)
+              w.restore(self.gx.base_cp)
             if hit:
                 origin, seeded = base, {}
                 if hit.get("setup"):
@@ -113,6 +121,8 @@ class RuleCoverage:
                 if origin is not None and p is not None:
                     self.violations[rule].append(Witness(origin, p, seeded))
                     continue
+            if rule in stuck and self._cell_witness(rule):
+                continue
             # states derived from the rule's condition (an OLD value, a subquery cell)
             try:
                 vs = ViolationSearch(w.env.domain, self.an, w.env, self.max_calls, base_state=base)
@@ -130,10 +140,68 @@ class RuleCoverage:
                 w.restore(self.gx.base_cp)
                 if hit and not hit.get("setup"):
                     p = self._probe_of(hit["call"], rule)
-                    if p is not None:
+                    if p is not None and (rule not in stuck or self._has_rows(st, self._owner(st, p))):
                         self.violations[rule].append(Witness(st, p, {"by": "state cell", "derived": label}))
                         break
         w.restore(self.gx.base_cp)
+
+    def _cell_witness(self, rule: str) -> bool:
+        """For a rule whose witnesses belong to someone with nothing else to do: set the state
+        cell its condition reads (`(SELECT col FROM t WHERE ...) <op> literal`) on the row of a
+        principal who owns rows, and replay a witness call for that principal."""
+        gx = self.gx
+        if not self.an or gx.principal is None:
+            return False
+        tmpl = self.violations[rule][0].call
+        for rc in self.an.rules.get(rule, []):
+            for cond in rc.conditions:
+                sub = next((x for x in (cond.lhs, cond.rhs) if getattr(x, "kind", None) == "subquery"), None)
+                lit = next((x for x in (cond.lhs, cond.rhs) if getattr(x, "kind", None) == "literal"), None)
+                if sub is None or lit is None or sub.table not in self.view.tables:
+                    continue
+                t = self.view.tables[sub.table]
+                c = t.colmap.get(sub.column)
+                if c is None:
+                    continue
+                values = [lit.value] + [v for v in (c.enum or []) if v != lit.value]
+                base = gx.base
+                for i, row in enumerate(base.get(sub.table, [])[:8]):
+                    who = gx.owner_of(base, sub.table, row)
+                    if who is None or not self._has_rows(base, who):
+                        continue
+                    for val in values[:4]:
+                        if row.get(sub.column) == val:
+                            continue
+                        st = copy.deepcopy(base)
+                        st[sub.table][i][sub.column] = val
+                        try:
+                            st = canonical_state(gx.env_base, st)
+                        except Exception as e:  # noqa: BLE001 - counted, the next value is tried
+                            self.errors.append(f"{rule}: cell {sub.table}.{sub.column}={val!r} does not load: {e}")
+                            continue
+                        args = dict(tmpl.args)
+                        for k in args:
+                            fk = self.view.fk(tmpl.table, k)
+                            if fk and fk.get("table") == gx.principal:
+                                args[k] = who
+                        self._load(st)
+                        if self._violates({"name": tmpl.name, "arguments": args}, rule):
+                            p = self._probe_of({"name": tmpl.name, "arguments": args}, rule)
+                            self.violations[rule].insert(0, Witness(st, p, {
+                                "by": "state cell", "table": sub.table, "column": sub.column, "value": val,
+                                "row": {k: row.get(k) for k in t.pk}, "found_by": "trigger analysis"}))
+                            gx.walker.restore(gx.base_cp)
+                            return True
+        gx.walker.restore(gx.base_cp)
+        return False
+
+    def _has_rows(self, state: dict, who: Any) -> bool:
+        """Whether the principal `who` owns rows the agent can write (a booking to change...)."""
+        gx = self.gx
+        if gx.principal is None or who is None:
+            return True
+        return any(gx.owner_of(state, td.table, r) == who for td in gx.writes if td.kind == "update"
+                   for r in state.get(td.table, []))
 
     def _probe_of(self, call: dict, rule: str) -> Probe | None:
         td = self.view.tools.get(call["name"])
@@ -319,8 +387,8 @@ class RuleCoverage:
             w.restore(gx.base_cp)
         seeds.append((gx.base, {"by": "s_origin already one action away (verified)"}))
         budget = self.max_calls
-        people = [who] + sorted({gx.owner_of(gx.base, v.table, r) for r in gx.base.get(v.table, [])} - {None, who},
-                                key=str)
+        owned = Counter(gx.owner_of(gx.base, v.table, r) for r in gx.base.get(v.table, []))
+        people = [who] + sorted(set(owned) - {None, who}, key=lambda p: (-owned[p], str(p)))
         for origin, seeded in seeds:
           for person in people[:3]:
             goals = gx.step_candidates(origin, self.rng, anchors, {}, {}, person)

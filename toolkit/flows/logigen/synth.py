@@ -60,7 +60,9 @@ class GoalDesigner:
             if not rules:
                 return None
             rule = rule or rng.choice(rules)
-            wit = rng.choice(self.cov.violations[rule])
+            wits = self.cov.violations[rule]
+            good = [x for x in wits if self.cov._has_rows(x.origin, self.cov._owner(x.origin, x.call))]
+            wit = rng.choice(good or wits)
             seg = gx.mismatch_segment(wit.call, wit.origin, rng)
             if seg is None:
                 return None
