@@ -57,8 +57,10 @@ def _identify(view: DomainView, state: dict, table: str, key: dict, rookie: bool
         for combo in itertools.combinations(cols, n):
             match = [r for r in rows if all(r.get(c) == row.get(c) for c in combo)]
             if len(match) == 1:
-                desc = " and ".join(f"{words(c)} {_val(view, table, c, row[c])}" for c in combo)
-                return f"{words(table)} with {desc}", [f"the {words(table)} has {desc}"]
+                from toolkit.flows.logigen.goals import Phrases
+
+                desc = Phrases(view).row(table, {c: row[c] for c in combo})[4:]  # enum values as adjectives
+                return desc, [f"it is {desc}"]
     return f"{words(table)} {keytxt}", [f"the {words(table)} is {keytxt}"]
 
 
@@ -69,15 +71,15 @@ def describe(view: DomainView, state: dict, p: Probe, rookie: bool = False) -> t
         key = {k: p.args[k] for k in t.pk}
         name, known = _identify(view, state, p.table, key, rookie)
         row = next((r for r in state.get(p.table, []) if all(r.get(k) == v for k, v in key.items())), {})
-        parts = []
-        for k, v in p.args.items():
-            if k in key:
-                continue
-            old = row.get(k)
-            parts.append(f"the {words(k)} changed from {_val(view, p.table, k, old)} to {_val(view, p.table, k, v)}")
-        return f"have {' and '.join(parts)} on my {name}", known
-    attrs = [f"{words(k)} {_val(view, p.table, k, v)}" for k, v in p.args.items()
-             if k not in view.exclude_keys]
+        from toolkit.flows.logigen.goals import Phrases
+
+        say = Phrases(view)
+        parts = [say.change(p.table, k, row.get(k), v) for k, v in p.args.items() if k not in key]
+        return f"have my {name} changed: {' and '.join(parts)}", known
+    from toolkit.flows.logigen.goals import Phrases
+
+    say = Phrases(view)
+    attrs = [say.value(p.table, k, v) for k, v in p.args.items() if k not in view.exclude_keys]
     return f"create a new {words(p.table)} with " + ", ".join(attrs), [", ".join(attrs)]
 
 
@@ -119,7 +121,7 @@ def goal_view(f: dict) -> dict:
         steps.append(s)
     first = goals[0]["want"] if goals else "some help"
     wants = "; ".join(g["want"] for g in goals)
-    return {"instruction": f"Hi, I'd like some help: {first}.",
+    return {"instruction": f"Hi, I'd like to ask about {first}.",
             "persona": "A customer with a goal in mind who knows their own details but not the internal "
                        "reference numbers or the rules.",
             "reason_for_call": f"wants {wants}",
@@ -207,9 +209,10 @@ def forbidden_terms(view: DomainView, origin: dict | None, target: dict | None,
     # anyone stating them (computed by triggers: a price, a copay, a generated reference)
     said = {str(v) for v in (allowed or ())}
     produced: set[str] = set()
+    # a value anywhere in s_origin (a date in the settings, a price in the catalogue) can be known
+    o_vals = {str(v) for rows in (origin or {}).values() for r in rows or [] for v in r.values() if v is not None}
     for tname, t in view.tables.items():
         o_rows = {tuple(sorted((k, str(v)) for k, v in r.items())) for r in (origin or {}).get(tname, []) or []}
-        o_vals = {str(v) for r in (origin or {}).get(tname, []) or [] for v in r.values() if v is not None}
         for r in (target or {}).get(tname, []) or []:
             if tuple(sorted((k, str(v)) for k, v in r.items())) in o_rows:
                 continue
