@@ -90,9 +90,10 @@ def domain_columns(env: Any) -> dict | None:
         try:
             snake, enums = set(), {}
             for t in e.domain.tables.values():
+                fks = {f.get("column") for f in t.fks}
                 for c in t.columns:
-                    if c.pk:
-                        continue
+                    if c.pk or c.name in fks:
+                        continue  # keys (primary and foreign) are identities, not columns to hide
                     if "_" in c.name:
                         snake.add(c.name)
                     if c.enum:
