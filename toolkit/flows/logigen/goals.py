@@ -274,18 +274,20 @@ class GoalExplorer:
         return any(v in anchors for v in p.args.values() if isinstance(v, str))
 
     def step_candidates(self, state: dict, rng: random.Random, anchors: set, created: dict,
-                        used: dict, who: Any = None) -> list[Probe]:
+                        used: dict, who: Any = None, width: int = 1) -> list[Probe]:
+        """Candidate writes on the principal `who`'s rows; `width` > 1: every tool, more rows and
+        insert drafts (the boundary search), 1: a random half of the tools (a chain step)."""
         view = self.view
         out: list[Probe] = []
         tools = list(self.writes)
         rng.shuffle(tools)
-        for td in tools[:max(3, len(tools) // 2)]:
+        for td in tools if width > 1 else tools[:max(3, len(tools) // 2)]:
             if td.kind == "update":
                 t = view.tables[td.table]
                 rows = state.get(td.table) or []
                 if who is not None:
                     rows = [r for r in rows if self.owner_of(state, td.table, r) == who]
-                ps = update_candidates(view, {**state, td.table: rows}, td, rng, max_rows=8) if rows else []
+                ps = update_candidates(view, {**state, td.table: rows}, td, rng, max_rows=4 * width) if rows else []
                 if rng.random() < 0.3 and len(ps) > 1:
                     # two changes on the same row in one request
                     a, b = rng.sample(ps, 2)
@@ -294,7 +296,7 @@ class GoalExplorer:
             else:
                 ps = []
                 rows = list(state.get(td.table) or [])
-                for _ in range(8):
+                for _ in range(5 * width):
                     args = insert_args(view, state, td, rng, rng.choice(rows) if rows else None)
                     for k in list(args):
                         fk = view.fk(td.table, k)
@@ -515,20 +517,24 @@ class GoalExplorer:
     def _next_write(self, state: dict, rng: random.Random, anchors: set, created: dict, used: dict,
                     menu_share: float, lookup_share: float, who: Any = None) -> dict | None:
         w = self.walker
+        h0 = w.hash()
+        cp = None
         for p in self.step_candidates(state, rng, anchors, created, used, who)[:MAX_TRIES_PER_STEP]:
-            h0 = w.hash()
-            cp = w.cp()
+            if cp is None:
+                cp = w.cp()
             r = w.call(p.name, p.args)
             if not r.ok:
-                continue
+                continue  # a failed write leaves the state as it was
             if w.hash() == h0:
                 w.restore(cp)
                 continue
-            w.restore(cp)
-            acts, req, pats, p = self.plan_write(p, state, rng, created, menu_share, lookup_share)
-            r = w.call(p.name, p.args)
-            if not r.ok:  # the menu's pick was probed on this state: cannot happen
-                return None
+            first = p
+            acts, req, pats, p = self.plan_write(p, state, rng, created, menu_share, lookup_share, walker_moved=cp)
+            if p is not first:  # the menu picked another option: write that one instead
+                w.restore(cp)
+                r = w.call(p.name, p.args)
+                if not r.ok:  # probed on this state: cannot happen
+                    return None
             acts.append(p.call())
             self._after_write(p.call(), r, anchors, created, state)
             used[p.name] = used.get(p.name, 0) + 1
@@ -536,16 +542,26 @@ class GoalExplorer:
         return None
 
     def plan_write(self, p: Probe, state: dict, rng: random.Random, created: dict, menu_share: float,
-                   lookup_share: float) -> tuple[list[dict], dict, list[str], Probe]:
+                   lookup_share: float, walker_moved: bytes | None = None) -> tuple[list[dict], dict, list[str], Probe]:
         """(reads before the write, the user's request, patterns, the write) for a write that
-        succeeds on `state`: the user's words never carry a key they could not know."""
+        succeeds on `state`: the user's words never carry a key they could not know.
+        `walker_moved`: the checkpoint of `state` when the walker already ran `p` (a menu probes
+        its options on `state`, and leaves the walker as it found it)."""
         view = self.view
         t = view.tables[p.table]
         acts: list[dict] = []
         pats: list[str] = []
         req: dict = {"kind": p.kind, "table": p.table}
         if p.kind == "insert":
-            m = self.menu(p, state, rng) if rng.random() < menu_share else None
+            m = None
+            if rng.random() < menu_share:
+                after = None
+                if walker_moved is not None:
+                    after = self.walker.cp()
+                    self.walker.restore(walker_moved)
+                m = self.menu(p, state, rng)
+                if after is not None:
+                    self.walker.restore(after)
             if m is not None:
                 p = Probe(p.name, {**p.args, m["arg"]: m["choice"]}, p.kind, p.table)
                 acts.append({"name": view.query_tool[m["table"]], "arguments": dict(m["filters"])})

@@ -195,6 +195,14 @@ class RuleCoverage:
         gx.walker.restore(gx.base_cp)
         return False
 
+    def _writers_of(self, table: Any) -> set:
+        """Tables whose writes (through their AFTER triggers) change `table`."""
+        out = {table}
+        for tr in (self.an.triggers if self.an else []):
+            if any(e.table == table for e in tr.effects):
+                out.add(tr.table)
+        return out
+
     def _has_rows(self, state: dict, who: Any) -> bool:
         """Whether the principal `who` owns rows the agent can write (a booking to change...)."""
         gx = self.gx
@@ -379,7 +387,7 @@ class RuleCoverage:
         anchors = {x for x in row.values() if isinstance(x, str)}
         who = self._owner(gx.base, v)
         self._load(gx.base)
-        for p in gx.step_candidates(gx.base, self.rng, anchors, {}, {}, who)[:4]:
+        for p in gx.step_candidates(gx.base, self.rng, anchors, {}, {}, who, width=2)[:4]:
             h0 = w.hash()
             r = w.call(p.name, p.args)
             if r.ok and w.hash() != h0:
@@ -391,8 +399,13 @@ class RuleCoverage:
         people = [who] + sorted(set(owned) - {None, who}, key=lambda p: (-owned[p], str(p)))
         for origin, seeded in seeds:
           for person in people[:3]:
-            goals = gx.step_candidates(origin, self.rng, anchors, {}, {}, person)
-            goals.sort(key=lambda g: (g.name != v.name, g.column != v.column or g.column is None))
+            goals = gx.step_candidates(origin, self.rng, anchors, {}, {}, person, width=2)
+            if seeded.get("by") == "state cell":
+                # the goal that moves the seeded cell: a write whose triggers write its table
+                moves = self._writers_of(seeded.get("table"))
+                goals.sort(key=lambda g: g.table not in moves)
+            else:
+                goals.sort(key=lambda g: (g.name != v.name, g.column != v.column or g.column is None))
             goals = goals[:24 if seeded.get("by") == "state cell" else 8]
             for g in goals:
                 base_n = dict(v.args)
