@@ -70,15 +70,16 @@ class RuleCoverage:
         # NEW.<col> thresholds of the analysis: accepted calls with the column at its violating value
         oks = [p for p in candidates(self.view, base, self.rng)]
         for rule in self.rules:
-            if self.violations[rule] or not self.an:
+            if len(self.violations[rule]) >= 2 or not self.an:
                 continue
             for rc in self.an.rules.get(rule, []):
                 for th in rc.thresholds:
                     if not th.ref.startswith("NEW.") or not isinstance(th.violating, (int, float)):
                         continue
                     col = th.ref[4:]
+                    tried: set = set()
                     for p in oks:
-                        if p.table != rc.table or p.name not in rc.tools:
+                        if p.table != rc.table or p.name not in rc.tools or p.name in tried:
                             continue
                         q = Probe(p.name, {**p.args, col: th.violating}, p.kind, p.table, column=col if p.kind == "update" else None)
                         if p.kind == "update":
@@ -88,11 +89,7 @@ class RuleCoverage:
                         if not r.ok and (r.error or {}).get("violated_rule") == rule:
                             q.rule, q.code = rule, POLICY_VIOLATION
                             self.violations[rule].append(Witness(base, q))
-                            break
-                    if self.violations[rule]:
-                        break
-                if self.violations[rule]:
-                    break
+                            tried.add(p.name)  # one witness per tool (an insert and an update)
         # a rule whose every witness belongs to someone with no rows of their own to go on with
         # (a banned customer with no bookings): look for one in a derived state as well
         stuck = [r for r in self.rules if self.violations[r]
@@ -120,8 +117,9 @@ class RuleCoverage:
                 p = self._probe_of(hit["call"], rule)
                 if origin is not None and p is not None:
                     self.violations[rule].append(Witness(origin, p, seeded))
-                    continue
-            if rule in stuck and self._cell_witness(rule):
+                    if self._has_rows(origin, self._owner(origin, p)):
+                        continue
+            if self.violations[rule] and self._cell_witness(rule):
                 continue
             # states derived from the rule's condition (an OLD value, a subquery cell)
             try:
@@ -241,7 +239,8 @@ class RuleCoverage:
                 self.dropped[rule] = "no call violates it from any state tried: no boundary either"
                 continue
             found = False
-            for wit in self.violations[rule][:3]:
+            wits = sorted(self.violations[rule], key=lambda x: x.call.kind != "update")
+            for wit in wits[:5]:
                 b = self._update_threshold(rule, wit) or self._state_boundary(rule, wit)
                 if b is not None:
                     self.boundaries[rule].append(b)
