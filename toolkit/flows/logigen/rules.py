@@ -38,6 +38,7 @@ class RuleCoverage:
         self.gx = gx
         self.view = gx.view
         self.rng = rng
+        self.seed = rng.random()
         self.max_calls = max_calls
         self.errors: list[str] = []
         self.dropped: dict[str, str] = {}
@@ -240,11 +241,16 @@ class RuleCoverage:
                 continue
             found = False
             wits = sorted(self.violations[rule], key=lambda x: x.call.kind != "update")
-            for wit in wits[:5]:
-                b = self._update_threshold(rule, wit) or self._state_boundary(rule, wit)
-                if b is not None:
-                    self.boundaries[rule].append(b)
-                    found = True
+            for k in range(2):  # a second draw of candidates when the first finds nothing
+                # one generator per rule and draw: a rule's search does not depend on the others'
+                self.rng = random.Random(f"{self.seed}:{rule}:{k}")
+                for wit in wits[:3]:
+                    b = self._update_threshold(rule, wit) or self._state_boundary(rule, wit)
+                    if b is not None:
+                        self.boundaries[rule].append(b)
+                        found = True
+                        break
+                if found:
                     break
             if not found:
                 self.dropped[rule] = ("no N-1 state found: no accepted call makes the violating one cross the "
