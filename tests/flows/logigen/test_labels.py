@@ -105,3 +105,29 @@ def test_tags_verdict_recomputes_the_labels():
     assert tags[good.id].passed
     assert not tags["bad"].passed
     assert any("archetype" in x for x in tags["bad"].reasons) and any("tags" in x for x in tags["bad"].reasons)
+
+
+def test_generated_rows_follow_types_and_constraints():
+    # realistic volume (set_designer.generate_rows): 200 new rows that load under the schema's
+    # constraints (CHECKs, enums, foreign keys), with fresh keys, not copies of existing rows
+    import random
+
+    from toolkit.flows.logigen.explorer import DomainView, canonical_state
+    from toolkit.flows.logigen.set_designer import generate_rows
+
+    env = load_env(ENV)
+    try:
+        view = DomainView(env)
+        state = env.snapshot()
+        rows = generate_rows(view, state, "car", 200, random.Random(3))
+        assert len(rows) == 200
+        assert len({r["car_id"] for r in rows} | {r["car_id"] for r in state["car"]}) == 200 + len(state["car"])
+        assert {r["category"] for r in rows} <= {"compact", "suv", "van"}
+        assert {r["branch_id"] for r in rows} <= {b["branch_id"] for b in state["branch"]}
+        assert all(r["daily_rate"] > 0 for r in rows)
+        old = [{k: v for k, v in r.items() if k != "car_id"} for r in state["car"]]
+        assert sum({k: v for k, v in r.items() if k != "car_id"} in old for r in rows) < 5
+        loaded = canonical_state(env, dict(state, car=state["car"] + rows))  # constraints hold
+        assert len(loaded["car"]) == len(state["car"]) + 200
+    finally:
+        env.close()
