@@ -112,7 +112,7 @@ def bench_baseline(domains: list[str], repeat: int, n: int, ref: str) -> list[di
         subprocess.run(["tar", "-x", "-C", tmp], input=arch.stdout, check=True)
         for d in domains:
             p = subprocess.run([sys.executable, "-c", _BASE_SNIPPET, d, str(n), str(repeat)], capture_output=True,
-                               text=True, env=dict(os.environ, PYTHONPATH=tmp), cwd=tmp, timeout=1800)
+                               text=True, env=dict(os.environ, PYTHONPATH=tmp), cwd=tmp, timeout=1800, check=False)
             if p.returncode != 0:
                 rows.append({"bench": "symbolic_baseline", "domain": Path(d).name, "ref": ref,
                              "error": p.stderr.strip().splitlines()[-1:] or ["failed"]})
@@ -129,7 +129,8 @@ def _default_ref() -> str:
     import subprocess
 
     root = Path(__file__).resolve().parent.parent
-    p = subprocess.run(["git", "-C", str(root), "merge-base", "HEAD", "main"], capture_output=True, text=True)
+    p = subprocess.run(["git", "-C", str(root), "merge-base", "HEAD", "main"], capture_output=True, text=True,
+                       check=False)
     return p.stdout.strip() or "HEAD"
 
 

@@ -28,6 +28,7 @@ changes), else as reference actions whose tool name does not look like a read
 
 from __future__ import annotations
 
+import itertools
 import re
 import statistics
 from collections import Counter, defaultdict
@@ -190,7 +191,7 @@ class _Acc:
         self.sigs[tuple(names)] += 1
         text = user_text(rec)
         ws = _words(text)
-        self.bigrams.update(zip(ws, ws[1:]))
+        self.bigrams.update(itertools.pairwise(ws))
         self.trigrams.update(zip(ws, ws[1:], ws[2:]))
         self.texts[" ".join(ws)] += 1
         failed_proj = any(v.get("name") == "projection" and not v.get("passed") for v in rec.get("verdicts") or [])

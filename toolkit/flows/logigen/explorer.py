@@ -414,14 +414,14 @@ class SymbolicExplorer:
         """Discrete rules one valid action away, from the trigger analysis: for every rule that no
         random candidate provoked, the domain check's search (find_violating_call) looks for one
         call that violates it from s_origin itself (no setup call)."""
-        try:
-            from toolkit.flows.logigen.analysis import analyze
-            from toolkit.flows.logigen.provoke import find_violating_call
-        except Exception:
-            return
+        from toolkit.flows.logigen.analysis import analyze
+        from toolkit.flows.logigen.provoke import find_violating_call
+        from toolkit.io import log
+
         try:
             rules = sorted(analyze(self.env_base).rules)
-        except Exception:
+        except Exception as e:  # noqa: BLE001 - logged; the probes found so far are used
+            log(f"gen-task: trigger analysis failed, no extra violating calls: {type(e).__name__}: {e}")
             return
         have = {p.rule for p in self.violating}
         for rule in rules:
@@ -429,7 +429,8 @@ class SymbolicExplorer:
                 continue
             try:
                 hit = find_violating_call(self.prober.env, rule, max_calls=max_calls)
-            except Exception:
+            except Exception as e:  # noqa: BLE001 - logged, the next rule is searched
+                log(f"gen-task: violation search for rule {rule!r} failed: {type(e).__name__}: {e}")
                 continue
             if not hit or hit.get("setup"):
                 continue

@@ -31,7 +31,6 @@ from typing import Any
 
 from toolkit.flows.logigen.explorer import (
     POLICY_VIOLATION,
-    WRITE_KINDS,
     DomainView,
     Draft,
     Probe,

@@ -245,8 +245,8 @@ def forbidden_terms(view: DomainView, origin: dict | None, target: dict | None,
 PROCEDURE = (
     r"(?i)\b(?:call|use|run|invoke)\s+(?:the\s+)?\w*\s*(?:tool|function|api|endpoint)s?\b",
     r"(?i)\b(?:query|insert|update)\s+(?:the\s+|a\s+)?(?:table|row|record|database|column)s?\b",
-    r"(?i)\b(?:first|then|next|after that)\b[^.;]{0,40}\b(?:query|look\s*up|search)\b[^.;]{0,60}\b(?:then|and then)\b"
-    r"[^.;]{0,40}\b(?:update|insert|call)\b",
+    (r"(?i)\b(?:first|then|next|after that)\b[^.;]{0,40}\b(?:query|look\s*up|search)\b[^.;]{0,60}\b(?:then|and then)\b"
+     r"[^.;]{0,40}\b(?:update|insert|call)\b"),
     r"(?i)\bset\s+(?:the\s+)?[a-z]+(?:_[a-z]+)+\b",
 )
 PATTERN_KINDS = ("column=value", "procedure")

@@ -23,7 +23,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from toolkit.flows.logigen.explorer import POLICY_VIOLATION, Boundary, Probe, candidates, canonical_state
+from toolkit.flows.logigen.explorer import (
+    POLICY_VIOLATION,
+    Boundary,
+    Probe,
+    candidates,
+    canonical_state,
+)
 
 
 @dataclass

@@ -241,7 +241,7 @@ def target_rule_violations(env: Any, origin: dict, target: dict) -> list[str]:
                         if o is not None and all(o.get(c) == r.get(c) for c in cols):
                             continue  # the limited values did not change: they were checked when written
                         if evaluate(env, sql, new=r) is True:
-                            out.append(f"target row {name} {dict((k, r.get(k)) for k in t.pk)} breaks rule {rule!r} "
+                            out.append(f"target row {name} { {k: r.get(k) for k in t.pk} } breaks rule {rule!r} "
                                        f"(trigger {rc.trigger})")
     finally:
         env.reset()
