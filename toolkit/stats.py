@@ -285,9 +285,12 @@ def parse_max_drop(items: Iterable[str]) -> dict[str, float]:
     return out
 
 
-def check_regressions(current: dict, baseline: dict, limits: dict[str, float]) -> list[str]:
+def check_regressions(current: dict, baseline: dict, limits: dict[str, float],
+                      lower_is_better: tuple[str, ...] = LOWER_IS_BETTER) -> list[str]:
     """Messages for every metric that dropped by more than its limit (rose, for metrics where
-    lower is better: tool_error_rate, reject_count, cost, tokens)."""
+    lower is better: tool_error_rate, reject_count, cost, tokens; with --quality: leak_rate,
+    near_duplicate_share)."""
+    LOWER_IS_BETTER = lower_is_better  # noqa: N806 - the module default, or the caller's list
     cur = current.get("metrics") or {}
     base = baseline.get("metrics") or {}
     bad = []

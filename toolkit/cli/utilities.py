@@ -36,6 +36,8 @@ more than X against an earlier stats JSON (rose, for tool_error_rate / reject_co
 Example:
   toolkit stats verified.jsonl --rejects rejects.jsonl > stats.json
   toolkit stats verified.jsonl --baseline ci/baseline-stats.json --max-drop pass_rate=0.05
+  toolkit stats --quality tasks.jsonl --chart quality.png > quality.json
+  toolkit stats --quality new.jsonl --baseline quality.json --max-drop share_writes_ge3=0.05
 """)
 @click.argument("inputs", nargs=-1)
 @click.option("--rejects", "rejects", multiple=True, metavar="FILE", help="Rejects file(s) to summarize.")
@@ -44,9 +46,16 @@ Example:
 @click.option("--baseline", metavar="FILE", help="Stats JSON of an earlier run to compare with.")
 @click.option("--max-drop", "max_drop", multiple=True, metavar="METRIC=X",
               help="Largest allowed drop of METRIC against --baseline (repeatable).")
+@click.option("--quality", is_flag=True,
+              help="Task-set quality instead (any flow, tasks or trajectories): writes per archetype/difficulty, "
+                   "writes/actions/turns per task, rule and tool coverage, action-signature ratio, n-gram "
+                   "diversity of the user text, leak rate, yield per stage (toolkit/quality.py).")
 def stats_cmd(inputs: tuple, rejects: tuple, markdown_path: str | None, chart: str | None,
-              baseline: str | None, max_drop: tuple) -> None:
+              baseline: str | None, max_drop: tuple, quality: bool = False) -> None:
     from toolkit import stats as S
+
+    if quality:
+        return _quality(inputs, markdown_path, chart, baseline, max_drop)
 
     try:
         limits = S.parse_max_drop(max_drop)
@@ -74,6 +83,42 @@ def stats_cmd(inputs: tuple, rejects: tuple, markdown_path: str | None, chart: s
         sys.stderr.write(md)
     if chart and not S.chart(result, chart):
         log("stats: --chart skipped: matplotlib is not installed (pip install -e '.[dev]')")
+    for b in bad:
+        log(f"stats: regression: {b}")
+    sys.exit(1 if bad else 0)
+
+
+def _quality(inputs: tuple, markdown_path: str | None, chart: str | None, baseline: str | None,
+             max_drop: tuple) -> None:
+    from toolkit import quality as Q
+    from toolkit import stats as S
+
+    try:
+        limits = S.parse_max_drop(max_drop)
+        if limits and not baseline:
+            raise S.StatsError("--max-drop needs --baseline FILE")
+        base = None
+        if baseline:
+            try:
+                with open(baseline, encoding="utf-8") as f:
+                    base = json.load(f)
+            except (OSError, json.JSONDecodeError) as e:
+                raise S.StatsError(f"--baseline {baseline}: {e}") from None
+        result = Q.compute(list(inputs))
+        bad = S.check_regressions(result, base, limits, Q.LOWER_IS_BETTER) if base is not None else []
+    except S.StatsError as e:
+        raise click.UsageError(str(e)) from None
+    if base is not None:
+        result["regressions"] = bad
+    click.echo(json.dumps(result, ensure_ascii=False, sort_keys=True))
+    md = Q.markdown(result)
+    if markdown_path:
+        with open(markdown_path, "w", encoding="utf-8") as f:
+            f.write(md)
+    else:
+        sys.stderr.write(md)
+    if chart and not Q.chart(result, chart):
+        log("stats: --chart skipped: matplotlib is not installed (pip install -e '.[plot]')")
     for b in bad:
         log(f"stats: regression: {b}")
     sys.exit(1 if bad else 0)

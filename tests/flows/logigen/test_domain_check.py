@@ -196,3 +196,19 @@ def test_rule_provoked_only_from_a_derived_state_is_a_warning(tmp_path):
     info = rep.rules["returned_is_final"]
     assert info["provoked"] and info["state"].startswith("derived: loan row") and "status='returned'" in info["state"]
     assert any("'returned_is_final' was provoked only from derived" in w for w in rep.warnings)
+
+
+def test_insert_update_guard_finds_a_limit_checked_on_one_event_only():
+    # clinic: quantity_limit (NEW.quantity > drug.max_quantity) guards INSERT on prescription only,
+    # and update_prescription can set quantity: a warning, a failure with strict
+    from toolkit.flows.logigen.domain_check import check_domain
+
+    rep = check_domain("clinic")
+    warn = [w for w in rep.warnings if w.startswith("insert_update_guard")]
+    assert len(warn) == 1 and "quantity_limit" in warn[0] and "update_prescription" in warn[0]
+    assert rep.ok
+    strict = check_domain("clinic", strict=True)
+    assert any("quantity_limit" in r for r in strict.reasons if r.startswith("insert_update_guard"))
+    # library: renewal_limit is an UPDATE rule that reads OLD (a transition): no warning
+    lib = check_domain(str(__import__("pathlib").Path(__file__).resolve().parents[2] / "data" / "library"))
+    assert not [w for w in lib.warnings if w.startswith("insert_update_guard")]

@@ -191,6 +191,7 @@ def check_domain(target: Any, *, max_calls: int = MAX_CALLS_PER_RULE, strict: bo
                  ("pk_not_null", lambda: _check_pk(rep, dom)),
                  ("reference_writes", lambda: _check_reference_writes(rep, dom, an, env, strict)),
                  ("descriptions", lambda: _check_descriptions(rep, dom, an, env)),
+                 ("insert_update_guard", lambda: _check_insert_update(rep, dom, an, strict)),
                  ("provoked", lambda: _check_provoked(rep, dom, an, env, named, max_calls))]
         for check, step in steps:
             try:
@@ -230,6 +231,43 @@ def _check_rules_policy(rep: DomainReport, dom: Any, an: Any, policy_ids: list[s
         rep.fail("policy_enforced", f"policy rule {rule!r} is enforced by no trigger and no CHECK constraint "
                                     f"(raise 'POLICY_VIOLATION: {rule}: ...' or name a constraint {rule})")
         rep.rules.setdefault(rule, {"enforced_by": [], "in_policy": True, "provoked": False})
+
+
+def _check_insert_update(rep: DomainReport, dom: Any, an: Any, strict: bool = False) -> None:
+    """A numeric limit on NEW.<col> checked on INSERT but not on UPDATE of the same table (or the
+    reverse) while a tool can write that column the other way: the limit can be dodged (a target
+    state may break it). A warning by default, a failure with --strict."""
+    import re
+
+    rep.passed("insert_update_guard")
+    for rule, checks in an.rules.items():
+        limits: dict[tuple[str, str], set[str]] = {}
+        for rc in checks:
+            if re.search(r"\bOLD\.", rc.sql or ""):
+                continue  # a transition rule (needs the old row): meaningless on INSERT
+            for cond in rc.conditions:  # NEW.col <op> (a literal, a subquery, an expression)
+                if cond.kind != "compare" or cond.op not in ("<", "<=", ">", ">="):
+                    continue
+                for side in (cond.lhs, cond.rhs):
+                    if getattr(side, "kind", None) == "new" and getattr(side, "column", None):
+                        limits.setdefault((rc.table, side.column), set()).add(rc.event.split()[0].upper())
+        for (table, col), events in sorted(limits.items()):
+            # any rule's trigger on the other event that reads the column guards it (a rule that
+            # freezes the column after insert makes the limit impossible to dodge too)
+            guarded = {rc.event.split()[0].upper() for cs in an.rules.values() for rc in cs if rc.table == table
+                       and re.search(r"\b(NEW|OLD)\." + re.escape(col) + r"\b", rc.sql or "")
+                       and (rc.event.upper().startswith("INSERT") or not rc.columns or col in rc.columns)}
+            for ev, other, tool in (("INSERT", "UPDATE", f"update_{table}"), ("UPDATE", "INSERT", f"insert_{table}")):
+                td = dom.tools.get(tool)
+                t = dom.tables.get(table)
+                if ev not in events or other in guarded or td is None or t is None or td.hidden:
+                    continue
+                c = t.colmap.get(col)
+                if c is None or c.readonly or c.pk:
+                    continue
+                msg = (f"rule {rule!r} limits {table}.{col} on {ev} but no {other} trigger checks it: "
+                       f"{tool} can write {col} past the limit (guard both events)")
+                (rep.fail if strict else rep.warn)("insert_update_guard", msg)
 
 
 def _check_no_delete(rep: DomainReport, dom: Any, an: Any) -> None:

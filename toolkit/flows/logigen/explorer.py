@@ -344,6 +344,9 @@ class Draft:
     before_goal: dict | None = None  # the state each goal description is read against
     usage: dict = field(default_factory=dict)  # LLM usage of an llm exploration
     exploration: dict = field(default_factory=dict)  # llm explorer: turns, termination, calls
+    requests: list[dict] = field(default_factory=list)  # goal explorer: what the user asks, step by step
+    patterns: list[str] = field(default_factory=list)  # goal explorer: option-menu, mind-change, ...
+    seeded: dict = field(default_factory=dict)  # how s_origin was set up for a violation-first task
 
 
 def execute(env_base: Any, origin: dict, actions: list[dict]) -> tuple[dict, list[dict]]:
@@ -411,14 +414,14 @@ class SymbolicExplorer:
         """Discrete rules one valid action away, from the trigger analysis: for every rule that no
         random candidate provoked, the domain check's search (find_violating_call) looks for one
         call that violates it from s_origin itself (no setup call)."""
-        try:
-            from toolkit.flows.logigen.analysis import analyze
-            from toolkit.flows.logigen.provoke import find_violating_call
-        except Exception:
-            return
+        from toolkit.flows.logigen.analysis import analyze
+        from toolkit.flows.logigen.provoke import find_violating_call
+        from toolkit.io import log
+
         try:
             rules = sorted(analyze(self.env_base).rules)
-        except Exception:
+        except Exception as e:  # noqa: BLE001 - logged; the probes found so far are used
+            log(f"gen-task: trigger analysis failed, no extra violating calls: {type(e).__name__}: {e}")
             return
         have = {p.rule for p in self.violating}
         for rule in rules:
@@ -426,7 +429,8 @@ class SymbolicExplorer:
                 continue
             try:
                 hit = find_violating_call(self.prober.env, rule, max_calls=max_calls)
-            except Exception:
+            except Exception as e:  # noqa: BLE001 - logged, the next rule is searched
+                log(f"gen-task: violation search for rule {rule!r} failed: {type(e).__name__}: {e}")
                 continue
             if not hit or hit.get("setup"):
                 continue
@@ -764,3 +768,16 @@ def canonical_state(env_base: Any, state: dict) -> dict:
         return env.snapshot()
     finally:
         env.close()
+
+
+def probe_goals(view: DomainView, actions: list[dict]) -> list[Probe]:
+    """The successful writes of a reference path as probes (in order)."""
+    out = []
+    for a in actions:
+        td = view.tools.get(a["name"])
+        if td is None or td.kind not in WRITE_KINDS or a.get("expect_error"):
+            continue
+        t = view.tables[td.table]
+        col = next((k for k in a["arguments"] if k not in t.pk), None) if td.kind == "update" else None
+        out.append(Probe(a["name"], copy.deepcopy(a["arguments"]), td.kind, td.table, column=col, ok=True))
+    return out

@@ -131,8 +131,22 @@ def to_record(parent: Record, k: int, d: Any, view_: dict, view_info: dict, expl
               inline_target: bool, env_view: Any) -> Record:
     from toolkit.flows.logigen.set_designer import complexity
 
-    delta = env_view.env.diff(d.origin, d.target) if hasattr(env_view.env, "diff") else {"tables": {}}
+    from toolkit.flows.logigen.labels import analyze_path, labels
+
+    env = env_view.env
+    delta = env.diff(d.origin, d.target) if hasattr(env, "diff") else {"tables": {}}
     cx, level = complexity(d, sorted(delta.get("tables", {})))
+    # honest labels: computed from what the task requires (replayed), not from how it was drawn
+    texts = [view_.get(k) for k in ("instruction", "persona", "reason_for_call", "known_info", "unknown_info",
+                                    "instructions")]
+    facts = analyze_path(env, d.origin, d.actions, [t for t in texts if t])
+    lab = labels(facts, d.boundary is not None, d.patterns, d.injections)
+    level = lab["level"]
+    cx.update(archetype=lab["archetype"], tags=lab["tags"], level=level, writes=facts["writes"],
+              read_dependent=facts["read_dependent"], state_dependent=facts["state_dependent"],
+              waterfall=facts["waterfall"], actions=facts["actions"], patterns=list(d.patterns))
+    if d.seeded:
+        cx["seeded"] = d.seeded
     env_ref = parent.env.model_dump(exclude_none=True)
     env_ref["state"] = d.origin
     env_ref["state_ref"] = env_view.env.hash_state(d.origin)
@@ -144,7 +158,7 @@ def to_record(parent: Record, k: int, d: Any, view_: dict, view_info: dict, expl
                       instructions=view_["instructions"])
     task = Task(instruction=view_["instruction"], user_scenario=us, ground_truth=gt, difficulty=level,
                 complexity=cx, extra={"user_view": view_info, "explorer": explorer, "seed": seed})
-    tags = ["logigen", explorer, d.archetype] + (["violation-first"] if d.attempt is not None else []) + \
+    tags = ["logigen", explorer, cx["archetype"]] + (["violation-first"] if d.attempt is not None else []) + \
         (["boundary"] if d.boundary is not None else [])
     return Record(id=f"{parent.id}-lg{k:03d}", parent_id=parent.id, flow="logigen", tags=tags,
                   env=env_ref, plan=parent.plan, task=task, verifier=Verifier(spec="state_diff"))
@@ -181,12 +195,24 @@ def build(cfg: dict, ctx: StageContext):
         try:
             base = env.snapshot()
             rseed = zlib.crc32(f"{seed}:{record.id}".encode())
-            designer = Designer(env, base, rseed, cfg)
+            coverage = None
+            if explorer == "symbolic" and not llm_boundary:
+                from toolkit.flows.logigen.synth import GoalDesigner
+
+                designer = GoalDesigner(env, base, rseed, cfg)
+            else:
+                designer = Designer(env, base, rseed, cfg)
             seeding = None
             try:
                 if llm_boundary:
                     seeding = await _llm_seeding(designer, ctx, cfg, attempts, env.policy(), record)
-                if explorer == "symbolic":
+                if explorer == "symbolic" and not llm_boundary:
+                    drafts = designer.drafts(n, max_tries)
+                    coverage = designer.coverage(drafts)
+                    log(f"gen-task: {record.id}: rule coverage: violation-first {coverage['violation_covered']}, "
+                        f"boundary {coverage['boundary_covered']}"
+                        + (f"; no boundary for {', '.join(coverage['missing_boundary'])}" if coverage['missing_boundary'] else ""))
+                elif explorer == "symbolic":
                     drafts = _symbolic_drafts(designer, n, max_tries)
                 else:
                     from toolkit.flows.logigen.llm_explorer import llm_drafts
@@ -213,6 +239,8 @@ def build(cfg: dict, ctx: StageContext):
                 if k in injected:
                     rec.task.extra["llm_inject"] = injected[k]
                 total = dict(usage if src != "template" else {})
+                if coverage is not None and k == 0:
+                    rec.task.extra["rule_coverage"] = coverage
                 if seeding is not None and k == 0:
                     # the LLM boundary seeding ran once for this input: its report and usage go
                     # with the first task (so the yield table counts the requests once)

@@ -1,8 +1,10 @@
 """LOGIGEN user-view projection (§3.5.3): one-sided, goal-first, procedure-hidden.
 
 The user scenario keeps the what and the why and removes the how: no tool names, no schema
-identifiers (snake_case table or column names), no internal ids the user could not know
-(technical keys, keys of rows the task itself creates). `facts()` turns a draft into
+identifiers (snake_case table or column names), no column followed by one of its enum values
+("status cancelled"), no internal ids the user could not know (technical keys, keys of rows the
+task itself creates), no literal target values nobody states (values the triggers compute), no
+procedure (tool-call order, "call the ... tool", "update the row"). `facts()` turns a draft into
 user-visible facts; `template_view()` writes the scenario deterministically; `llm_view()` asks the
 LLM (toolkit/prompts/logigen/user_view) to phrase it, with the same leak check as a hard parse
 rule. `leaks()` is the rule check validate-task runs.
@@ -55,8 +57,10 @@ def _identify(view: DomainView, state: dict, table: str, key: dict, rookie: bool
         for combo in itertools.combinations(cols, n):
             match = [r for r in rows if all(r.get(c) == row.get(c) for c in combo)]
             if len(match) == 1:
-                desc = " and ".join(f"{words(c)} {_val(view, table, c, row[c])}" for c in combo)
-                return f"{words(table)} with {desc}", [f"the {words(table)} has {desc}"]
+                from toolkit.flows.logigen.goals import Phrases
+
+                desc = Phrases(view).row(table, {c: row[c] for c in combo})[4:]  # enum values as adjectives
+                return desc, [f"it is {desc}"]
     return f"{words(table)} {keytxt}", [f"the {words(table)} is {keytxt}"]
 
 
@@ -67,19 +71,70 @@ def describe(view: DomainView, state: dict, p: Probe, rookie: bool = False) -> t
         key = {k: p.args[k] for k in t.pk}
         name, known = _identify(view, state, p.table, key, rookie)
         row = next((r for r in state.get(p.table, []) if all(r.get(k) == v for k, v in key.items())), {})
-        parts = []
-        for k, v in p.args.items():
-            if k in key:
-                continue
-            old = row.get(k)
-            parts.append(f"the {words(k)} changed from {_val(view, p.table, k, old)} to {_val(view, p.table, k, v)}")
-        return f"have {' and '.join(parts)} on my {name}", known
-    attrs = [f"{words(k)} {_val(view, p.table, k, v)}" for k, v in p.args.items()
-             if k not in view.exclude_keys]
+        from toolkit.flows.logigen.goals import Phrases
+
+        say = Phrases(view)
+        parts = [say.change(p.table, k, row.get(k), v) for k, v in p.args.items() if k not in key]
+        return f"have my {name} changed: {' and '.join(parts)}", known
+    from toolkit.flows.logigen.goals import Phrases
+
+    say = Phrases(view)
+    attrs = [say.value(p.table, k, v) for k, v in p.args.items() if k not in view.exclude_keys]
     return f"create a new {words(p.table)} with " + ", ".join(attrs), [", ".join(attrs)]
 
 
+def goal_facts(draft: Draft) -> dict:
+    """User-visible facts of a goal-explorer draft: the goals in order (what, not how), the
+    fallbacks, what the user knows (their identities), and behaviour cues (menu, mind change)."""
+    goals: list[dict] = []
+    known: list[str] = []
+    for r in draft.requests:
+        known += r.get("known") or []
+        if r.get("identity"):
+            continue
+        if r.get("fallback_for") is not None and goals:
+            goals[-1]["fallback"] = r["text"]
+            continue
+        g = {"want": r["text"]}
+        for k in ("fallback", "mind_change", "violates"):
+            if r.get(k):
+                g[k] = r[k]
+        goals.append(g)
+    return {"archetype": draft.archetype, "goals": goals, "known": list(dict.fromkeys(known)),
+            "patterns": list(draft.patterns), "insist": "insist" in draft.patterns}
+
+
+def goal_view(f: dict) -> dict:
+    goals = f["goals"]
+    steps = []
+    for i, g in enumerate(goals, 1):
+        s = f"({i}) you want {g['want']}."
+        if g.get("mind_change"):
+            s += f" When the agent offers the options, {g['mind_change']}."
+        if g.get("violates"):
+            if f.get("insist"):
+                s += " If the agent says it is not allowed, insist once that you really need it;"
+            else:
+                s += " If the agent says it is not allowed,"
+            s += f" then accept {g['fallback']}." if g.get("fallback") and not g["fallback"].startswith("drop") \
+                else " then drop it and go on."
+        steps.append(s)
+    first = goals[0]["want"] if goals else "some help"
+    wants = "; ".join(g["want"] for g in goals)
+    return {"instruction": f"Hi, I'd like to ask about {first}.",
+            "persona": "A customer with a goal in mind who knows their own details but not the internal "
+                       "reference numbers or the rules.",
+            "reason_for_call": f"wants {wants}",
+            "known_info": "; ".join(f["known"]) or "only what is said in the request",
+            "unknown_info": "internal reference numbers they were never given, the rules, what the options are",
+            "instructions": "Tell the agent what you want, one goal at a time, in this order: " + " ".join(steps)
+                            + " Let the agent look up anything you do not know. Confirm when the agent asks for "
+                              "confirmation. Once everything is done, end the conversation."}
+
+
 def facts(view: DomainView, draft: Draft) -> dict:
+    if draft.requests:
+        return goal_facts(draft)
     rookie = draft.archetype == "Rookie"
     out: dict = {"archetype": draft.archetype, "requests": [], "known": [], "fallback": None}
     state = draft.origin
@@ -102,6 +157,8 @@ def facts(view: DomainView, draft: Draft) -> dict:
 
 
 def template_view(f: dict) -> dict:
+    if "goals" in f:
+        return goal_view(f)
     reqs = f["requests"]
     first = f"Hi, I'd like to {reqs[0]}."
     if f.get("fallback"):
@@ -148,7 +205,51 @@ def forbidden_terms(view: DomainView, origin: dict | None, target: dict | None,
                 if k in r and r[k] is not None:
                     hidden.add(str(r[k]))
     hidden = {h for h in hidden if len(h) >= 3} - set(allowed or ())
-    return {"tool": tools, "identifier": idents, "hidden id": sorted(hidden)}
+    # literal target values the user could not know: values the task's writes produce without
+    # anyone stating them (computed by triggers: a price, a copay, a generated reference)
+    said = {str(v) for v in (allowed or ())}
+    produced: set[str] = set()
+    # a value anywhere in s_origin (a date in the settings, a price in the catalogue) can be known
+    o_vals = {str(v) for rows in (origin or {}).values() for r in rows or [] for v in r.values() if v is not None}
+    for tname, t in view.tables.items():
+        o_rows = {tuple(sorted((k, str(v)) for k, v in r.items())) for r in (origin or {}).get(tname, []) or []}
+        for r in (target or {}).get(tname, []) or []:
+            if tuple(sorted((k, str(v)) for k, v in r.items())) in o_rows:
+                continue
+            for c in t.columns:
+                v = r.get(c.name)
+                if v is None or isinstance(v, bool) or str(v) in said or str(v) in o_vals:
+                    continue
+                sv = str(v)
+                if isinstance(v, (int, float)) and len(sv.replace(".", "").replace("-", "").lstrip("0")) < 3:
+                    continue  # small numbers occur in any text
+                if isinstance(v, str) and (len(sv) < 4 or not any(ch.isdigit() for ch in sv)):
+                    continue  # words ("appointment") occur in any text; codes and amounts do not
+                produced.add(sv)
+    # a column followed by one of its enum values ("status cancelled", "tier: gold")
+    enum_phrases = []
+    for t in view.tables.values():
+        for c in t.columns:
+            if not c.enum:
+                continue
+            names = {c.name, words(c.name)}
+            vals = {str(v) for v in c.enum} | {words(v) for v in c.enum}
+            enum_phrases.append(r"(?i)\b(?:" + "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
+                                + r")\b\W{0,3}(?:(?:is|to|of|=|as|set to)\W{1,3})?(?:"
+                                + "|".join(re.escape(v) for v in sorted(vals, key=len, reverse=True)) + r")\b")
+    return {"tool": tools, "identifier": idents, "hidden id": sorted(hidden), "target value": sorted(produced),
+            "column=value": enum_phrases, "procedure": list(PROCEDURE)}
+
+
+# tool-call order / procedure: the user view says what the user wants, never how it is done
+PROCEDURE = (
+    r"(?i)\b(?:call|use|run|invoke)\s+(?:the\s+)?\w*\s*(?:tool|function|api|endpoint)s?\b",
+    r"(?i)\b(?:query|insert|update)\s+(?:the\s+|a\s+)?(?:table|row|record|database|column)s?\b",
+    (r"(?i)\b(?:first|then|next|after that)\b[^.;]{0,40}\b(?:query|look\s*up|search)\b[^.;]{0,60}\b(?:then|and then)\b"
+     r"[^.;]{0,40}\b(?:update|insert|call)\b"),
+    r"(?i)\bset\s+(?:the\s+)?[a-z]+(?:_[a-z]+)+\b",
+)
+PATTERN_KINDS = ("column=value", "procedure")
 
 
 def leaks(texts: list[str], terms: dict[str, list[str]]) -> list[str]:
@@ -156,7 +257,11 @@ def leaks(texts: list[str], terms: dict[str, list[str]]) -> list[str]:
     blob = "\n".join(t for t in texts if t)
     for kind, items in terms.items():
         for term in items:
-            if re.search(r"(?<![\w-])" + re.escape(term) + r"(?![\w-])", blob):
+            if kind in PATTERN_KINDS:
+                m = re.search(term, blob)
+                if m:
+                    found.append(f"{kind} {m.group(0)!r}")
+            elif re.search(r"(?<![\w-])" + re.escape(term) + r"(?![\w-])", blob):
                 found.append(f"{kind} {term!r}")
     return found
 

@@ -82,6 +82,56 @@ def clone_row(view: DomainView, state: dict, table: str, row: dict, rng: random.
     return new
 
 
+def generate_rows(view: DomainView, state: dict, table: str, n: int, rng: random.Random) -> list[dict]:
+    """`n` new rows for `table` drawn from its column types and constraints (not copies): fresh
+    keys, references to existing rows, enum values, numbers in the observed range (within CHECK
+    bounds seen in the data), dates around the observed ones, text made from the column's name.
+    Rows that would need a reference with no target are not generated."""
+    from datetime import date, timedelta
+
+    t = view.tables[table]
+    rows = state.get(table, [])
+    out: list[dict] = []
+    taken: set = set()
+    for j in range(n):
+        new: dict = {}
+        for c in t.columns:
+            fk = view.fk(table, c.name)
+            vals = [r.get(c.name) for r in rows if r.get(c.name) is not None]
+            if c.pk and not fk:
+                if c.rowid_alias:
+                    continue
+                new[c.name] = _fresh_key(view, {table: rows + out}, table, c, taken, 100 + j)
+                taken.add(new[c.name])
+            elif fk:
+                refs = view.ref_values(state, fk)
+                if not refs:
+                    return out
+                new[c.name] = rng.choice(refs)
+            elif c.enum:
+                new[c.name] = rng.choice(list(c.enum))
+            elif c.json_type == "integer" and not isinstance(c.default, str):
+                lo, hi = (min(vals), max(vals)) if vals and all(isinstance(v, int) for v in vals) else (0, 5)
+                new[c.name] = rng.randint(lo, max(lo, hi))
+            elif c.json_type == "number":
+                nums = [v for v in vals if isinstance(v, (int, float))]
+                lo, hi = (min(nums), max(nums)) if nums else (1.0, 100.0)
+                new[c.name] = round(rng.uniform(lo, hi), 2)
+            elif vals and all(isinstance(v, str) and len(v) == 10 and v[4] == "-" for v in vals):
+                d0 = date.fromisoformat(rng.choice(vals))
+                new[c.name] = (d0 + timedelta(days=rng.randint(-20, 20))).isoformat()
+            elif c.json_type == "string" or isinstance(rng.choice(vals) if vals else "", str):
+                if not c.notnull and rng.random() < 0.3:
+                    continue
+                new[c.name] = f"{c.name.replace('_', ' ')} {rng.randint(100, 999)}{chr(97 + j % 26)}"
+            elif c.notnull and c.default is None:
+                new[c.name] = vals[0] if vals else 0
+        if t.pk and all(k in new for k in t.pk) and any(all(r.get(k) == new[k] for k in t.pk) for r in rows + out):
+            continue
+        out.append(new)
+    return out
+
+
 def _referenced_rows(view: DomainView, state: dict, draft: Draft) -> list[tuple[str, dict]]:
     """Rows the goal points at (foreign-key arguments), then the updated row itself."""
     out = []
@@ -101,12 +151,24 @@ def _referenced_rows(view: DomainView, state: dict, draft: Draft) -> list[tuple[
     return out
 
 
-def inject(view: DomainView, env_base: Any, draft: Draft, strategy: str, rng: random.Random) -> dict | None:
+def inject(view: DomainView, env_base: Any, draft: Draft, strategy: str, rng: random.Random,
+           volume: int = 0) -> dict | None:
     """Apply one resource-injection strategy to draft.origin; returns the record of it (or None
     when nothing fits). The caller re-executes the reference path to keep it valid."""
     state = copy.deepcopy(draft.origin)
     added: list[dict] = []
-    if strategy == "noise":
+    if strategy == "noise" and volume > 0:
+        # realistic volume: rows generated from the column types, in tables the reference path
+        # does not search (a generated row must not make a look-up ambiguous or change a menu)
+        queried = {view.tools[a["name"]].table for a in draft.actions
+                   if a["name"] in view.tools and view.tools[a["name"]].kind == "query"}
+        tables = [t for t, tt in view.tables.items() if len(state.get(t) or []) > 1 and t not in queried and tt.pk]
+        rng.shuffle(tables)
+        for table in tables[:3]:
+            for new in generate_rows(view, state, table, volume, rng):
+                state[table].append(new)
+                added.append({"table": table, "row": new})
+    elif strategy == "noise":
         tables = [t for t in view.tables if state.get(t)]
         rng.shuffle(tables)
         for j, table in enumerate(tables[:3]):
@@ -130,13 +192,14 @@ def inject(view: DomainView, env_base: Any, draft: Draft, strategy: str, rng: ra
     return {"strategy": strategy, "state": state, "rows": added}
 
 
-def apply_injection(view: DomainView, env_base: Any, draft: Draft, strategy: str, rng: random.Random) -> bool:
+def apply_injection(view: DomainView, env_base: Any, draft: Draft, strategy: str, rng: random.Random,
+                    volume: int = 0) -> bool:
     """Inject, then re-execute the reference path on the new s_origin: keep the injection only
     when every call behaves as before (and a boundary still holds)."""
     from toolkit.envs.sqlite import DomainError
     from toolkit.flows.logigen.explorer import boundary_check
 
-    inj = inject(view, env_base, draft, strategy, rng)
+    inj = inject(view, env_base, draft, strategy, rng, volume)
     if inj is None:
         return False
     try:
@@ -152,7 +215,8 @@ def apply_injection(view: DomainView, env_base: Any, draft: Draft, strategy: str
     draft.origin = inj["state"]
     draft.injections.append({"strategy": strategy,
                              "rows": [{"table": a["table"], **({"like": a["like"]} if "like" in a else {})}
-                                      for a in inj["rows"]], "count": len(inj["rows"])})
+                                      for a in inj["rows"]][:20], "count": len(inj["rows"]),
+                             **({"generated": True} if volume and strategy == "noise" else {})})
     return True
 
 

@@ -11,8 +11,12 @@ whose checks all pass:
 - duplicate (rule): a record with the same s_origin and s_target earlier in this run fails;
 - boundary (rule, only when task.complexity.boundary is set): on s_origin the crossing step is a
   POLICY_VIOLATION that leaves the state unchanged and the goal at the boundary succeeds;
-- tags (rule): task.complexity tags/level and task.difficulty are filled (computed here from the
-  replay when missing);
+- target_rules (rule): every row the task adds or changes passes every rule's condition re-run on
+  the target (validate.target_rule_violations), so a limit guarded on one event only cannot be
+  broken through the other;
+- tags (rule): task.complexity archetype/tags/level are recomputed from what the task requires
+  (labels.py: a replay of the reference path and the user view) and must match; when missing
+  they are filled from the replay;
 - domain (rule): the deterministic domain check (domain_check.check_domain) of the task's domain,
   once per domain per run (recipe key `domain_check: false` skips it).
 A record without env / task / ground truth is rejected (StageError) naming the field.
@@ -130,8 +134,25 @@ def check_record(record: Record, seen: dict, lock: threading.Lock, cache: Any) -
                     ok, why = False, f"task.complexity.boundary is malformed: {type(e).__name__}: {e}"
             verdicts.append(_verdict("boundary", "rule", ok, [why]))
 
-        # complexity / difficulty tags
+        # the target satisfies every rule: the triggers' conditions re-run on its new/changed rows
+        broken = target_rule_violations(env, origin, target)
+        verdicts.append(_verdict("target_rules", "rule", not broken, broken[:8] or
+                                 ["every new or changed row of the target passes the rules' conditions"]))
+
+        # complexity / difficulty tags: recomputed from what the task requires (labels.py)
         filled = []
+        computed = None
+        if "tags" in cx and cx.get("archetype") and cx.get("level"):
+            from toolkit.flows.logigen.labels import compare, record_labels
+
+            _, computed = record_labels(env, record)
+            diffs = compare(cx, computed)
+            verdicts.append(_verdict("tags", "rule", not diffs, diffs or
+                                     ["archetype, tags and level match what the task requires"],
+                                     scores={"tags": cx.get("tags"), "level": cx.get("level"),
+                                             "computed": computed}))
+            _ = replayed_target
+            return verdicts
         if not cx.get("tags") and "tags" not in cx:
             diff_tables = sorted(env.diff(origin, target)["tables"])
             writes = [a for a in gt.actions if not a.expect_error and view.tools.get(a.name) is not None
@@ -160,6 +181,71 @@ def check_record(record: Record, seen: dict, lock: threading.Lock, cache: Any) -
         return verdicts
     finally:
         ctx.close()
+
+
+_ANALYSES: dict[int, tuple[Any, Any]] = {}
+
+
+def target_rule_violations(env: Any, origin: dict, target: dict) -> list[str]:
+    """Rows the task adds or changes that break a rule's condition when re-run on the target
+    (a limit checked by one event only, e.g. INSERT, can be broken through the other). Only limits
+    on the row's own values (`NEW.col <op> ...`) are re-run; conditions that need the OLD row or
+    count rows of their own table (the row itself would be counted) are not."""
+    import re
+
+    from toolkit.flows.logigen.analysis import analyze, evaluate
+
+    try:
+        key = id(env.domain)
+        hit = _ANALYSES.get(key)
+        if hit is None or hit[0] is not env.domain:
+            hit = _ANALYSES[key] = (env.domain, analyze(env))
+            while len(_ANALYSES) > 16:
+                _ANALYSES.pop(next(iter(_ANALYSES)))
+        an = hit[1]
+    except Exception as e:  # noqa: BLE001 - reported as a failed check
+        return [f"trigger analysis failed: {type(e).__name__}: {e}"]
+    out: list[str] = []
+    # tables the state changes through (visible writes, trigger side effects): a condition on them
+    # held when the row was written and may not any more (seats sold since); static tables stay
+    visible = set(env.tool_names("agent")) if hasattr(env, "tool_names") else set(env.domain.tools)
+    dynamic = {td.table for n, td in env.domain.tools.items() if td.kind in ("insert", "update") and n in visible}
+    for tr in an.triggers:
+        dynamic |= {e.table for e in tr.effects}
+    env.reset(target)
+    try:
+        for name, t in env.domain.tables.items():
+            if not t.pk:
+                continue
+            old = {tuple(r.get(k) for k in t.pk): r for r in origin.get(name, [])}
+            rows = [r for r in target.get(name, []) if old.get(tuple(r.get(k) for k in t.pk)) != r]
+            if not rows:
+                continue
+            for rule, checks in an.rules.items():
+                for rc in checks:
+                    sql = rc.sql or ""
+                    if rc.table != name or re.search(r"\bOLD\.", sql) or \
+                            re.search(r"\bFROM\s+\"?" + re.escape(name) + r"\b", sql, re.IGNORECASE):
+                        continue
+                    # only limits on the row's own values (NEW.col <op> ...): conditions about the
+                    # rest of the state (is the car free?) held when the row was written, not after
+                    limits = [c for c in rc.conditions if c.kind == "compare" and c.op in ("<", "<=", ">", ">=")
+                              and any(getattr(x, "kind", None) == "new" for x in (c.lhs, c.rhs))
+                              and not any(getattr(x, "kind", None) == "subquery" and getattr(x, "table", None) in dynamic
+                                          for x in (c.lhs, c.rhs))]
+                    if not limits:
+                        continue
+                    cols = {x.column for c in limits for x in (c.lhs, c.rhs) if getattr(x, "kind", None) == "new"}
+                    for r in rows:
+                        o = old.get(tuple(r.get(k) for k in t.pk))
+                        if o is not None and all(o.get(c) == r.get(c) for c in cols):
+                            continue  # the limited values did not change: they were checked when written
+                        if evaluate(env, sql, new=r) is True:
+                            out.append(f"target row {name} { {k: r.get(k) for k in t.pk} } breaks rule {rule!r} "
+                                       f"(trigger {rc.trigger})")
+    finally:
+        env.reset()
+    return sorted(set(out))
 
 
 @strategy("validate-task", "logigen", options=O.ValidateTaskOptions,

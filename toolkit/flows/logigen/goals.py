@@ -1,0 +1,704 @@
+"""Goal-driven symbolic explorer: tasks whose user has a goal, not a procedure.
+
+A task is a chain of 1-8 writes executed in ONE sqlite environment (each write changes the state
+hash), built from the schema and the state only:
+
+- look up -> decide -> act: the user names rows by what they know (their own identities: the
+  text keys of the rows they refer to, dates, kinds), the Consultant finds the row with a query and
+  writes with the key found in the result; a row the chain itself creates is addressed by the key
+  its insert returned;
+- option menus: an insert's reference (a car, a doctor, a flight...) is not named by the user; they
+  give filters and a preference ("the lowest <attribute> you can offer") and the agent lists the
+  options, keeps those the policy accepts (probed by execution) and takes the unique best one;
+- a mind change (the user first leans to another option of the menu, then takes the best one);
+- violation first (Mismatch): the first request breaks a rule; the correction keeps every
+  reference and key (no switching to another customer/row to dodge the rule): another value of
+  the same attribute, the largest (smallest) value the rule allows (a trade-off), or the user
+  drops that request and goes on with the rest of the goal;
+- boundaries (Edge): s_origin is moved to N-1 of a rule (rules.py), the goal is the last allowed
+  unit and the chain goes on from there.
+
+Every request is recorded as user-facing facts (`Draft.requests`) from which the projection writes
+the user view; nothing here knows a domain.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import random
+from typing import Any
+
+from toolkit.flows.logigen.explorer import (
+    POLICY_VIOLATION,
+    DomainView,
+    Draft,
+    Probe,
+    alt_values,
+    insert_args,
+    update_candidates,
+)
+
+MAX_TRIES_PER_STEP = 24
+
+
+def words(ident: Any) -> str:
+    return str(ident).replace("_", " ").strip()
+
+
+class Walker:
+    """One environment probed in place: failed calls roll back by themselves, successful probes
+    are undone with a checkpoint (SQLite serialize) instead of rebuilding the state."""
+
+    def __init__(self, env_base: Any, state: dict):
+        from toolkit.envs.sqlite import SqliteEnvironment
+
+        self.env = SqliteEnvironment(env_base.domain, state=state, config=env_base.config)
+        self.calls = 0
+
+    def close(self) -> None:
+        self.env.close()
+
+    def call(self, name: str, args: dict):
+        self.calls += 1
+        return self.env.call(name, copy.deepcopy(args))
+
+    def cp(self) -> bytes:
+        return self.env.checkpoint()
+
+    def restore(self, cp: bytes) -> None:
+        self.env.restore(cp)
+
+    def snapshot(self) -> dict:
+        return self.env.snapshot()
+
+    def hash(self) -> str:
+        return self.env.state_hash()
+
+    def probe(self, name: str, args: dict) -> Any:
+        """Run a call and undo it: the result (ok, error, content)."""
+        cp = self.cp()
+        r = self.call(name, args)
+        if r.ok:
+            self.restore(cp)
+        return r
+
+
+def _row(state: dict, table: str, key: dict) -> dict | None:
+    return next((r for r in state.get(table, []) if all(r.get(k) == v for k, v in key.items())), None)
+
+
+def _is_date(v: Any) -> bool:
+    return isinstance(v, str) and len(v) == 10 and v[4] == "-" and v[7] == "-" and v[:4].isdigit()
+
+
+def view_query(view: DomainView) -> dict:
+    return view.query_tool
+
+
+class Phrases:
+    """User-facing phrasing of rows and values: what the user wants, never which column to set."""
+
+    def __init__(self, view: DomainView):
+        self.view = view
+
+    def value(self, table: str, col: str, v: Any, *, attr: bool = True) -> str:
+        view = self.view
+        c = view.tables[table].colmap.get(col)
+        fk = view.fk(table, col)
+        if fk:
+            return f"{words(fk.get('table'))} {v}"
+        if c is not None and c.enum:
+            return words(v)  # an adjective, never "<column> <value>"
+        if _is_date(v):
+            return f"on {v}" if attr else str(v)
+        if isinstance(v, bool) or (c is not None and c.json_type == "boolean"):
+            return f"{'with' if v else 'without'} {words(col)}"
+        return f"{words(col)} {v}" if attr else str(v)
+
+    def value_of_key(self, table: str, v: Any) -> str:
+        return f"their {words(table)} number is {v}"
+
+    def row(self, table: str, filters: dict) -> str:
+        """"the booked rental for car SP-808 on 2025-06-04": enum values as adjectives, references
+        and dates after the noun, never a column name next to its value."""
+        view = self.view
+        t = view.tables[table]
+        adj, rest = [], []
+        for k, v in filters.items():
+            c = t.colmap.get(k)
+            if c is not None and c.enum and not view.fk(table, k):
+                adj.append(words(v))
+            elif view.fk(table, k):
+                rest.append(f"for {self.value(table, k, v)}")
+            else:
+                rest.append(self.value(table, k, v) if _is_date(v) else f"with {self.value(table, k, v)}")
+        return " ".join(["the"] + adj + [words(table)] + rest)
+
+    def change(self, table: str, col: str, old: Any, new: Any) -> str:
+        view = self.view
+        c = view.tables[table].colmap.get(col)
+        fk = view.fk(table, col)
+        if fk:
+            return f"moved to {words(fk.get('table'))} {new} (instead of {old})"
+        if c is not None and c.enum:
+            return f"{words(new)} (it is {words(old)} now)"
+        if _is_date(new):
+            return f"on {new} instead of {old}"
+        if isinstance(new, (int, float)) and not isinstance(new, bool):
+            return f"{new} {words(col)} instead of {old}"
+        return f"{words(col)} '{new}' instead of '{old}'"
+
+
+def choose_principal(view: DomainView, policy: str = "") -> str | None:
+    """The table of the party the user is (customer, patient, member...): a table the write tools'
+    tables reference, with a name-like column, most mentioned in the policy; else the most
+    referenced one. Decided from the schema and the policy text only."""
+    import re
+
+    refs: dict[str, int] = {}
+    for td in view.writes:
+        for fk in view.tables[td.table].fks:
+            tt = fk.get("table")
+            if tt in view.tables and tt != td.table:
+                refs[tt] = refs.get(tt, 0) + 1
+    if not refs:
+        return None
+    low = (policy or "").lower()
+
+    def score(t: str) -> tuple:
+        named = any("name" in c.name for c in view.tables[t].columns if not c.pk)
+        mentions = len(re.findall(r"\b" + re.escape(words(t).lower()) + r"s?\b", low))
+        return (named, mentions, refs[t], t)
+
+    return max(refs, key=score)
+
+
+class GoalExplorer:
+    """Builds goal chains from a state (see the module doc). One instance per domain input."""
+
+    def __init__(self, env_base: Any, base: dict, seed: int):
+        self.env_base = env_base
+        self.view = DomainView(env_base)
+        self.base = base
+        self.seed = seed
+        self.say = Phrases(self.view)
+        self.walker = Walker(env_base, base)
+        self.base_cp = self.walker.cp()
+        self.writes = [td for td in self.view.writes]
+        try:
+            policy = env_base.policy()
+        except Exception:  # noqa: BLE001 - a domain without a policy text: schema only
+            policy = ""
+        self.principal = choose_principal(self.view, policy)
+        self._owners: dict = {}
+        self.pk = None
+        if self.principal and len(self.view.tables[self.principal].pk) == 1:
+            self.pk = self.view.tables[self.principal].pk[0]
+        else:
+            self.principal = None
+
+    # -- whose rows ------------------------------------------------------------------------------
+
+    def owner_of(self, state: dict, table: str, row: dict, depth: int = 0) -> Any:
+        """The principal key a row belongs to (directly or through one reference), or None.
+        Memoized per row content (ownership never changes within a chain: `owns`)."""
+        if self.principal is None or depth > 2:
+            return None
+        try:
+            key = (table, tuple(sorted(row.items())))
+            hit = self._owners.get(key, self)
+        except TypeError:
+            key, hit = None, self
+        if hit is not self:
+            return hit
+        out = self._owner_of(state, table, row, depth)
+        if key is not None:
+            if len(self._owners) > 50000:
+                self._owners.clear()
+            self._owners[key] = out
+        return out
+
+    def _owner_of(self, state: dict, table: str, row: dict, depth: int) -> Any:
+        if table == self.principal:
+            return row.get(self.pk)
+        for fk in self.view.tables[table].fks:
+            tt, col = fk.get("table"), fk.get("column")
+            v = row.get(col)
+            if v is None or tt not in self.view.tables:
+                continue
+            if tt == self.principal:
+                return v
+            rt = self.view.tables[tt]
+            to = fk.get("to") or (rt.pk[0] if rt.pk else None)
+            ref = next((r for r in state.get(tt, []) if r.get(to) == v), None)
+            if ref is not None:
+                o = self.owner_of(state, tt, ref, depth + 1)
+                if o is not None:
+                    return o
+        return None
+
+    def owns(self, state: dict, p: Probe, who: Any) -> bool:
+        """The write stays on the principal's own rows and never changes whose they are."""
+        if self.principal is None or who is None:
+            return True
+        t = self.view.tables[p.table]
+        if p.kind == "update":
+            row = _row(state, p.table, {k: p.args.get(k) for k in t.pk})
+            if row is None or self.owner_of(state, p.table, row) != who:
+                return False
+            new = {**row, **p.args}
+            return self.owner_of(state, p.table, new) == who
+        return self.owner_of(state, p.table, p.args) == who
+
+    def close(self) -> None:
+        self.walker.close()
+
+    @property
+    def calls(self) -> int:
+        return self.walker.calls
+
+    # -- candidates ------------------------------------------------------------------------------
+
+    def _connected(self, p: Probe, anchors: set, created: dict, state: dict) -> bool:
+        if not anchors and not created:
+            return True
+        t = self.view.tables[p.table]
+        if p.kind == "update":
+            key = tuple(p.args.get(k) for k in t.pk)
+            if key in created.get(p.table, ()):
+                return True
+            row = _row(state, p.table, {k: p.args[k] for k in t.pk}) or {}
+            return any(v in anchors for v in row.values() if isinstance(v, str))
+        return any(v in anchors for v in p.args.values() if isinstance(v, str))
+
+    def step_candidates(self, state: dict, rng: random.Random, anchors: set, created: dict,
+                        used: dict, who: Any = None, width: int = 1) -> list[Probe]:
+        """Candidate writes on the principal `who`'s rows; `width` > 1: every tool, more rows and
+        insert drafts (the boundary search), 1: a random half of the tools (a chain step)."""
+        view = self.view
+        out: list[Probe] = []
+        tools = list(self.writes)
+        rng.shuffle(tools)
+        for td in tools if width > 1 else tools[:max(3, len(tools) // 2)]:
+            if td.kind == "update":
+                t = view.tables[td.table]
+                rows = state.get(td.table) or []
+                if who is not None:
+                    rows = [r for r in rows if self.owner_of(state, td.table, r) == who]
+                ps = update_candidates(view, {**state, td.table: rows}, td, rng, max_rows=4 * width) if rows else []
+                if rng.random() < 0.3 and len(ps) > 1:
+                    # two changes on the same row in one request
+                    a, b = rng.sample(ps, 2)
+                    if all(a.args[k] == b.args[k] for k in t.pk) and set(a.args) != set(b.args):
+                        ps.append(Probe(td.name, {**a.args, **b.args}, "update", td.table, column=a.column))
+            else:
+                ps = []
+                rows = list(state.get(td.table) or [])
+                for _ in range(5 * width):
+                    args = insert_args(view, state, td, rng, rng.choice(rows) if rows else None)
+                    for k in list(args):
+                        fk = view.fk(td.table, k)
+                        if not fk:
+                            continue
+                        if who is not None and fk.get("table") == self.principal:
+                            args[k] = who
+                            continue
+                        if who is not None:
+                            # a reference to one of the principal's own rows (their booking, loan...)
+                            rt = view.tables.get(fk.get("table"))
+                            if rt is not None and any(f.get("table") == self.principal for f in rt.fks):
+                                to = fk.get("to") or (rt.pk[0] if rt.pk else None)
+                                own = [r.get(to) for r in state.get(rt.name, [])
+                                       if self.owner_of(state, rt.name, r) == who]
+                                if own:
+                                    args[k] = rng.choice(own)
+                                continue
+                        mine = [a for a in sorted(anchors, key=str) if a in view.ref_values(state, fk)]
+                        if mine and rng.random() < 0.5:
+                            args[k] = rng.choice(mine)
+                    for k, x in list(args.items()):
+                        if _is_date(x) and rng.random() < 0.6:
+                            # a date at or after the latest one of the column (bookings lie ahead)
+                            latest = max((r.get(k) for r in rows if _is_date(r.get(k))), default=x)
+                            from datetime import date, timedelta
+
+                            args[k] = (date.fromisoformat(latest) + timedelta(days=rng.randint(0, 6))).isoformat()
+                    enums = [c for c in view.tables[td.table].columns if c.enum and c.name in args and not c.pk]
+                    if enums and rng.random() < 0.5:
+                        c = rng.choice(enums)
+                        args[c.name] = rng.choice(c.enum)
+                    ps.append(Probe(td.name, args, "insert", td.table))
+            out += [p for p in ps if self.owns(state, p, who)]
+        rng.shuffle(out)
+        return out
+
+    # -- one write with its lookup ---------------------------------------------------------------
+
+    def lookup(self, state: dict, table: str, key: dict, rng: random.Random) -> tuple[dict, str] | None:
+        """(query filters, phrase) naming one row by attributes that single it out (never its key)."""
+        view = self.view
+        t = view.tables[table]
+        if table not in view.query_tool:
+            return None
+        row = _row(state, table, key)
+        if row is None:
+            return None
+        cols = [c.name for c in t.columns if not c.pk and c.name not in view.exclude_keys and not c.readonly
+                and row.get(c.name) is not None and not isinstance(row.get(c.name), float)]
+        cols.sort(key=lambda c: (view.fk(table, c) is None, t.colmap[c].enum is None, rng.random()))
+        rows = state.get(table, [])
+        for n in (1, 2, 3):
+            for combo in itertools.combinations(cols[:6], n):
+                match = [r for r in rows if all(r.get(c) == row.get(c) for c in combo)]
+                if len(match) == 1:
+                    f = {c: row[c] for c in combo}
+                    return f, self.say.row(table, f)
+        return None
+
+    def menu(self, p: Probe, state: dict, rng: random.Random) -> dict | None:
+        """An option menu for one reference of an insert: filters on the referenced table, the
+        options the policy accepts (probed), and a preference that picks exactly one of them."""
+        view = self.view
+        fks = [k for k in p.args if view.fk(p.table, k)]
+        rng.shuffle(fks)
+        for a in fks:
+            fk = view.fk(p.table, a)
+            rt = view.tables.get(fk.get("table"))
+            if rt is None or rt.name not in view.query_tool or len(rt.pk) != 1 or rt.name == self.principal \
+                    or any(f.get("table") == self.principal for f in rt.fks):
+                continue  # options come from shared resources, not from the user's own rows
+            to = fk.get("to") or rt.pk[0]
+            rows = state.get(rt.name, [])
+            nums = [c.name for c in rt.columns if not c.pk and c.json_type in ("integer", "number")
+                    and not view.fk(rt.name, c.name) and c.name not in view.exclude_keys]
+            cats = [c.name for c in rt.columns if not c.pk and (c.enum or view.fk(rt.name, c.name))
+                    and c.name not in view.exclude_keys]
+            if not nums or len(rows) < 3:
+                continue
+            cur = _row(state, rt.name, {to: p.args[a]}) or {}
+            rng.shuffle(cats)
+            for fcols in [cats[:1], cats[:2], []]:
+                f = {c: cur.get(c) for c in fcols if cur.get(c) is not None}
+                matches = [r for r in rows if all(r.get(c) == v for c, v in f.items())]
+                if len(matches) < 2 or len(matches) > 12:
+                    continue
+                ok = []
+                for r in matches:
+                    res = self.walker.probe(p.name, {**p.args, a: r[to]})
+                    if res.ok:
+                        ok.append(r)
+                if not ok:
+                    continue
+                for col in sorted(nums, key=lambda _: rng.random()):
+                    vals = [r.get(col) for r in ok if isinstance(r.get(col), (int, float))]
+                    if len(vals) != len(ok):
+                        continue
+                    for best, word in ((min(vals), "lowest"), (max(vals), "highest")):
+                        pick = [r for r in ok if r.get(col) == best]
+                        if len(pick) == 1 and len(matches) >= 2:
+                            others = [r for r in matches if r is not pick[0]]
+                            return {"arg": a, "table": rt.name, "filters": f, "column": col, "word": word,
+                                    "choice": pick[0][to], "options": len(matches), "accepted": len(ok),
+                                    "other": others[0][to] if others else None}
+        return None
+
+    def describe_insert(self, p: Probe, skip: set) -> str:
+        view = self.view
+        t = view.tables[p.table]
+        parts = []
+        for k, v in p.args.items():
+            c = t.colmap.get(k)
+            if k in skip or c is None or k in view.exclude_keys or c.rowid_alias:
+                continue
+            if c.default is not None and str(c.default).strip("'\"") == str(v):
+                continue  # the default: nothing the user has to say
+            parts.append(self.say.value(p.table, k, v))
+        return f"a new {words(p.table)}" + (f" ({', '.join(parts)})" if parts else "")
+
+    def describe_update(self, p: Probe, state: dict) -> list[str]:
+        t = self.view.tables[p.table]
+        row = _row(state, p.table, {k: p.args[k] for k in t.pk}) or {}
+        return [self.say.change(p.table, k, row.get(k), v) for k, v in p.args.items() if k not in t.pk]
+
+    # -- the chain -------------------------------------------------------------------------------
+
+    def chain(self, rng: random.Random, origin: dict, want: int, *, first: list[dict] | None = None,
+              archetype: str = "Goal", menu_share: float = 0.5, lookup_share: float = 0.6) -> Draft | None:
+        """Execute a chain of `want` writes from `origin` (after the `first` segment: pre-planned
+        steps {"call": {...}, "expect_error"?: ..., "request": {...}}) and return the draft."""
+        w = self.walker
+        w.restore(self.base_cp) if origin is self.base else w.env.reset(origin)
+        start = w.cp()
+        state = w.snapshot()
+        actions: list[dict] = []
+        requests: list[dict] = []
+        patterns: list[str] = []
+        anchors: set = set()
+        created: dict[str, list] = {}
+        used: dict[str, int] = {}
+        writes = 0
+        who = self._who(state, first, rng)
+        if who is not None and self.principal in view_query(self.view):
+            # the Consultant identifies the user first (the identity the policy asks for)
+            actions.append({"name": self.view.query_tool[self.principal], "arguments": {self.pk: who}})
+            requests.append({"identity": True, "known": [self.say.value_of_key(self.principal, who)]})
+        for seg in first or []:
+            call = seg["call"]
+            if seg.get("read"):
+                actions.append(seg["read"])
+            h0 = w.hash()
+            r = w.call(call["name"], call["arguments"])
+            if seg.get("expect_error"):
+                if r.ok or (r.error or {}).get("code") != seg["expect_error"]:
+                    return None
+                actions.append({**copy.deepcopy(call), "expect_error": seg["expect_error"]})
+            else:
+                if not r.ok or w.hash() == h0:
+                    return None
+                actions.append(copy.deepcopy(call))
+                writes += 1
+                self._after_write(call, r, anchors, created, state)
+            if seg.get("request"):
+                requests.append(seg["request"])
+            patterns += seg.get("patterns", [])
+            used[call["name"]] = used.get(call["name"], 0) + 1
+            state = w.snapshot()
+        while writes < want:
+            step = self._next_write(state, rng, anchors, created, used, menu_share, lookup_share, who)
+            if step is None:
+                break
+            actions += step["actions"]
+            requests.append(step["request"])
+            patterns += step.get("patterns", [])
+            writes += 1
+            state = w.snapshot()
+        if writes == 0:
+            return None
+        target = state
+        w.restore(start)
+        d = Draft(origin=origin, actions=actions, goals=[], archetype=archetype, target=target)
+        d.requests = requests
+        d.patterns = sorted(set(patterns))
+        return d
+
+    def _after_write(self, call: dict, r: Any, anchors: set, created: dict, state: dict) -> None:
+        view = self.view
+        td = view.tools[call["name"]]
+        t = view.tables[td.table]
+        row = r.content if isinstance(r.content, dict) else {}
+        if td.kind == "insert" and row and all(k in row for k in t.pk):
+            created.setdefault(t.name, []).append(tuple(row.get(k) for k in t.pk))
+        src = row or call["arguments"]
+        if td.kind == "update":
+            src = {**(_row(state, t.name, {k: call["arguments"].get(k) for k in t.pk}) or {}), **call["arguments"]}
+        for k, v in src.items():
+            if view.fk(t.name, k) and isinstance(v, str):
+                anchors.add(v)
+
+    def _who(self, state: dict, first: list[dict] | None, rng: random.Random) -> Any:
+        if self.principal is None:
+            return None
+        if first:
+            c = first[0]["call"]
+            td = self.view.tools[c["name"]]
+            t = self.view.tables[td.table]
+            row = c["arguments"]
+            if td.kind == "update":
+                row = _row(state, td.table, {k: c["arguments"].get(k) for k in t.pk}) or row
+            return self.owner_of(state, td.table, row)
+        owners = sorted({self.owner_of(state, td.table, r) for td in self.writes
+                         for r in state.get(td.table, [])} - {None}, key=str)
+        everyone = [r.get(self.pk) for r in state.get(self.principal, [])]
+        pool = owners if owners and rng.random() < 0.7 else everyone
+        return rng.choice(pool) if pool else None
+
+    def _next_write(self, state: dict, rng: random.Random, anchors: set, created: dict, used: dict,
+                    menu_share: float, lookup_share: float, who: Any = None) -> dict | None:
+        w = self.walker
+        h0 = w.hash()
+        cp = None
+        for p in self.step_candidates(state, rng, anchors, created, used, who)[:MAX_TRIES_PER_STEP]:
+            if cp is None:
+                cp = w.cp()
+            r = w.call(p.name, p.args)
+            if not r.ok:
+                continue  # a failed write leaves the state as it was
+            if w.hash() == h0:
+                w.restore(cp)
+                continue
+            first = p
+            acts, req, pats, p = self.plan_write(p, state, rng, created, menu_share, lookup_share, walker_moved=cp)
+            if p is not first:  # the menu picked another option: write that one instead
+                w.restore(cp)
+                r = w.call(p.name, p.args)
+                if not r.ok:  # probed on this state: cannot happen
+                    return None
+            acts.append(p.call())
+            self._after_write(p.call(), r, anchors, created, state)
+            used[p.name] = used.get(p.name, 0) + 1
+            return {"actions": acts, "request": req, "patterns": pats}
+        return None
+
+    def plan_write(self, p: Probe, state: dict, rng: random.Random, created: dict, menu_share: float,
+                   lookup_share: float, walker_moved: bytes | None = None) -> tuple[list[dict], dict, list[str], Probe]:
+        """(reads before the write, the user's request, patterns, the write) for a write that
+        succeeds on `state`: the user's words never carry a key they could not know.
+        `walker_moved`: the checkpoint of `state` when the walker already ran `p` (a menu probes
+        its options on `state`, and leaves the walker as it found it)."""
+        view = self.view
+        t = view.tables[p.table]
+        acts: list[dict] = []
+        pats: list[str] = []
+        req: dict = {"kind": p.kind, "table": p.table}
+        if p.kind == "insert":
+            m = None
+            if rng.random() < menu_share:
+                after = None
+                if walker_moved is not None:
+                    after = self.walker.cp()
+                    self.walker.restore(walker_moved)
+                m = self.menu(p, state, rng)
+                if after is not None:
+                    self.walker.restore(after)
+            if m is not None:
+                p = Probe(p.name, {**p.args, m["arg"]: m["choice"]}, p.kind, p.table)
+                acts.append({"name": view.query_tool[m["table"]], "arguments": dict(m["filters"])})
+                what = self.describe_insert(p, skip={m["arg"]})
+                filt = ", ".join(self.say.value(m["table"], c, v) for c, v in m["filters"].items())
+                req["text"] = (f"{what} with a {words(m['table'])}{' (' + filt + ')' if filt else ''}: "
+                               f"the one with the {m['word']} {words(m['column'])} that can be used")
+                req["menu"] = {k: m[k] for k in ("table", "column", "word", "options", "accepted")}
+                pats.append("option-menu")
+                if m.get("other") is not None and rng.random() < 0.35:
+                    req["mind_change"] = (f"at first lean towards {words(m['table'])} {m['other']}, then change "
+                                          f"your mind and ask for the {m['word']} {words(m['column'])} instead")
+                    pats.append("mind-change")
+            else:
+                req["text"] = self.describe_insert(p, skip=set())
+                for k, v in p.args.items():
+                    fk = view.fk(p.table, k)
+                    if fk and fk.get("table") in view.query_tool:
+                        rt = view.tables[fk["table"]]
+                        acts.append({"name": view.query_tool[rt.name], "arguments": {fk.get("to") or rt.pk[0]: v}})
+                        break
+            req["known"] = [self.say.value(p.table, k, v) for k, v in p.args.items()
+                            if view.fk(p.table, k) and isinstance(v, str) and not (m and k == m["arg"])]
+            return acts, req, pats, p
+        key = {k: p.args[k] for k in t.pk}
+        mine = tuple(p.args.get(k) for k in t.pk) in created.get(p.table, ())
+        changes = self.describe_update(p, state)
+        if mine:
+            req["text"] = f"for the {words(p.table)} just made: " + " and ".join(changes)
+            req["known"] = []
+            pats.append("uses-created-row")
+            return acts, req, pats, p
+        lk = self.lookup(state, p.table, key, rng) if p.table != self.principal and (
+            rng.random() < lookup_share or any(t.colmap[k].rowid_alias for k in t.pk)) else None
+        if lk is not None:
+            f, phrase = lk
+            acts.append({"name": view.query_tool[p.table], "arguments": f})
+            req["text"] = f"{phrase}: " + " and ".join(changes)
+            req["known"] = [self.say.value(p.table, k, v) for k, v in f.items()
+                            if view.fk(p.table, k) and isinstance(v, str)]
+            pats.append("lookup")
+        else:
+            if p.table in view.query_tool:
+                acts.append({"name": view.query_tool[p.table], "arguments": dict(key)})
+            ktxt = " ".join(str(v) for v in key.values())
+            req["text"] = f"{words(p.table)} {ktxt}: " + " and ".join(changes)
+            req["known"] = [f"{words(p.table)} {ktxt}"]
+        return acts, req, pats, p
+
+    # -- violation first -------------------------------------------------------------------------
+
+    def corrections(self, v: Probe, state: dict, rng: random.Random) -> list[tuple[Probe, str]]:
+        """Calls that keep every key and reference of the violating call `v` and change one
+        attribute: the value the rule still allows at its limit first (a trade-off), then others."""
+        view = self.view
+        t = view.tables[v.table]
+        out: list[tuple[Probe, str]] = []
+        for k, cur in v.args.items():
+            c = t.colmap.get(k)
+            if c is None or c.pk or view.fk(v.table, k):
+                continue
+            if c.json_type == "integer" and isinstance(cur, int) and not isinstance(cur, bool):
+                for step in (-1, 1):
+                    for i in range(1, 25):
+                        x = cur + step * i
+                        if x < 0:
+                            break
+                        q = Probe(v.name, {**v.args, k: x}, v.kind, v.table, column=k if v.kind == "update" else None)
+                        r = self.walker.probe(q.name, q.args)
+                        if r.ok:
+                            out.append((q, "limit"))
+                            break
+                        if (r.error or {}).get("violated_rule") != v.rule:
+                            break
+            for x in alt_values(view, state, v.table, c, cur, rng, k=6):
+                out.append((Probe(v.name, {**v.args, k: x}, v.kind, v.table, column=k if v.kind == "update" else None),
+                            "other"))
+        return out
+
+    def mismatch_segment(self, v: Probe, origin: dict, rng: random.Random) -> list[dict] | None:
+        """[attempt, correction?] for the violating call `v` from `origin` (planned steps for chain)."""
+        view = self.view
+        w = self.walker
+        w.env.reset(origin) if origin is not self.base else w.restore(self.base_cp)
+        state = origin
+        r = w.call(v.name, v.args)
+        if r.ok or (r.error or {}).get("code") != POLICY_VIOLATION or (r.error or {}).get("violated_rule") != v.rule:
+            return None
+        t = view.tables[v.table]
+        read = None
+        known: list[str] = []
+        if v.kind == "update":
+            key = {k: v.args[k] for k in t.pk}
+            lk = self.lookup(state, v.table, key, rng)
+            if lk is not None and v.table in view.query_tool:
+                read = {"name": view.query_tool[v.table], "arguments": lk[0]}
+                who = lk[1]
+                known = [self.say.value(v.table, k, x) for k, x in lk[0].items() if view.fk(v.table, k)]
+            else:
+                who = f"{words(v.table)} {' '.join(str(x) for x in key.values())}"
+                known = [who]
+                if v.table in view.query_tool:
+                    read = {"name": view.query_tool[v.table], "arguments": dict(key)}
+            want = f"{who}: " + " and ".join(self.describe_update(v, state))
+        else:
+            want = self.describe_insert(v, skip=set())
+            known = [self.say.value(v.table, k, x) for k, x in v.args.items() if view.fk(v.table, k) and isinstance(x, str)]
+            for k, x in v.args.items():
+                fk = view.fk(v.table, k)
+                if fk and fk.get("table") in view.query_tool:
+                    rt = view.tables[fk["table"]]
+                    read = {"name": view.query_tool[rt.name], "arguments": {fk.get("to") or rt.pk[0]: x}}
+                    break
+        seg = [{"call": v.call(), "expect_error": POLICY_VIOLATION, "read": read,
+                "request": {"kind": v.kind, "table": v.table, "text": want, "known": known, "violates": v.rule},
+                "patterns": ["violation-first"]}]
+        fixes = self.corrections(v, state, rng)
+        rng.shuffle(fixes)
+        fixes.sort(key=lambda f: f[1] != "limit" if rng.random() < 0.6 else 0)
+        for q, how in fixes[:12]:
+            cp = w.cp()
+            h0 = w.hash()
+            rr = w.call(q.name, q.args)
+            ok = rr.ok and w.hash() != h0
+            w.restore(cp)
+            if not ok:
+                continue
+            if how == "limit":
+                fb = "the closest the rules allow (ask the agent what that is)"
+                pats = ["trade-off"]
+            else:
+                fb = " and ".join(self.describe_update(q, state)) if q.kind == "update" else \
+                    self.describe_insert(q, skip=set())
+                pats = ["correction"]
+            seg.append({"call": q.call(), "patterns": pats,
+                        "request": {"kind": q.kind, "table": q.table, "fallback_for": len(seg) - 1, "text": fb,
+                                    "known": []}})
+            return seg
+        seg[0]["patterns"].append("refusal-accepted")
+        seg[0]["request"]["fallback"] = "drop this request and go on with the rest"
+        return seg

@@ -1,0 +1,456 @@
+"""Rule coverage for the goal explorer: per trigger rule, a state where a call violates it
+(violation-first tasks) and a state at N-1 of it (boundary tasks), all found by execution.
+
+- violation witnesses: probes from s_origin, then the domain check's search (`find_violating_call`,
+  a setup call allowed: its state becomes the task's s_origin), then states whose cells the trigger
+  analysis derives (an OLD-row value, a subquery column set to its violating value);
+- boundary witnesses (N-1): a state S, a goal g and a next unit n with g accepted on S, n rejected
+  for the rule after g, and (state rules) n NOT rejected for the rule on S itself, so g is exactly
+  the last allowed unit. S comes from the trigger analysis first (a threshold's state cell set to
+  its boundary value), then from executed calls (a successful write that brings the state
+  there); an integer column updated past its limit is seeded one below its limit by executing the
+  update (`seeded.by = "executed calls"`). A rule with no N-1 state is reported with the reason
+  (e.g. its condition depends only on the call's arguments).
+
+Every failure of the analysis or the search is logged and counted (`report()`), never swallowed.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from toolkit.flows.logigen.explorer import (
+    POLICY_VIOLATION,
+    Boundary,
+    Probe,
+    candidates,
+    canonical_state,
+)
+
+
+@dataclass
+class Witness:
+    origin: dict
+    call: Probe
+    seeded: dict = field(default_factory=dict)
+
+
+class RuleCoverage:
+    def __init__(self, gx: Any, rng: random.Random, max_calls: int = 1000):
+        self.gx = gx
+        self.view = gx.view
+        self.rng = rng
+        self.seed = rng.random()
+        self.max_calls = max_calls
+        self.errors: list[str] = []
+        self.dropped: dict[str, str] = {}
+        try:
+            from toolkit.flows.logigen.analysis import analyze
+
+            self.an = analyze(gx.env_base)
+            self.rules = sorted(self.an.rules)
+        except Exception as e:  # noqa: BLE001 - reported, and the search goes on without it
+            self.an = None
+            self.rules = []
+            self.errors.append(f"trigger analysis failed: {type(e).__name__}: {e}")
+        self._cps: dict[int, tuple[dict, bytes]] = {}
+        self.violations: dict[str, list[Witness]] = {r: [] for r in self.rules}
+        self.boundaries: dict[str, list[tuple[Boundary, dict]]] = {r: [] for r in self.rules}
+
+    # -- violations ------------------------------------------------------------------------------
+
+    def find_violations(self) -> None:
+        w = self.gx.walker
+        w.restore(self.gx.base_cp)
+        base = self.gx.base
+        for p in candidates(self.view, base, self.rng):
+            r = w.probe(p.name, p.args)
+            err = r.error or {}
+            if not r.ok and err.get("code") == POLICY_VIOLATION and err.get("violated_rule") in self.violations:
+                p.rule, p.code, p.message = err.get("violated_rule"), POLICY_VIOLATION, err.get("message")
+                if len(self.violations[p.rule]) < 6:
+                    self.violations[p.rule].append(Witness(base, p))
+        # NEW.<col> thresholds of the analysis: accepted calls with the column at its violating value
+        oks = [p for p in candidates(self.view, base, self.rng)]
+        for rule in self.rules:
+            if len(self.violations[rule]) >= 2 or not self.an:
+                continue
+            for rc in self.an.rules.get(rule, []):
+                for th in rc.thresholds:
+                    if not th.ref.startswith("NEW.") or not isinstance(th.violating, (int, float)):
+                        continue
+                    col = th.ref[4:]
+                    tried: set = set()
+                    for p in oks:
+                        if p.table != rc.table or p.name not in rc.tools or p.name in tried:
+                            continue
+                        q = Probe(p.name, {**p.args, col: th.violating}, p.kind, p.table, column=col if p.kind == "update" else None)
+                        if p.kind == "update":
+                            t = self.view.tables[p.table]
+                            q.args = {**{k: p.args[k] for k in t.pk}, col: th.violating}
+                        r = w.probe(q.name, q.args)
+                        if not r.ok and (r.error or {}).get("violated_rule") == rule:
+                            q.rule, q.code = rule, POLICY_VIOLATION
+                            self.violations[rule].append(Witness(base, q))
+                            tried.add(p.name)  # one witness per tool (an insert and an update)
+        # a rule whose every witness belongs to someone with no rows of their own to go on with
+        # (a banned customer with no bookings): look for one in a derived state as well
+        stuck = [r for r in self.rules if self.violations[r]
+                 and not any(self._has_rows(wit.origin, self._owner(wit.origin, wit.call)) for wit in self.violations[r])]
+        missing = [r for r in self.rules if not self.violations[r]] + stuck
+        if not missing:
+            return
+        from toolkit.flows.logigen.provoke import ViolationSearch, find_violating_call
+
+        for rule in missing:
+            if rule in stuck:
+                hit = None
+            else:
+              try:
+                hit = find_violating_call(w.env, rule, max_calls=self.max_calls)
+              except Exception as e:  # noqa: BLE001
+                self.errors.append(f"{rule}: violation search failed: {type(e).__name__}: {e}")
+                hit = None
+              w.restore(self.gx.base_cp)
+            if hit:
+                origin, seeded = base, {}
+                if hit.get("setup"):
+                    origin = self._after(base, hit["setup"])
+                    seeded = {"by": "executed calls", "calls": hit["setup"]}
+                p = self._probe_of(hit["call"], rule)
+                if origin is not None and p is not None:
+                    self.violations[rule].append(Witness(origin, p, seeded))
+                    if self._has_rows(origin, self._owner(origin, p)):
+                        continue
+            if self.violations[rule] and self._cell_witness(rule):
+                continue
+            # states derived from the rule's condition (an OLD value, a subquery cell)
+            try:
+                vs = ViolationSearch(w.env.domain, self.an, w.env, self.max_calls, base_state=base)
+                derived = vs.derived_states(self.an.rules[rule])
+            except Exception as e:  # noqa: BLE001
+                self.errors.append(f"{rule}: derived states failed: {type(e).__name__}: {e}")
+                derived = []
+            for label, st in derived[:8]:
+                try:
+                    st = canonical_state(self.gx.env_base, st)
+                    hit = find_violating_call(w.env, rule, state=st, max_calls=self.max_calls // 4)
+                except Exception as e:  # noqa: BLE001
+                    self.errors.append(f"{rule}: search from {label} failed: {type(e).__name__}: {e}")
+                    continue
+                w.restore(self.gx.base_cp)
+                if hit and not hit.get("setup"):
+                    p = self._probe_of(hit["call"], rule)
+                    if p is not None and (rule not in stuck or self._has_rows(st, self._owner(st, p))):
+                        self.violations[rule].append(Witness(st, p, {"by": "state cell", "derived": label}))
+                        break
+        w.restore(self.gx.base_cp)
+
+    def _cell_witness(self, rule: str) -> bool:
+        """For a rule whose witnesses belong to someone with nothing else to do: set the state
+        cell its condition reads (`(SELECT col FROM t WHERE ...) <op> literal`) on the row of a
+        principal who owns rows, and replay a witness call for that principal."""
+        gx = self.gx
+        if not self.an or gx.principal is None:
+            return False
+        tmpl = self.violations[rule][0].call
+        for rc in self.an.rules.get(rule, []):
+            for cond in rc.conditions:
+                sub = next((x for x in (cond.lhs, cond.rhs) if getattr(x, "kind", None) == "subquery"), None)
+                lit = next((x for x in (cond.lhs, cond.rhs) if getattr(x, "kind", None) == "literal"), None)
+                if sub is None or lit is None or sub.table not in self.view.tables:
+                    continue
+                t = self.view.tables[sub.table]
+                c = t.colmap.get(sub.column)
+                if c is None:
+                    continue
+                values = [lit.value] + [v for v in (c.enum or []) if v != lit.value]
+                base = gx.base
+                for i, row in enumerate(base.get(sub.table, [])[:8]):
+                    who = gx.owner_of(base, sub.table, row)
+                    if who is None or not self._has_rows(base, who):
+                        continue
+                    for val in values[:4]:
+                        if row.get(sub.column) == val:
+                            continue
+                        st = copy.deepcopy(base)
+                        st[sub.table][i][sub.column] = val
+                        try:
+                            st = canonical_state(gx.env_base, st)
+                        except Exception as e:  # noqa: BLE001 - counted, the next value is tried
+                            self.errors.append(f"{rule}: cell {sub.table}.{sub.column}={val!r} does not load: {e}")
+                            continue
+                        args = dict(tmpl.args)
+                        for k in args:
+                            fk = self.view.fk(tmpl.table, k)
+                            if fk and fk.get("table") == gx.principal:
+                                args[k] = who
+                        self._load(st)
+                        if self._violates({"name": tmpl.name, "arguments": args}, rule):
+                            p = self._probe_of({"name": tmpl.name, "arguments": args}, rule)
+                            self.violations[rule].insert(0, Witness(st, p, {
+                                "by": "state cell", "table": sub.table, "column": sub.column, "value": val,
+                                "row": {k: row.get(k) for k in t.pk}, "found_by": "trigger analysis"}))
+                            gx.walker.restore(gx.base_cp)
+                            return True
+        gx.walker.restore(gx.base_cp)
+        return False
+
+    def _writers_of(self, table: Any) -> set:
+        """Tables whose writes (through their AFTER triggers) change `table`."""
+        out = {table}
+        for tr in (self.an.triggers if self.an else []):
+            if any(e.table == table for e in tr.effects):
+                out.add(tr.table)
+        return out
+
+    def _has_rows(self, state: dict, who: Any) -> bool:
+        """Whether the principal `who` owns rows the agent can write (a booking to change...)."""
+        gx = self.gx
+        if gx.principal is None or who is None:
+            return True
+        return any(gx.owner_of(state, td.table, r) == who for td in gx.writes if td.kind == "update"
+                   for r in state.get(td.table, []))
+
+    def _probe_of(self, call: dict, rule: str) -> Probe | None:
+        td = self.view.tools.get(call["name"])
+        if td is None or td.kind not in ("insert", "update"):
+            return None
+        t = self.view.tables[td.table]
+        col = next((k for k in call["arguments"] if k not in t.pk), None) if td.kind == "update" else None
+        p = Probe(call["name"], dict(call["arguments"]), td.kind, td.table, column=col)
+        p.rule, p.code = rule, POLICY_VIOLATION
+        return p
+
+    def _after(self, state: dict, calls: list[dict]) -> dict | None:
+        w = self.gx.walker
+        w.env.reset(state)
+        try:
+            for c in calls:
+                r = w.call(c["name"], c["arguments"])
+                if not r.ok:
+                    return None
+            return w.snapshot()
+        finally:
+            w.restore(self.gx.base_cp)
+
+    # -- boundaries ------------------------------------------------------------------------------
+
+    def find_boundaries(self) -> None:
+        for rule in self.rules:
+            if not self.violations[rule]:
+                self.dropped[rule] = "no call violates it from any state tried: no boundary either"
+                continue
+            found = False
+            wits = sorted(self.violations[rule], key=lambda x: x.call.kind != "update")
+            for k in range(2):  # a second draw of candidates when the first finds nothing
+                # one generator per rule and draw: a rule's search does not depend on the others'
+                self.rng = random.Random(f"{self.seed}:{rule}:{k}")
+                for wit in wits[:3]:
+                    b = self._update_threshold(rule, wit) or self._state_boundary(rule, wit)
+                    if b is not None:
+                        self.boundaries[rule].append(b)
+                        found = True
+                        break
+                if found:
+                    break
+            if not found:
+                self.dropped[rule] = ("no N-1 state found: no accepted call makes the violating one cross the "
+                                      "rule (its condition may depend on the call's arguments only)")
+        self.gx.walker.restore(self.gx.base_cp)
+
+    def _load(self, state: dict) -> None:
+        w = self.gx.walker
+        if state is self.gx.base:
+            w.restore(self.gx.base_cp)
+            return
+        hit = self._cps.get(id(state))
+        if hit is not None and hit[0] is state:
+            w.restore(hit[1])
+            return
+        w.env.reset(state)
+        self._cps[id(state)] = (state, w.cp())
+
+    def _violates(self, call: dict, rule: str) -> bool:
+        r = self.gx.walker.probe(call["name"], call["arguments"])
+        return (not r.ok) and (r.error or {}).get("violated_rule") == rule
+
+    def _update_threshold(self, rule: str, wit: Witness) -> tuple[Boundary, dict] | None:
+        """An integer column updated past its limit: seed it at N-1 by executing the update."""
+        v = wit.call
+        if v.kind != "update":
+            return None
+        t = self.view.tables[v.table]
+        w = self.gx.walker
+        for col, bad in v.args.items():
+            c = t.colmap.get(col)
+            if c is None or c.pk or c.json_type != "integer" or not isinstance(bad, int) or isinstance(bad, bool):
+                continue
+            key = {k: v.args[k] for k in t.pk}
+            for step in (-1, 1):
+                self._load(wit.origin)
+                n_val = None
+                for i in range(1, 30):
+                    x = bad + step * i
+                    if x < 0:
+                        break
+                    r = w.probe(v.name, {**key, col: x})
+                    if r.ok:
+                        n_val = x
+                        break
+                if n_val is None:
+                    continue
+                seed_val = n_val + step
+                if seed_val < 0:
+                    continue
+                cur = next((r.get(col) for r in wit.origin.get(v.table, [])
+                            if all(r.get(k) == x for k, x in key.items())), None)
+                seed_call = {"name": v.name, "arguments": {**key, col: seed_val}}
+                if cur != seed_val:
+                    origin = self._after(wit.origin, [seed_call])
+                    seeded = {"by": "executed calls", "calls": [seed_call], "value": seed_val, "was": cur}
+                else:
+                    origin = wit.origin
+                    seeded = {"by": "state already at N-1 (verified)", "value": seed_val}
+                if origin is None:
+                    continue
+                goal = Probe(v.name, {**key, col: n_val}, "update", v.table, column=col)
+                nxt = {"name": v.name, "arguments": {**key, col: n_val - step}}
+                if self._verify(origin, goal.call(), nxt, rule, state_rule=False):
+                    seeded.update(n_minus_1=True, **({"witness": wit.seeded} if wit.seeded else {}))
+                    b = Boundary(rule=rule, arg=col, threshold=n_val, goal=goal, crossing=[goal.call(), nxt],
+                                 seeded=seeded, found_by="execution search")
+                    return b, origin
+        return None
+
+    def _verify(self, origin: dict, goal: dict, nxt: dict, rule: str, state_rule: bool) -> bool:
+        """On origin: goal accepted (and changes the state), nxt rejected for `rule` after it; a
+        state rule's nxt is not rejected for `rule` on origin itself."""
+        w = self.gx.walker
+        self._load(origin)
+        try:
+            if state_rule and self._violates(nxt, rule):
+                return False
+            h0 = w.hash()
+            r = w.call(goal["name"], goal["arguments"])
+            if not r.ok or w.hash() == h0:
+                return False
+            return self._violates(nxt, rule)
+        finally:
+            w.restore(self.gx.base_cp)
+
+    def _cell_seeds(self, rule: str, v: Probe) -> list[tuple[dict, dict]]:
+        """States with a threshold's state cell at its boundary value (trigger analysis)."""
+        out = []
+        base = self.gx.base
+        vals = {x for x in v.args.values() if isinstance(x, (str, int)) and not isinstance(x, bool)}
+        for rc in (self.an.rules.get(rule, []) if self.an else []):
+            for th in rc.thresholds:
+                ref = th.ref
+                if ref.startswith(("NEW.", "OLD.")) or "(" in ref or "." not in ref:
+                    continue
+                tbl, _, col = ref.partition(".")
+                t = self.view.tables.get(tbl)
+                if t is None or col not in t.colmap or not isinstance(th.boundary, (int, float)):
+                    continue
+                rows = base.get(tbl, [])
+                rows = sorted(range(len(rows)), key=lambda i: not any(rows[i].get(k) in vals for k in t.pk))
+                for i in rows[:3]:
+                    if base[tbl][i].get(col) == th.boundary:
+                        continue
+                    st = copy.deepcopy(base)
+                    was = st[tbl][i].get(col)
+                    st[tbl][i][col] = th.boundary
+                    try:
+                        st = canonical_state(self.gx.env_base, st)
+                    except Exception as e:  # noqa: BLE001 - a seed that does not load is skipped, counted
+                        self.errors.append(f"{rule}: cell seed {tbl}.{col}={th.boundary} does not load: {e}")
+                        continue
+                    out.append((st, {"by": "state cell", "table": tbl, "column": col, "value": th.boundary,
+                                     "was": was, "row": {k: base[tbl][i].get(k) for k in t.pk},
+                                     "found_by": "trigger analysis"}))
+        return out
+
+    def _owner(self, state: dict, v: Probe) -> Any:
+        gx = self.gx
+        t = self.view.tables[v.table]
+        row = v.args
+        if v.kind == "update":
+            row = next((r for r in state.get(v.table, []) if all(r.get(k) == v.args.get(k) for k in t.pk)), v.args)
+        return gx.owner_of(state, v.table, row)
+
+    def _state_boundary(self, rule: str, wit: Witness) -> tuple[Boundary, dict] | None:
+        """A state S, a goal g and a next unit n (see the module doc). S: the trigger analysis's
+        cell seeds, then the state after one executed write, then s_origin itself when it is
+        already one action away (recorded as such)."""
+        gx = self.gx
+        v = wit.call
+        w = gx.walker
+        t = self.view.tables[v.table]
+        seeds = self._cell_seeds(rule, v)
+        row = v.args
+        if v.kind == "update":
+            row = next((r for r in wit.origin.get(v.table, []) if all(r.get(k) == v.args.get(k) for k in t.pk)), v.args)
+        anchors = {x for x in row.values() if isinstance(x, str)}
+        who = self._owner(gx.base, v)
+        self._load(gx.base)
+        for p in gx.step_candidates(gx.base, self.rng, anchors, {}, {}, who, width=2)[:4]:
+            h0 = w.hash()
+            r = w.call(p.name, p.args)
+            if r.ok and w.hash() != h0:
+                seeds.append((w.snapshot(), {"by": "executed calls", "calls": [p.call()]}))
+            w.restore(gx.base_cp)
+        seeds.append((gx.base, {"by": "s_origin already one action away (verified)"}))
+        budget = self.max_calls
+        owned = Counter(gx.owner_of(gx.base, v.table, r) for r in gx.base.get(v.table, []))
+        people = [who] + sorted(set(owned) - {None, who}, key=lambda p: (-owned[p], str(p)))
+        for origin, seeded in seeds:
+          for person in people[:3]:
+            goals = gx.step_candidates(origin, self.rng, anchors, {}, {}, person, width=2)
+            if seeded.get("by") == "state cell":
+                # the goal that moves the seeded cell: a write whose triggers write its table
+                moves = self._writers_of(seeded.get("table"))
+                goals.sort(key=lambda g: g.table not in moves)
+            else:
+                goals.sort(key=lambda g: (g.name != v.name, g.column != v.column or g.column is None))
+            goals = goals[:24 if seeded.get("by") == "state cell" else 8]
+            for g in goals:
+                base_n = dict(v.args)
+                for k in v.args:
+                    fk = self.view.fk(v.table, k)
+                    if fk and fk.get("table") == gx.principal and person is not None:
+                        base_n[k] = person
+                nexts = [{"name": v.name, "arguments": base_n}]
+                if v.kind == "update" and g.kind == "update" and g.table == v.table:
+                    gk = {k: g.args[k] for k in t.pk}
+                    nexts.insert(0, {"name": v.name, "arguments": {**v.args, **gk}})
+                    other = {k: x for k, x in g.args.items() if k not in t.pk}
+                    nexts.append({"name": v.name, "arguments": {**gk, **{k: x for k, x in v.args.items() if k not in t.pk
+                                                                              and k not in other}}})
+                for k in v.args:
+                    fk = self.view.fk(v.table, k)
+                    if fk and k not in t.pk and fk.get("table") != gx.principal and k in g.args and g.table == v.table:
+                        nexts.insert(0, {"name": v.name, "arguments": {**base_n, k: g.args[k]}})
+                for n in nexts[:3]:
+                    budget -= 3
+                    if budget <= 0:
+                        return None
+                    if self._verify(origin, g.call(), n, rule, state_rule=True):
+                        if seeded.get("by") == "executed calls" and self._verify(gx.base, g.call(), n, rule, True):
+                            continue  # the seeding call did not matter: s_origin already was one action away
+                        sd = dict(seeded, n_minus_1=True)
+                        b = Boundary(rule=rule, arg=str(sd.get("table", v.table)) + "." + str(sd.get("column", "*")),
+                                     threshold=sd.get("value"), goal=g, crossing=[g.call(), n],
+                                     seeded=sd, found_by=sd.get("found_by", "execution search"))
+                        return b, origin
+        return None
+
+    def report(self) -> dict:
+        return {"rules": len(self.rules),
+                "violation": {r: len(v) for r, v in self.violations.items()},
+                "boundary": {r: len(b) for r, b in self.boundaries.items()},
+                "boundary_dropped": dict(self.dropped), "errors": list(self.errors)}
