@@ -35,7 +35,7 @@ NON_OPTION_ENV_PREFIXES = ("EMBEDDED_",)
 
 # LLM roles whose `<role>_<llm key>` options (agent_model, judge_base_url ...) core stages read;
 # flows declare theirs on their strategy models (`llm_roles`).
-CORE_ROLES = {"rollout": ("agent", "user"), "verify": ("judge",), "eval-tau2": ("agent", "user", "judge"),
+CORE_ROLES = {"rollout": ("agent", "user", "env"), "verify": ("judge",), "eval-tau2": ("agent", "user", "judge"),
               "grpo": ("user", "judge"), "simulate-env": ("env",)}
 
 

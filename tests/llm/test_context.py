@@ -25,7 +25,8 @@ def big_tools(n=20, desc_words=120):
 
 
 def client_for(srv, **kw):
-    base = dict(base_url=srv.base_url, model="m", timeout=10, backoff_base=0.01, backoff_max=0.02, max_retries=1)
+    base = {"base_url": srv.base_url, "model": "m", "timeout": 10, "backoff_base": 0.01, "backoff_max": 0.02,
+            "max_retries": 1}
     base.update(kw)
     return LLMClient(LLMConfig(**base))
 

@@ -6,7 +6,12 @@ import asyncio
 from toolkit.llm import LLMClient, LLMConfig
 from toolkit.llm.testserver import ScriptedServer
 from toolkit.roles.reply import extract_json_object, strip_think
-from toolkit.roles.structured import ask_structured, parse_json_object, parse_tagged_json, tagged_text
+from toolkit.roles.structured import (
+    ask_structured,
+    parse_json_object,
+    parse_tagged_json,
+    tagged_text,
+)
 
 MSGS = [{"role": "user", "content": "Reply with a JSON object with key a."}]
 

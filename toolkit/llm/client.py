@@ -32,15 +32,31 @@ from typing import Any
 
 from toolkit.io.summary import llm_wait_begin, llm_wait_end
 
-from .base import EMBEDDED, EMBEDDED_MAX_CONCURRENCY, VLLM_INPROCESS, ChatResult, LLMConfig, LLMError, Meter
+from .base import (
+    EMBEDDED,
+    EMBEDDED_MAX_CONCURRENCY,
+    VLLM_INPROCESS,
+    ChatResult,
+    LLMConfig,
+    LLMError,
+    Meter,
+)
 from .cache import cache_key, open_cache
 from .context import ContextOverflow, estimate_tokens, fit_request, parse_context_error
+from .embedded import embedded_model_name
+from .toolcalls import (
+    looks_like_tool_call,
+    new_call_id,
+    parse_tool_calls,
+    repair_json,
+    to_hermes_messages,
+)
 from .transport import (
     _ENDPOINTS,
     _ENDPOINTS_LOCK,
     _encode_body,
-    _endpoint,
     _Endpoint,
+    _endpoint,
     _error_message,
     _estimate_tokens,
     _http,
@@ -50,10 +66,8 @@ from .transport import (
     _retry_after,
 )
 from .vllm_inproc import _VLLMInProcess
-from .embedded import embedded_model_name
-from .toolcalls import looks_like_tool_call, new_call_id, parse_tool_calls, repair_json, to_hermes_messages
 
-__all__ = ["LLMClient", "get_client", "close_all_clients"]
+__all__ = ["LLMClient", "close_all_clients", "get_client"]
 
 # Arguments `chat.completions.create` takes as keywords; anything else goes into extra_body
 # (e.g. vLLM's top_k, repetition_penalty, chat_template_kwargs).
@@ -257,7 +271,7 @@ class LLMClient:
 
     def _root_url(self) -> str:
         base = self._base_url or ""
-        return base[:-3] if base.endswith("/v1") else base
+        return base.removesuffix("/v1")
 
     async def _get_json(self, url: str, body: dict | None = None) -> Any:
         httpx = _http()
@@ -270,7 +284,12 @@ class LLMClient:
         return json.loads(raw.content)
 
     async def _ask_context(self) -> int | None:
-        """Server metadata: vLLM's /v1/models max_model_len, llama-server's /props n_ctx."""
+        """Server metadata: vLLM's /v1/models max_model_len, llama-server's /props n_ctx; None (and
+        one stderr line) when the server says neither."""
+        import openai
+
+        errors = (openai.OpenAIError, ValueError, TypeError, AttributeError, KeyError)
+        tried = []
         try:
             data = await self._get_json(f"{self._base_url}/models")
             for m in data.get("data") or []:
@@ -278,16 +297,21 @@ class LLMClient:
                     for k in ("max_model_len", "context_length", "context_window", "n_ctx"):
                         if isinstance(m.get(k), int) and m[k] > 0:
                             return int(m[k])
-        except Exception:  # metadata is optional: the next source, then unknown
-            pass
+        except errors as exc:  # metadata is optional: the next source, then unknown
+            tried.append(f"/models: {type(exc).__name__}")
         try:
             data = await self._get_json(f"{self._root_url()}/props")
             dgs = data.get("default_generation_settings") or {}
             for v in (dgs.get("n_ctx"), data.get("n_ctx")):
                 if isinstance(v, int) and v > 0:
                     return int(v)
-        except Exception:
-            pass
+        except errors as exc:
+            tried.append(f"/props: {type(exc).__name__}")
+        from toolkit.io import log
+
+        log(f"LLM endpoint {self.endpoint}: context size unknown (no max_model_len in /models, no /props n_ctx"
+            + (f"; {', '.join(tried)}" if tried else "") + "): prompts are sent unfitted until a context-length "
+            "error names it; set context_tokens (--context-tokens) to fit them beforehand")
         return None
 
     async def count_tokens(self, messages: list[dict], tools: Any = None) -> tuple[int, str]:
@@ -300,6 +324,8 @@ class LLMClient:
         key = self._ctx_key()
         with _CTX_LOCK:
             kind = (_CTX_INFO.get(key) or {}).get("tokenize")
+        import openai
+
         root = self._root_url()
         text = None
         order = [kind] if kind else ["vllm", "llama-server", "llama-cpp-python"]
@@ -326,9 +352,9 @@ class LLMClient:
                         n = int(data["count"])
                     n += 8 * len(messages)
                 if not isinstance(n, int):
-                    raise ValueError("no count")
-            except Exception:
-                continue
+                    raise TypeError("no count")
+            except (openai.OpenAIError, ValueError, TypeError, KeyError, AttributeError):
+                continue  # this server has no such tokenizer endpoint: try the next, then estimate
             with _CTX_LOCK:
                 _CTX_INFO.setdefault(key, {})["tokenize"] = k
             return int(n), f"tokenizer ({k})"
@@ -443,7 +469,7 @@ class LLMClient:
                 message = _error_message(exc)
                 retry_after = _retry_after(getattr(exc.response, "headers", None))
                 retryable = status in (408, 409, 429) or status >= 500
-            except openai.APITimeoutError as exc:
+            except openai.APITimeoutError:
                 status, message, retryable = "timeout", f"no response within {timeout}s", True
             except openai.APIConnectionError as exc:
                 cause = exc.__cause__ or exc

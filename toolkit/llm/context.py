@@ -23,13 +23,20 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from .base import LLMError
 
-__all__ = ["ContextOverflow", "estimate_tokens", "fit_request", "Fitted", "parse_context_error",
-           "MARGIN_TOKENS"]
+__all__ = [
+    "MARGIN_TOKENS",
+    "ContextOverflow",
+    "Fitted",
+    "estimate_tokens",
+    "fit_request",
+    "parse_context_error",
+]
 
 MARGIN_TOKENS = 32  # chat-template tokens a count of the contents does not see
 PER_MESSAGE_TOKENS = 8
@@ -73,12 +80,12 @@ def estimate_tokens(messages: list[dict], tools: Any = None) -> int:
 
 
 _CTX_ERROR_RES = (
-    re.compile(r"maximum context length is (\d+)", re.I),          # vLLM / OpenAI
-    re.compile(r"context window of (\d+)", re.I),                   # llama-cpp-python
-    re.compile(r"n_ctx(?:_slot)?\"?\s*[:=]\s*(\d+)", re.I),         # llama-server's error JSON
-    re.compile(r"context (?:size|length) (?:of |is )?(\d+)", re.I),
+    re.compile(r"maximum context length is (\d+)", re.IGNORECASE),          # vLLM / OpenAI
+    re.compile(r"context window of (\d+)", re.IGNORECASE),                   # llama-cpp-python
+    re.compile(r"n_ctx(?:_slot)?\"?\s*[:=]\s*(\d+)", re.IGNORECASE),         # llama-server's error JSON
+    re.compile(r"context (?:size|length) (?:of |is )?(\d+)", re.IGNORECASE),
 )
-_CTX_WORDS = re.compile(r"context (length|window|size)|n_ctx|too many tokens|exceeds? the", re.I)
+_CTX_WORDS = re.compile(r"context (length|window|size)|n_ctx|too many tokens|exceeds? the", re.IGNORECASE)
 
 
 def parse_context_error(status: Any, message: str) -> tuple[bool, int | None]:
@@ -138,7 +145,7 @@ def _droppable_groups(messages: list[dict]) -> list[list[int]]:
             j += 1
         groups.append(g)
     # a tool result whose call is kept must stay: drop it only with its call (its group above)
-    return [g for g in groups if not (messages[g[0]].get("role") == "tool")]
+    return [g for g in groups if messages[g[0]].get("role") != "tool"]
 
 
 def _with_notice(messages: list[dict], dropped: int, ctx: int) -> list[dict]:
