@@ -182,9 +182,15 @@ HEARTBEAT_DEFAULT_S = 30.0
 def heartbeat_line(label: str, s: Summary) -> str:
     n, age = llm_waiting()
     done = s.written + s.rejected + s.dropped
-    return (f"{label}: heartbeat {s.seconds():.0f}s: read {s.read}, done {done} (written {s.written}, "
+    line = (f"{label}: heartbeat {s.seconds():.0f}s: read {s.read}, done {done} (written {s.written}, "
             f"rejected {s.rejected}, filtered {s.dropped}), in flight {s.in_flight}, "
             f"llm requests waiting {n}" + (f" (oldest {age:.0f}s)" if n else ""))
+    if s.meter is not None and hasattr(s.meter, "snapshot"):
+        m = s.meter.snapshot()
+        line += f", llm requests done {m.get('requests', 0)}"
+        if m.get("retries") or m.get("errors"):
+            line += f", retries {m.get('retries', 0)}, failed {m.get('errors', 0)}"
+    return line
 
 
 class Progress:

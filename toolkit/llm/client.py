@@ -484,6 +484,10 @@ class LLMClient:
             if attempt >= cfg.max_retries:
                 break
             self.meter.record_retry()
+            if status in ("timeout", "connection error"):  # slow ones are said; 429/5xx storms are counted only
+                from toolkit.io import log
+
+                log(f"LLM request to {self.endpoint}: {status} ({message[:120]}); retry {attempt + 1}/{cfg.max_retries}")
             delay = random.uniform(0.0, min(cfg.backoff_max, cfg.backoff_base * (2 ** attempt)))
             if retry_after is not None:
                 delay = max(delay, min(retry_after, max(cfg.backoff_max, 60.0)))
