@@ -82,6 +82,20 @@ def test_max_tokens_is_lowered_to_what_the_context_leaves():
         assert any(n.startswith("max_tokens lowered 2048") for n in res.context)
 
 
+def test_fallback_kinds_are_counted_without_their_numbers():
+    from toolkit.io.summary import _ACTIVE, Summary
+
+    s = Summary(command="t")
+    _ACTIVE.append(s)
+    try:
+        with ScriptedServer(["ok"], context_tokens=4096) as srv:
+            for n in (2400, 2500):  # two prompts, two different lowered budgets
+                chat(client_for(srv), [{"role": "user", "content": "word " * n}], max_tokens=2048)
+    finally:
+        _ACTIVE.remove(s)
+    assert s.fallback_reasons == {"context: max_tokens lowered": 2}
+
+
 def test_history_is_truncated_with_a_recorded_notice():
     msgs = [{"role": "system", "content": "You are an agent."}, {"role": "user", "content": "TASK: book a flight"}]
     for i in range(40):

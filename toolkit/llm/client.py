@@ -26,6 +26,7 @@ import asyncio
 import json
 import os
 import random
+import re
 import threading
 import time
 from typing import Any
@@ -394,8 +395,9 @@ class LLMClient:
         if fitted.notes:
             from toolkit.io import note_fallback
 
-            for note in fitted.notes:
-                note_fallback("context: " + note.split(" (")[0].split(" -> ")[0].split(":")[0])
+            for note in fitted.notes:  # counted by kind ("tools compacted", "max_tokens lowered" ...)
+                kind = re.match(r"[A-Za-z_ ]*[A-Za-z]", note)
+                note_fallback("context: " + (kind.group(0) if kind else note))
             if fitted.max_tokens is not None:
                 send["max_tokens"] = fitted.max_tokens
         wm, wt = render(fitted.messages, fitted.tools, fitted.compact)
