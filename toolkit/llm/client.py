@@ -329,7 +329,8 @@ class LLMClient:
 
         root = self._root_url()
         text = None
-        order = [kind] if kind else ["vllm", "llama-server", "llama-cpp-python"]
+        order = [kind] if kind else (["llama-cpp-python"] if self._embedded else
+                                     ["vllm", "llama-server", "llama-cpp-python"])
         for k in order:
             if k == _NO_TOKENIZER:
                 break
