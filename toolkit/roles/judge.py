@@ -362,17 +362,18 @@ async def judge_trajectory(client: Any, rubric: str, *, policy: str, task: str, 
                                                  evaluation_rules=evaluation_rules, fit=fit))
     if level:
         note_fallback(f"judge ({rubric}): prompt shortened to fit the context")
+    fit_note = ({"prompt_fit": {"level": level, "tools": TOOLS_FIT_LADDER[level], "history_chars": HISTORY_FIT[level]}}
+                if level else {})
     try:
         got = await ask_structured(client, [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}],
                                    lambda text: parse(rubric, text, threshold), role=f"judge ({rubric})",
                                    attempts=attempts)
     except RoleRejected as e:
-        return Judgment(passed=False, score=0.0, scores={"rubric": rubric, "malformed": True},
+        return Judgment(passed=False, score=0.0, scores={"rubric": rubric, "malformed": True, **fit_note},
                         reasons=[MALFORMED] + e.reasons, attribution=None, malformed=True,
                         attempts=max(1, attempts), usage=e.usage, model=e.model, prompt_id=pid)
     j = got.value
     j.attempts, j.usage, j.model, j.prompt_id = got.attempts, got.usage, got.model, pid
     j.scores["rubric"] = rubric
-    if level:
-        j.scores["prompt_fit"] = {"level": level, "tools": TOOLS_FIT_LADDER[level], "history_chars": HISTORY_FIT[level]}
+    j.scores.update(fit_note)
     return j
