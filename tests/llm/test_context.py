@@ -166,3 +166,18 @@ def test_fallbacks_are_counted_in_the_summary_and_the_records_provenance():
     assert "fallbacks 1 (context: tools compacted: 1)" in s.line()
     assert s.as_dict()["fallback_reasons"] == {"context: tools compacted": 1}
     assert rec.provenance[-1].fallbacks == ["context: tools compacted"]
+
+
+def test_concurrent_chats_ask_the_server_for_its_context_once():
+    with ScriptedServer(["ok"], delay=0.05, context_tokens=4096) as srv:
+        client = client_for(srv, concurrency=64)
+
+        async def go():
+            try:
+                return await asyncio.gather(*[client.chat([{"role": "user", "content": str(i)}]) for i in range(64)])
+            finally:
+                await client.aclose()
+
+        asyncio.run(go())
+        assert srv.chat_count == 64
+        assert srv.request_count - srv.chat_count == 1  # one GET /models (it names max_model_len: no /props)

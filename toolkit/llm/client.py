@@ -81,6 +81,7 @@ _NOT_SAMPLING = {"timeout", "sample_index"}
 # What each endpoint told us about its context: {base_url: {"ctx": int | None, "tokenize": str | None}}
 _CTX_INFO: dict[str, dict] = {}
 _CTX_LOCK = threading.Lock()
+_CTX_PENDING: dict[tuple, asyncio.Task] = {}  # (event loop id, endpoint): the metadata request in flight
 _NO_TOKENIZER = "none"
 
 
@@ -257,13 +258,20 @@ class LLMClient:
                 return 8192
         await self._ensure_ready()
         key = self._ctx_key()
+        loop = asyncio.get_running_loop()
+        pending_key = (id(loop), key)
         with _CTX_LOCK:
             info = _CTX_INFO.get(key)
-        if info is not None and "ctx" in info:
-            return info["ctx"]
-        ctx = await self._ask_context()
+            if info is not None and "ctx" in info:
+                return info["ctx"]
+            task = _CTX_PENDING.get(pending_key)
+            if task is None or task.get_loop() is not loop:
+                # one metadata request per endpoint, however many chats start at once
+                task = _CTX_PENDING[pending_key] = loop.create_task(self._ask_context())
+        ctx = await asyncio.shield(task)
         with _CTX_LOCK:
             _CTX_INFO.setdefault(key, {})["ctx"] = ctx
+            _CTX_PENDING.pop(pending_key, None)
         return ctx
 
     def _learn_context(self, ctx: int) -> None:
