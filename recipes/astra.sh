@@ -40,6 +40,8 @@ stage() {
 table() {
   echo "== ASTRA $1: yield / cost per stage" >&2
   "$PY" -m toolkit.yieldtable "$TOOLKIT_STAGE_LOG" --json "$out/$1.yield.json" | tee "$out/$1.yield.txt" >&2
+  # an emptied run exits 1 naming the stage that emptied it
+  if [ -n "${2:-}" ]; then "$PY" -m toolkit.yieldtable "$TOOLKIT_STAGE_LOG" --require-nonempty "$2" > /dev/null; fi
 }
 
 if [ "$which" = tools ] || [ "$which" = both ]; then
@@ -56,7 +58,7 @@ if [ "$which" = tools ] || [ "$which" = both ]; then
     rollout --recipe "$recipe" -n 1 --max-turns 6 ${ROLLOUT_ARGS:-} $LLM
   stage "verify judge" "$out/trajectories.jsonl" "$out/sft.jsonl" \
     verify --recipe "$recipe" --strategy judge --judge-rubric astra --require judge --filter passed $LLM
-  table tools
+  table tools "$out/sft.jsonl"
 fi
 
 if [ "$which" = qa ] || [ "$which" = both ]; then
@@ -73,5 +75,5 @@ if [ "$which" = qa ] || [ "$which" = both ]; then
   stage "rollout" "$out/qa.envs.jsonl" "$out/qa.rollouts.jsonl" \
     rollout --recipe "$recipe" -n 2 --max-turns 8 ${ROLLOUT_ARGS:-} $LLM
   stage "verify f1" "$out/qa.rollouts.jsonl" "$out/rl.jsonl" verify --strategy f1 --require f1
-  table qa
+  table qa "$out/rl.jsonl"
 fi

@@ -112,3 +112,4 @@ for it in $(seq 1 "$iters"); do
   fi
 done
 echo "[eigendata] dataset: $(wc -l < "$out/dataset.jsonl") records in $out/dataset.jsonl" >&2
+python -m toolkit.yieldtable "$TOOLKIT_STAGE_LOG" --require-nonempty "$out/dataset.jsonl" > /dev/null || exit 1  # emptied run: exit 1 naming the stage

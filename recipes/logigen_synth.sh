@@ -75,3 +75,4 @@ print(f"[logigen-synth] {n} SFT-ready rows in {out}/sft.jsonl", file=sys.stderr)
 PY
 "$PY" -m toolkit.yieldtable "$out/stages.jsonl" --json "$out/yield.json" > "$out/yield.txt"
 cat "$out/yield.txt" >&2
+"$PY" -m toolkit.yieldtable "$out/stages.jsonl" --require-nonempty "$out/sft.jsonl" > /dev/null  # emptied: exit 1, naming the stage

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import sys
 from pathlib import Path
 
 from tests.conftest import jsonl, run_cmd
@@ -25,7 +26,7 @@ def test_rows_and_render_from_summaries():
     assert rows[0]["tokens"] == 120 and rows[0]["llm_requests"] == 4 and rows[0]["yield"] == 5.0
     assert rows[1]["yield"] == 0.8 and rows[1]["reasons"] == {"filter: validate-task projection: failed": 2}
     assert rows[2] == {"stage": "total", "in": 2, "out": 8, "yield": 4.0, "rejected": 1, "filtered": 2,
-                       "pass": None, "llm_requests": 4, "tokens": 120, "cost": 0.01, "seconds": 2.0, "reasons": {}}
+                       "fallbacks": 0, "pass": None, "llm_requests": 4, "tokens": 120, "cost": 0.01, "seconds": 2.0, "reasons": {}}
     text = yieldtable.render(rows)
     assert "reject: field env.backend x1" in text and text.splitlines()[0].startswith("stage")
     md = yieldtable.render(rows, markdown=True)
@@ -46,10 +47,24 @@ def test_labels_groups_pass_rate_and_notes():
     yieldtable.add_notes(rows, {"repair": {"dropped: unknown_tool": 1}, "never ran": {"x": 1}})
     assert rows[1]["notes"] == {"dropped: unknown_tool": 1} and "notes" not in rows[0]
     md = yieldtable.render(rows, markdown=True).splitlines()
-    assert md[0] == ("| group | stage | in | out | yield | rejected | filtered | pass | llm_requests | tokens | cost"
-                     " | seconds | reasons | notes |")
-    assert md[2] == "| 1 | verify f1 (replay) | 4 | 4 | 1.0 | 0 | 0 | 0.75 | 2 | 10 | 0.0000 | 0.0 | - | - |"
+    assert md[0] == ("| group | stage | in | out | yield | rejected | filtered | fallbacks | pass | llm_requests | tokens"
+                     " | cost | seconds | reasons | notes |")
+    assert md[2] == "| 1 | verify f1 (replay) | 4 | 4 | 1.0 | 0 | 0 | 0 | 0.75 | 2 | 10 | 0.0000 | 0.0 | - | - |"
     assert md[3].endswith("| reject: field trajectories.0 x1 | dropped: unknown_tool: 1 |")
+
+
+def test_fallbacks_and_warnings_are_a_column_and_reasons():
+    s = [{"command": "verify", "read": 3, "written": 3,
+          "fallback_reasons": {"context: tools compacted": 2, "judge (sea): prompt shortened to fit the context": 1},
+          "warning_reasons": {"cut at max_tokens": 1}},
+         {"command": "sft", "read": 3, "written": 3}]
+    rows = yieldtable.rows(s)
+    assert rows[0]["fallbacks"] == 3 and rows[1]["fallbacks"] == 0 and rows[2]["fallbacks"] == 3
+    assert rows[0]["reasons"] == {"fallback: context: tools compacted": 2,
+                                  "fallback: judge (sea): prompt shortened to fit the context": 1,
+                                  "warning: cut at max_tokens": 1}
+    text = yieldtable.render(rows)
+    assert "fallbacks" in text.splitlines()[0] and "fallback: context: tools compacted x2" in text
 
 
 def test_stage_log_from_real_commands(tmp_path):
@@ -109,3 +124,36 @@ def test_logigen_synth_recipe_on_an_existing_domain(tmp_path):
     brief.write_text('{"id": "b", "plan": {"synthesis_plan": "a bakery"}}\n')
     r = run_cmd(["bash", str(root / "recipes" / "logigen_synth.sh"), str(brief), "2"], env=env, timeout=300)
     assert r.returncode in (0, 1, 2) and (r.returncode != 2 or "Architect" in r.stderr)
+
+
+def _log(tmp_path, summaries):
+    p = tmp_path / "stages.jsonl"
+    p.write_text("".join(json.dumps(s) + "\n" for s in summaries))
+    return p
+
+
+def test_require_nonempty_names_the_stage_that_emptied_the_run(tmp_path):
+    log = _log(tmp_path, [
+        {"command": "gen-task", "read": 2, "written": 6},
+        {"command": "validate-task", "read": 6, "written": 0, "rejected": 2, "dropped": 4,
+         "drop_reasons": {"validate-task judge: failed": 4}, "reject_reasons": {"LLMError: context": 2}},
+        {"command": "rollout", "read": 0, "written": 0}])
+    empty = tmp_path / "final.jsonl"
+    empty.write_text("")
+    r = run_cmd([sys.executable, "-m", "toolkit.yieldtable", str(log), "--require-nonempty", str(empty)])
+    assert r.returncode == 1
+    assert "stage 'validate-task' emptied the run (read 6, wrote 0, rejected 2, filtered 4" in r.stderr
+    assert "filter: validate-task judge: failed x4" in r.stderr
+    full = tmp_path / "full.jsonl"
+    full.write_text('{"id": "a"}\n')
+    assert run_cmd([sys.executable, "-m", "toolkit.yieldtable", str(log), "--require-nonempty", str(full)]).returncode == 0
+
+
+def test_require_nonempty_names_a_step_outside_the_log(tmp_path):
+    between = [{"command": "validate-task", "read": 3, "written": 3}, {"command": "simulate-env", "read": 0, "written": 0}]
+    msg = yieldtable.check_nonempty(tmp_path / "missing.jsonl", between)
+    assert "between stage 'validate-task' (wrote 3) and stage 'simulate-env' (read 0)" in msg
+    after = [{"command": "verify", "read": 3, "written": 3}]
+    assert "after the last logged stage 'verify' (wrote 3)" in yieldtable.check_nonempty(tmp_path / "m.jsonl", after)
+    nothing = [{"command": "gen-task", "read": 0, "written": 0}]
+    assert "the first stage 'gen-task' read no records" in yieldtable.check_nonempty(tmp_path / "m.jsonl", nothing)

@@ -35,7 +35,7 @@ NON_OPTION_ENV_PREFIXES = ("EMBEDDED_",)
 
 # LLM roles whose `<role>_<llm key>` options (agent_model, judge_base_url ...) core stages read;
 # flows declare theirs on their strategy models (`llm_roles`).
-CORE_ROLES = {"rollout": ("agent", "user"), "verify": ("judge",), "eval-tau2": ("agent", "user", "judge"),
+CORE_ROLES = {"rollout": ("agent", "user", "env"), "verify": ("judge",), "eval-tau2": ("agent", "user", "judge"),
               "grpo": ("user", "judge"), "simulate-env": ("env",)}
 
 
@@ -95,6 +95,7 @@ class IOOpts(Options):
     progress: Optional[bool] = None
     concurrency: int = 8
     max_line_bytes: int = Field(64 << 20, ge=1)
+    heartbeat: float = Field(30.0, ge=0)  # seconds between stderr heartbeat lines when progress is off
 
 
 class ConfigOpts(Options):
@@ -126,6 +127,7 @@ class LLMOpts(Options):
     backoff_max: Optional[float] = None
     compact_tools: Optional[Any] = None  # bool, or simia's "auto"
     hermes_fewshot: Optional[bool] = None
+    context_tokens: Optional[int] = Field(None, ge=1)  # the serving model's context (else asked of the server)
 
 
 LLM_KEYS = tuple(f for f in LLMOpts.model_fields)

@@ -300,6 +300,9 @@ class Provenance(_Strict):
     sandbox_isolation: str | None = None  # isolation generated code ran under in this command
     # sandbox limits this record's data asked for and did not get (the operator's applied instead)
     sandbox_clamped: list[str] | None = None
+    # fallback paths taken for this record in this command (context compaction, a rule instead of
+    # an LLM, tools that could not be loaded ...): also counted in the summary line and yield table
+    fallbacks: list[str] | None = None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -2,7 +2,9 @@
 
 Every streaming command appends its summary as one JSON line to the file named by
 $TOOLKIT_STAGE_LOG (toolkit.io): command, records read / written / rejected / filtered, reject
-reasons (by field or message shape), filter reasons (the failing verdict), seconds and, when the
+reasons (by field or message shape), filter reasons (the failing verdict), fallbacks taken (context
+compaction, a rule instead of an LLM ...: the `fallbacks` column, each reason in `reasons`), warnings
+(replies cut at max_tokens ...), seconds and, when the
 command used an LLM, requests, cache hits, prompt/completion tokens and cost. A recipe sets the
 variable, runs its stages, then renders the table:
 
@@ -17,8 +19,12 @@ records it wrote (validate-task, verify, make-verifier). A flow adds its own per
 rows dropped per rule, grounding share) with `add_notes(rows, {label: {key: value}})`; they show in a
 `notes` column.
 
+A run whose final dataset is empty must fail, naming the stage that emptied it (the first stage that
+read records and wrote none, with its reasons): `python -m toolkit.yieldtable LOG --require-nonempty
+DATASET` exits 1 then (the recipes end with it).
+
 Library: `load(path) -> list[dict]`, `rows(summaries) -> list[dict]`, `add_notes(rows, notes)`,
-`render(rows, markdown=False)`.
+`render(rows, markdown=False)`, `emptied_by(summaries) -> row | None`, `check_nonempty(dataset, summaries)`.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ import json
 import sys
 from pathlib import Path
 
-COLUMNS = ("stage", "in", "out", "yield", "rejected", "filtered", "pass", "llm_requests", "tokens", "cost",
+COLUMNS = ("stage", "in", "out", "yield", "rejected", "filtered", "fallbacks", "pass", "llm_requests", "tokens", "cost",
            "seconds", "reasons")
 
 
@@ -45,13 +51,17 @@ def rows(summaries: list[dict]) -> list[dict]:
     grouped = any(s.get("group") is not None for s in summaries)
     for s in summaries:
         llm = s.get("llm") or {}
+        fallbacks = s.get("fallback_reasons") or {}
         reasons = {**{f"reject: {k}": v for k, v in (s.get("reject_reasons") or {}).items()},
-                   **{f"filter: {k}": v for k, v in (s.get("drop_reasons") or {}).items()}}
+                   **{f"filter: {k}": v for k, v in (s.get("drop_reasons") or {}).items()},
+                   **{f"fallback: {k}": v for k, v in fallbacks.items()},
+                   **{f"warning: {k}": v for k, v in (s.get("warning_reasons") or {}).items()}}
         read, written = int(s.get("read", 0)), int(s.get("written", 0))
         ver = s.get("verdicts") or {}
         row = {"stage": s.get("label") or s.get("command", "?"), "in": read, "out": written,
                "yield": round(written / read, 3) if read else None,
                "rejected": int(s.get("rejected", 0)), "filtered": int(s.get("dropped", 0)),
+               "fallbacks": sum(int(v) for v in fallbacks.values()),
                "pass": round(ver["passed"] / ver["total"], 3) if ver.get("total") else None,
                "llm_requests": int(llm.get("requests", 0) or 0),
                "tokens": int(llm.get("prompt_tokens", 0) or 0) + int(llm.get("completion_tokens", 0) or 0),
@@ -62,7 +72,7 @@ def rows(summaries: list[dict]) -> list[dict]:
         total = {"stage": "total", "in": out[0]["in"], "out": out[-1]["out"],
                  "yield": round(out[-1]["out"] / out[0]["in"], 3) if out[0]["in"] else None,
                  "rejected": sum(r["rejected"] for r in out), "filtered": sum(r["filtered"] for r in out),
-                 "pass": None, "llm_requests": sum(r["llm_requests"] for r in out),
+                 "fallbacks": sum(r["fallbacks"] for r in out), "pass": None, "llm_requests": sum(r["llm_requests"] for r in out),
                  "tokens": sum(r["tokens"] for r in out), "cost": round(sum(r["cost"] for r in out), 6),
                  "seconds": round(sum(r["seconds"] for r in out), 2), "reasons": {}}
         if grouped:
@@ -115,11 +125,63 @@ def render(table: list[dict], markdown: bool = False) -> str:
     return "\n".join([fmt(cols), fmt(["-" * w for w in widths])] + [fmt(r) for r in cells]) + "\n"
 
 
+def emptied_by(summaries: list[dict]) -> dict | None:
+    """The row of the first stage that read records and wrote none (None: no such stage)."""
+    for r in rows(summaries):
+        if r["stage"] != "total" and (r["in"] or 0) > 0 and r["out"] == 0:
+            return r
+    return None
+
+
+def count_records(path: str | Path) -> int:
+    """Non-blank lines of a JSONL file (.gz ok); 0 when it does not exist."""
+    p = Path(path)
+    if not p.exists():
+        return 0
+    import gzip
+
+    opener = gzip.open if p.suffix == ".gz" else open
+    with opener(p, "rt", encoding="utf-8") as f:
+        return sum(1 for line in f if line.strip())
+
+
+def _where(r: dict) -> str:
+    return f"stage {r['stage']!r}" + (f" (group {r['group']})" if r.get("group") else "")
+
+
+def check_nonempty(dataset: str | Path, summaries: list[dict]) -> str | None:
+    """None when `dataset` holds records; else the message naming the stage that emptied the run: the
+    first that read records and wrote none (with its reasons), or the step between a stage that wrote
+    records and one that read none, or the step after the last logged stage."""
+    if count_records(dataset) > 0:
+        return None
+    table = [r for r in rows(summaries) if r["stage"] != "total"]
+    prev = None
+    for r in table:
+        if (r["in"] or 0) > 0 and r["out"] == 0:
+            why = "; ".join(f"{k} x{n}" for k, n in sorted(r["reasons"].items(), key=lambda kv: -kv[1])[:5])
+            return (f"{dataset} is empty: {_where(r)} emptied the run (read {r['in']}, wrote 0, rejected "
+                    f"{r['rejected']}, filtered {r['filtered']}" + (f"; {why}" if why else "") + ")")
+        if not r["in"]:
+            if prev is None:
+                return f"{dataset} is empty: the first {_where(r)} read no records"
+            if prev["out"]:
+                return (f"{dataset} is empty: the step between {_where(prev)} (wrote {prev['out']}) and "
+                        f"{_where(r)} (read 0) emptied the run")
+        prev = r
+    if prev is None:
+        return f"{dataset} is empty and no stage logged a summary"
+    return (f"{dataset} is empty: the step after the last logged {_where(prev)} (wrote {prev['out']}) "
+            f"emptied the run")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m toolkit.yieldtable", description=__doc__.splitlines()[0])
     ap.add_argument("log", help="stage log written through $TOOLKIT_STAGE_LOG")
     ap.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
     ap.add_argument("--markdown", action="store_true", help="markdown table")
+    ap.add_argument("--require-nonempty", metavar="DATASET",
+                    help="exit 1 when DATASET has no records, naming the stage that emptied the run")
     a = ap.parse_args(argv)
     try:
         table = rows(load(a.log))
@@ -128,10 +190,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if not table:
         sys.stderr.write(f"yieldtable: {a.log} holds no stage summaries\n")
+        if a.require_nonempty and count_records(a.require_nonempty) == 0:
+            sys.stderr.write(f"yieldtable: {a.require_nonempty} is empty and no stage logged a summary\n")
         return 1
     sys.stdout.write(render(table, markdown=a.markdown))
     if a.json:
         Path(a.json).write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
+    if a.require_nonempty:
+        msg = check_nonempty(a.require_nonempty, load(a.log))
+        if msg:
+            sys.stderr.write(f"yieldtable: {msg}\n")
+            return 1
     return 0
 
 

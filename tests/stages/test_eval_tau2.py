@@ -76,7 +76,9 @@ def test_failure_attribution_judge_over_http():
         c = get_client(LLMConfig(base_url=srv.base_url, model="judge", max_retries=0))
         who, why = asyncio.run(attribute_failure(c, rec, traj, v))
         prompt = srv.requests[0]["messages"][0]["content"]
+        temps = [q["temperature"] for q in srv.requests]
     assert who == "user_simulator" and "reservation id" in why
+    assert temps[1] > temps[0]  # the retry is another request
     assert "Why the evaluator failed it" in prompt and rec.task.user_scenario.instructions[:40] in prompt
     with ScriptedServer(['{"attribution": "nobody"}']) as srv:
         c = get_client(LLMConfig(base_url=srv.base_url, model="judge2", max_retries=0))

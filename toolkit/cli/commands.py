@@ -126,6 +126,7 @@ Example:
 @llm_options()
 @llm_options("agent", "Agent")
 @llm_options("user", "User simulator")
+@llm_options("env", "Simulated environment (env.backend=simulated; over the record's env.config model/base_url)")
 @click.option("-n", "n", type=int, show_default=True, help="Trajectories per task.")
 @click.option("--agent", "agent_kind", type=click.Choice(["llm", "replay"]), show_default=True)
 @click.option("--max-turns", type=int, show_default=True, help="Max agent turns per episode.")

@@ -37,6 +37,9 @@ def io_options(f: Callable) -> Callable:
         click.option("--limit", type=int, metavar="N", help="Process at most N records."),
         click.option("--unordered", is_flag=True, help="Emit records as they complete instead of input order."),
         click.option("--progress/--no-progress", default=None, help="Progress bar on stderr (default: when a TTY)."),
+        click.option("--heartbeat", type=click.FloatRange(min=0), metavar="SECONDS", default=None,
+                     help="When progress is off (stderr not a TTY): one stderr line every SECONDS with records "
+                          "done, in flight and LLM requests waiting (default 30; 0 = none; env TOOLKIT_HEARTBEAT)."),
         click.option("--concurrency", type=int, show_default=True, help="Records processed at once."),
         click.option("--max-line-bytes", type=click.IntRange(min=1), show_default=True,
                      help="Longer input lines are rejected without being read into memory."),
@@ -75,6 +78,9 @@ def llm_options(role: str | None = None, label: str = "LLM") -> Callable:
                          help="How tools reach the model: native tool_calls or Hermes <tool_call> text."),
             click.option("--llm-timeout", "timeout", type=float, help="Seconds per LLM request."),
             click.option("--max-retries", type=int, help="Retries on 429/5xx/timeouts (exponential backoff)."),
+            click.option("--context-tokens", type=click.IntRange(min=1), default=None,
+                         help="The model's context size in tokens (default: asked of the server; prompts "
+                              "are compacted/truncated to fit, or rejected with a reason)."),
         ]
     return compose(*opts)
 

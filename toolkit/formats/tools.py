@@ -99,3 +99,19 @@ def tools_text(tools: list, style: str = "json", *, indent: int | None = None, c
     if limit is not None and len(s) > limit:
         s = s[:limit] + "\n...(truncated)"
     return s
+
+
+# The ladder a prompt walks down when it does not fit the model's context (judges): each level is
+# shorter than the one before; `fit_tools_text(tools, level)` renders the tools for a level.
+TOOLS_FIT_LADDER = ("json", "compact", "signatures", "signatures", "params", "params")
+
+
+def fit_tools_text(tools: list, level: int = 0, *, empty: str | None = None) -> str:
+    """`tools_text` at fit level `level` (0 = the full JSON, indented; then compact JSON, one
+    signature line per tool, one parameter line per tool): the one renderer, made shorter."""
+    step = TOOLS_FIT_LADDER[max(0, min(int(level), len(TOOLS_FIT_LADDER) - 1))]
+    if step == "json":
+        return tools_text(tools, indent=1, empty=empty)
+    if step == "compact":
+        return tools_text(tools, compact=True, empty=empty)
+    return tools_text(tools, step, empty=empty)

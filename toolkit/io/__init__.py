@@ -10,7 +10,8 @@
 - --shard i/n keeps a stable hash partition of ids (blake2b of the id, so every machine agrees)
 - --limit N, order-preserving output by default (--unordered emits as completed)
 - bounded memory: a window of in-flight records; seen-id sets spill to a temp SQLite file
-- progress on stderr when it is a TTY, and a one-line summary at the end
+- progress on stderr when it is a TTY (else a heartbeat line every --heartbeat seconds), and a
+  one-line summary at the end (fallbacks and warnings counted)
 """
 
 from toolkit.io.base import StageError, UsageError, log  # noqa: F401
@@ -23,4 +24,5 @@ from toolkit.io.resume import IdSet, _trim_torn_tail, existing_ids  # noqa: F401
 from toolkit.io.strict import find_bad, strict_loads  # noqa: F401
 from toolkit.io.stream import RecordStream, Stage, StageFn, StageResult, stage_fn  # noqa: F401
 from toolkit.io.summary import (  # noqa: F401
-    STAGE_GROUP_ENV, STAGE_LABEL_ENV, STAGE_LOG_ENV, Progress, Summary, note_drop)
+    STAGE_GROUP_ENV, STAGE_LABEL_ENV, STAGE_LOG_ENV, Progress, Summary, llm_wait_begin, llm_wait_end, llm_waiting,
+    note_drop, note_fallback, note_warning)

@@ -38,6 +38,7 @@ class IOOptions:
     progress: bool | None = None  # None = auto (TTY)
     concurrency: int = 8
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES  # longer lines are rejected unread (bounded memory)
+    heartbeat: float = 30.0  # seconds between heartbeat lines when progress is off (0 = none)
 
     @classmethod
     def from_config(cls, cfg: dict) -> "IOOptions":
@@ -52,4 +53,5 @@ class IOOptions:
             progress=cfg.get("progress"),
             concurrency=int(cfg.get("concurrency") or 8),
             max_line_bytes=int(cfg.get("max_line_bytes") or DEFAULT_MAX_LINE_BYTES),
+            heartbeat=float(30.0 if cfg.get("heartbeat") is None else cfg["heartbeat"]),
         )

@@ -47,5 +47,6 @@ def add_provenance(record: Record, command: str, *, strategy: str | None = None,
         prompt_tokens=int(usage.get("prompt_tokens", 0) or 0),
         completion_tokens=int(usage.get("completion_tokens", 0) or 0),
         sandbox_isolation=sbx.used_isolation() if sbx is not None else None,
-        sandbox_clamped=list((_RECORD_NOTES.get() or {}).get("sandbox_clamped") or []) or None))
+        sandbox_clamped=list((_RECORD_NOTES.get() or {}).get("sandbox_clamped") or []) or None,
+        fallbacks=list((_RECORD_NOTES.get() or {}).get("fallbacks") or []) or None))
     return record

@@ -114,7 +114,7 @@ class RecordStream:
         _ACTIVE.append(self.summary)
         self._rejects_f = None
         self._done: IdSet | None = None  # ids already in --output (--resume)
-        self._progress = Progress(opts.progress, command)
+        self._progress = Progress(opts.progress, command, getattr(opts, "heartbeat", None))
 
     # -- rejects -------------------------------------------------------------------------------
     def reject(self, lineno: int, raw: bytes | str, error: str, rid: str | None = None,
@@ -275,6 +275,7 @@ class RecordStream:
             _trim_torn_tail(opts.output)
             self._done = existing_ids(opts.output)  # read before the writer appends to it
         writer = _Writer(opts.output, append=opts.resume)
+        self._progress.start(self.summary)
         is_async = inspect.iscoroutinefunction(fn)
         if not is_async:  # synchronous stages: no tasks, no reordering needed
             return self._run_sync(fn, writer)
@@ -328,6 +329,7 @@ class RecordStream:
                     seq += 1
                     if len(pending) % 64 == 0:
                         await asyncio.sleep(0)  # let tasks start while we read
+                self.summary.in_flight = len(pending)
                 if not pending:
                     break
                 if opts.unordered:
@@ -358,6 +360,7 @@ class RecordStream:
         try:
             for lineno, raw, rec in self._parsed():
                 begin_record_notes()
+                self.summary.in_flight = 1
                 try:
                     out = fn(rec)
                     if inspect.isawaitable(out):  # a sync wrapper returning a coroutine
@@ -370,7 +373,9 @@ class RecordStream:
                     self.summary.dropped += 1
                     continue
                 self._write(writer, out, lineno, raw, rec.id)
+                self.summary.in_flight = 0
                 self._progress.update(self.summary)
+            self.summary.in_flight = 0
             finish = getattr(fn, "finish", None)
             if finish is not None:  # a synchronous batch stage
                 self._write(writer, list(finish() or []), 0, b"", None)

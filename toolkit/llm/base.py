@@ -47,6 +47,7 @@ class LLMConfig(BaseModel):
     backoff_max: float = 30.0
     compact_tools: bool | None = None  # small-context tool rendering in hermes prompts; None -> embedded only
     hermes_fewshot: bool | None = None  # example tool-call exchange in hermes prompts; None -> embedded only
+    context_tokens: int | None = None  # the model's context; None -> asked of the server (toolkit.llm.context)
 
 
 @dataclass
@@ -59,6 +60,7 @@ class ChatResult:
     latency_s: float
     finish_reason: str | None
     parse_error: str | None = None
+    context: list[str] | None = None  # what was done to fit the context (toolkit.llm.context)
 
     @property
     def content(self) -> str | None:
@@ -80,7 +82,8 @@ class ChatResult:
         return {"model": self.model, "prompt_tokens": int(self.usage.get("prompt_tokens", 0)),
                 "completion_tokens": int(self.usage.get("completion_tokens", 0)),
                 "cost": round(self.cost, 8), "cached": self.cached,
-                "latency_s": round(self.latency_s, 4), "finish_reason": self.finish_reason}
+                "latency_s": round(self.latency_s, 4), "finish_reason": self.finish_reason,
+                **({"context": list(self.context)} if self.context else {})}
 
 
 class Meter:

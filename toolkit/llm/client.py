@@ -26,19 +26,38 @@ import asyncio
 import json
 import os
 import random
+import re
 import threading
 import time
 from typing import Any
 
+from toolkit.io.summary import llm_wait_begin, llm_wait_end
 
-from .base import EMBEDDED, EMBEDDED_MAX_CONCURRENCY, VLLM_INPROCESS, ChatResult, LLMConfig, LLMError, Meter
+from .base import (
+    EMBEDDED,
+    EMBEDDED_MAX_CONCURRENCY,
+    VLLM_INPROCESS,
+    ChatResult,
+    LLMConfig,
+    LLMError,
+    Meter,
+)
 from .cache import cache_key, open_cache
+from .context import ContextOverflow, estimate_tokens, fit_request, parse_context_error
+from .embedded import embedded_model_name
+from .toolcalls import (
+    looks_like_tool_call,
+    new_call_id,
+    parse_tool_calls,
+    repair_json,
+    to_hermes_messages,
+)
 from .transport import (
     _ENDPOINTS,
     _ENDPOINTS_LOCK,
     _encode_body,
-    _endpoint,
     _Endpoint,
+    _endpoint,
     _error_message,
     _estimate_tokens,
     _http,
@@ -48,10 +67,8 @@ from .transport import (
     _retry_after,
 )
 from .vllm_inproc import _VLLMInProcess
-from .embedded import embedded_model_name
-from .toolcalls import looks_like_tool_call, new_call_id, parse_tool_calls, repair_json, to_hermes_messages
 
-__all__ = ["LLMClient", "get_client", "close_all_clients"]
+__all__ = ["LLMClient", "close_all_clients", "get_client"]
 
 # Arguments `chat.completions.create` takes as keywords; anything else goes into extra_body
 # (e.g. vLLM's top_k, repetition_penalty, chat_template_kwargs).
@@ -60,6 +77,12 @@ _SDK_PARAMS = {"temperature", "top_p", "seed", "max_tokens", "max_completion_tok
                "frequency_penalty", "logprobs", "top_logprobs", "logit_bias", "user", "n",
                "reasoning_effort", "metadata", "service_tier", "store"}
 _NOT_SAMPLING = {"timeout", "sample_index"}
+
+# What each endpoint told us about its context: {base_url: {"ctx": int | None, "tokenize": str | None}}
+_CTX_INFO: dict[str, dict] = {}
+_CTX_LOCK = threading.Lock()
+_CTX_PENDING: dict[tuple, asyncio.Task] = {}  # (event loop id, endpoint): the metadata request in flight
+_NO_TOKENIZER = "none"
 
 
 class LLMClient:
@@ -199,8 +222,8 @@ class LLMClient:
 
         await self._ensure_ready()
         send = dict(params)
-        if sample_index and "seed" in send:
-            send["seed"] = int(send["seed"]) + int(sample_index)
+        if sample_index:  # another sample of the same prompt is another request: seed + k (seed 0 if unset)
+            send["seed"] = int(send.get("seed") or 0) + int(sample_index)
         if protocol == "hermes":
             send.pop("tool_choice", None)
             send.pop("parallel_tool_calls", None)
@@ -218,15 +241,204 @@ class LLMClient:
             self._cache.put(key, res.to_dict(), model=model)
         return res
 
-    async def _chat_http(self, messages, tools, send, model, protocol, timeout) -> ChatResult:
-        cfg = self.config
-        if protocol == "hermes":
-            compact = self.config.compact_tools if self.config.compact_tools is not None else self._embedded
-            wire_messages = to_hermes_messages(messages, tools, fewshot=self.fewshot, compact=compact)
-            wire_tools = None
+    # -- context window
+    def _ctx_key(self) -> str:
+        return f"{self._base_url}|{self._model}"
+
+    async def context_window(self) -> int | None:
+        """The serving model's context size in tokens (None: unknown); see toolkit.llm.context."""
+        if self.config.context_tokens:
+            return int(self.config.context_tokens)
+        if self._vllm is not None:
+            return None
+        if self._embedded:
+            try:
+                return int(os.environ.get("TOOLKIT_EMBEDDED_N_CTX", "8192"))
+            except ValueError:
+                return 8192
+        await self._ensure_ready()
+        key = self._ctx_key()
+        loop = asyncio.get_running_loop()
+        pending_key = (id(loop), key)
+        with _CTX_LOCK:
+            info = _CTX_INFO.get(key)
+            if info is not None and "ctx" in info:
+                return info["ctx"]
+            task = _CTX_PENDING.get(pending_key)
+            if task is None or task.get_loop() is not loop:
+                # one metadata request per endpoint, however many chats start at once
+                task = _CTX_PENDING[pending_key] = loop.create_task(self._ask_context())
+        ctx = await asyncio.shield(task)
+        with _CTX_LOCK:
+            _CTX_INFO.setdefault(key, {})["ctx"] = ctx
+            _CTX_PENDING.pop(pending_key, None)
+        return ctx
+
+    def _learn_context(self, ctx: int) -> None:
+        with _CTX_LOCK:
+            _CTX_INFO.setdefault(self._ctx_key(), {})["ctx"] = int(ctx)
+
+    def _root_url(self) -> str:
+        base = self._base_url or ""
+        return base.removesuffix("/v1")
+
+    async def _get_json(self, url: str, body: dict | None = None) -> Any:
+        httpx = _http()
+        client, _sem = self._transport().get()
+        opts = {"timeout": min(self.config.timeout, 15)}
+        if body is None:
+            raw = await client.get(url, cast_to=httpx.Response, options=opts)
         else:
-            wire_messages = _normalize_native(messages)
-            wire_tools = tools
+            raw = await client.post(url, cast_to=httpx.Response, body=body, options=opts)
+        return json.loads(raw.content)
+
+    async def _ask_context(self) -> int | None:
+        """Server metadata: vLLM's /v1/models max_model_len, llama-server's /props n_ctx; None (and
+        one stderr line) when the server says neither."""
+        import openai
+
+        errors = (openai.OpenAIError, ValueError, TypeError, AttributeError, KeyError)
+        tried = []
+        try:
+            data = await self._get_json(f"{self._base_url}/models")
+            for m in data.get("data") or []:
+                if isinstance(m, dict) and (m.get("id") == self._model or len(data["data"]) == 1):
+                    for k in ("max_model_len", "context_length", "context_window", "n_ctx"):
+                        if isinstance(m.get(k), int) and m[k] > 0:
+                            return int(m[k])
+        except errors as exc:  # metadata is optional: the next source, then unknown
+            tried.append(f"/models: {type(exc).__name__}")
+        try:
+            data = await self._get_json(f"{self._root_url()}/props")
+            dgs = data.get("default_generation_settings") or {}
+            for v in (dgs.get("n_ctx"), data.get("n_ctx")):
+                if isinstance(v, int) and v > 0:
+                    return int(v)
+        except errors as exc:
+            tried.append(f"/props: {type(exc).__name__}")
+        from toolkit.io import log
+
+        log(f"LLM endpoint {self.endpoint}: context size unknown (no max_model_len in /models, no /props n_ctx"
+            + (f"; {', '.join(tried)}" if tried else "") + "): prompts are sent unfitted until a context-length "
+            "error names it; set context_tokens (--context-tokens) to fit them beforehand")
+        return None
+
+    async def count_tokens(self, messages: list[dict], tools: Any = None) -> tuple[int, str]:
+        """(prompt tokens, how they were counted): the server's tokenizer when it has one
+        (vLLM /tokenize, llama-server /tokenize, llama-cpp-python /extras/tokenize/count), else a
+        conservative estimate. `messages`/`tools` as sent on the wire."""
+        if self._vllm is not None or (self._base_url is None and not self._embedded):
+            return estimate_tokens(messages, tools), "estimate"
+        await self._ensure_ready()
+        key = self._ctx_key()
+        with _CTX_LOCK:
+            kind = (_CTX_INFO.get(key) or {}).get("tokenize")
+        import openai
+
+        root = self._root_url()
+        text = None
+        order = [kind] if kind else (["llama-cpp-python"] if self._embedded else
+                                     ["vllm", "llama-server", "llama-cpp-python"])
+        for k in order:
+            if k == _NO_TOKENIZER:
+                break
+            try:
+                if k == "vllm":
+                    body: dict[str, Any] = {"model": self._model, "messages": messages, "add_generation_prompt": True}
+                    if tools:
+                        body["tools"] = list(tools)
+                    data = await self._get_json(f"{root}/tokenize", body)
+                    n = data.get("count") if isinstance(data.get("count"), int) else len(data["tokens"])
+                else:
+                    if text is None:
+                        from .context import _text_of
+
+                        text, _ = _text_of(messages, tools)
+                    if k == "llama-server":
+                        data = await self._get_json(f"{root}/tokenize", {"content": text})
+                        n = len(data["tokens"])
+                    else:
+                        data = await self._get_json(f"{root}/extras/tokenize/count", {"input": text})
+                        n = int(data["count"])
+                    n += 8 * len(messages)
+                if not isinstance(n, int):
+                    raise TypeError("no count")
+            except (openai.OpenAIError, ValueError, TypeError, KeyError, AttributeError):
+                continue  # this server has no such tokenizer endpoint: try the next, then estimate
+            with _CTX_LOCK:
+                _CTX_INFO.setdefault(key, {})["tokenize"] = k
+            return int(n), f"tokenizer ({k})"
+        with _CTX_LOCK:
+            _CTX_INFO.setdefault(key, {})["tokenize"] = _NO_TOKENIZER
+        return estimate_tokens(messages, tools), "estimate"
+
+    async def prompt_budget(self, max_tokens: int | None = None) -> int | None:
+        """Prompt tokens a request may use (context - max_tokens); None when the context is unknown."""
+        ctx = await self.context_window()
+        if ctx is None:
+            return None
+        return ctx - int(max_tokens if max_tokens is not None else self.config.max_tokens or 0)
+
+    def _render(self, protocol: str) -> Any:
+        default_compact = self.config.compact_tools if self.config.compact_tools is not None else self._embedded
+
+        def render(msgs: list[dict], tls: Any, compact: bool) -> tuple[list[dict], Any]:
+            if protocol == "hermes":
+                return to_hermes_messages(msgs, tls, fewshot=self.fewshot, compact=compact or default_compact), None
+            if compact and tls:
+                from toolkit.formats.tools import compact_tool
+
+                tls = [{"type": "function", "function": compact_tool(t)} for t in tls]
+            return _normalize_native(msgs), tls
+
+        return render
+
+    async def _fit(self, messages, tools, send, protocol, ctx: int | None):
+        """(wire messages, wire tools, notes): the request fitted to the context (when known)."""
+        render = self._render(protocol)
+        if ctx is None:
+            wm, wt = render(messages, tools, False)
+            return wm, wt, []
+        fitted = await fit_request(messages, tools, max_tokens=send.get("max_tokens"), context_tokens=ctx,
+                                   render=render, count=self.count_tokens, endpoint=self.endpoint)
+        if fitted.notes:
+            from toolkit.io import note_fallback
+
+            for note in fitted.notes:  # counted by kind ("tools compacted", "max_tokens lowered" ...)
+                kind = re.match(r"[A-Za-z_ ]*[A-Za-z]", note)
+                note_fallback("context: " + (kind.group(0) if kind else note))
+            if fitted.max_tokens is not None:
+                send["max_tokens"] = fitted.max_tokens
+        wm, wt = render(fitted.messages, fitted.tools, fitted.compact)
+        return wm, wt, fitted.notes
+
+    async def _chat_http(self, messages, tools, send, model, protocol, timeout) -> ChatResult:
+        ctx = await self.context_window()
+        learned = False
+        while True:
+            try:
+                return await self._chat_http_once(messages, tools, dict(send), model, protocol, timeout, ctx)
+            except LLMError as exc:
+                is_ctx, n = parse_context_error(exc.status, str(exc))
+                if not is_ctx or learned:
+                    raise
+                if n is None or (ctx is not None and n >= ctx):
+                    raise ContextOverflow(f"{exc} (the server's context is exceeded; set context_tokens to "
+                                          f"its size so prompts are fitted before sending)",
+                                          endpoint=self.endpoint) from exc
+                # the server named its context: remember it, fit the request, send it once more
+                self._learn_context(n)
+                ctx, learned = n, True
+
+    async def _chat_http_once(self, messages, tools, send, model, protocol, timeout, ctx) -> ChatResult:
+        wire_messages, wire_tools, notes = await self._fit(messages, tools, send, protocol, ctx)
+        res = await self._chat_http_send(wire_messages, wire_tools, send, model, protocol, timeout, tools)
+        if notes:
+            res.context = notes
+        return res
+
+    async def _chat_http_send(self, wire_messages, wire_tools, send, model, protocol, timeout, tools) -> ChatResult:
+        cfg = self.config
         # The request goes through the SDK's generic `post` with the body already built (and, where
         # the SDK takes raw content, already JSON-encoded, the tool schemas' encoding reused from
         # `ToolSchemas`), and the response comes back as the raw httpx.Response: the typed
@@ -256,6 +468,7 @@ class LLMClient:
             attempts = attempt + 1
             retry_after = None
             client, sem = transport.get()
+            wait = llm_wait_begin()
             try:
                 url = transport.chat_url(client) if fast else "/chat/completions"
                 async with sem:
@@ -267,19 +480,25 @@ class LLMClient:
                 message = _error_message(exc)
                 retry_after = _retry_after(getattr(exc.response, "headers", None))
                 retryable = status in (408, 409, 429) or status >= 500
-            except openai.APITimeoutError as exc:
+            except openai.APITimeoutError:
                 status, message, retryable = "timeout", f"no response within {timeout}s", True
             except openai.APIConnectionError as exc:
                 cause = exc.__cause__ or exc
                 status, message, retryable = "connection error", f"{type(cause).__name__}: {cause}", True
             except openai.OpenAIError as exc:  # response validation and other SDK errors
                 status, message, retryable = type(exc).__name__, str(exc)[:500], False
+            finally:
+                llm_wait_end(wait)
             if not retryable:
                 raise LLMError(f"LLM request to {self.endpoint} failed: HTTP {status}: {message}",
                                endpoint=self.endpoint, status=status, attempts=attempts)
             if attempt >= cfg.max_retries:
                 break
             self.meter.record_retry()
+            if status in ("timeout", "connection error"):  # slow ones are said; 429/5xx storms are counted only
+                from toolkit.io import log
+
+                log(f"LLM request to {self.endpoint}: {status} ({message[:120]}); retry {attempt + 1}/{cfg.max_retries}")
             delay = random.uniform(0.0, min(cfg.backoff_max, cfg.backoff_base * (2 ** attempt)))
             if retry_after is not None:
                 delay = max(delay, min(retry_after, max(cfg.backoff_max, 60.0)))

@@ -30,6 +30,14 @@ Counters: `request_count` (all HTTP requests), `chat_count` (chat completions re
 or not), `in_flight`, `max_in_flight`, `requests` (the JSON bodies received, in arrival order),
 `request_headers` (their headers, lower-cased names).
 
+`context_tokens=N` makes it behave like a server with an N-token context: `/v1/models` reports
+`max_model_len` N, `POST /tokenize` (vLLM's shape: `{"model", "messages"[, "tools"]}` or
+`{"prompt"}`) answers `{"count", "max_model_len"}`, and a chat request whose prompt (counted the
+same way: UTF-8 bytes / 4, plus 4 per message) plus `max_tokens` exceeds N gets vLLM's HTTP 400
+"This model's maximum context length is N tokens ..." (counter `context_errors`).
+`tokenize=False` leaves `/tokenize` out (404), for the estimate path; `advertise_context=False`
+keeps `max_model_len` out of `/v1/models` (the client then learns the size from the 400).
+
 `reuse_tools=True` parses an identical `tools` array (byte for byte, as every agent turn of a
 rollout sends) once and shares the parsed list between request dicts (treat it as read-only);
 the rest of each body is parsed as usual. Benchmarks use it: a 35 KB tools array was most of the
@@ -70,7 +78,8 @@ class ScriptedServer:
                  fail_first: int = 0, fail_status: int = 429, retry_after: float | None = None,
                  hang: float = 30.0, host: str = "127.0.0.1", port: int = 0,
                  model: str = "scripted-model", keep_requests: bool | int = True,
-                 reuse_tools: bool = False):
+                 reuse_tools: bool = False, context_tokens: int | None = None, tokenize: bool = True,
+                 advertise_context: bool = True):
         self._replies = replies if replies is not None else ["OK"]
         self._cycle = None if callable(self._replies) else itertools.cycle(list(self._replies) or ["OK"])
         self.delay = delay
@@ -86,6 +95,11 @@ class ScriptedServer:
         self.max_in_flight = 0
         self.keep_requests = keep_requests
         self.reuse_tools = reuse_tools
+        self.context_tokens = context_tokens
+        self.tokenize = tokenize
+        self.advertise_context = advertise_context
+        self.context_errors = 0
+        self.tokenize_count = 0
         self._tools_seen: list[tuple[bytes, list]] = []  # (b'"tools":[...]' as sent, parsed)
         if keep_requests is True:
             self.requests: list[dict] = []
@@ -225,8 +239,19 @@ class ScriptedServer:
         with self._lock:
             self.request_count += 1
         if method == "GET" and path.rstrip("/").endswith("/models"):
-            return 200, {"object": "list", "data": [
-                {"id": self.model, "object": "model", "created": 0, "owned_by": "scripted"}]}, {}
+            entry = {"id": self.model, "object": "model", "created": 0, "owned_by": "scripted"}
+            if self.context_tokens and self.advertise_context:
+                entry["max_model_len"] = self.context_tokens
+            return 200, {"object": "list", "data": [entry]}, {}
+        if method == "POST" and path.rstrip("/") == "/tokenize" and self.tokenize:
+            try:
+                req = json.loads(body or b"{}")
+            except ValueError:
+                return 400, {"error": {"message": "invalid JSON body", "type": "invalid_request_error"}}, {}
+            with self._lock:
+                self.tokenize_count += 1
+            n = self.count_prompt(req) if "messages" in req else self.count_text(str(req.get("prompt") or ""))
+            return 200, {"count": n, "max_model_len": self.context_tokens or 0, "tokens": []}, {}
         if method == "GET" and path.rstrip("/") in ("/health", "/v1/health"):
             return 200, {"status": "ok"}, {}
         if method != "POST" or not path.rstrip("/").endswith("/chat/completions"):
@@ -243,6 +268,18 @@ class ScriptedServer:
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
             failure = self._failures.pop(0) if self._failures else None
+        if self.context_tokens and failure is None:
+            need = self.count_prompt(req)
+            completion = int(req.get("max_tokens") or 0)
+            if need + completion > self.context_tokens:
+                with self._lock:
+                    self.context_errors += 1
+                    self.in_flight -= 1
+                return 400, {"error": {"message": (
+                    f"This model's maximum context length is {self.context_tokens} tokens. However, you "
+                    f"requested {need + completion} tokens ({need} in the messages, {completion} in the "
+                    f"completion). Please reduce the length of the messages or completion."),
+                    "type": "BadRequestError", "code": 400}}, {}
         try:
             if failure is None:
                 # The reply is built before the delay and the parsed request dropped: hundreds of
@@ -333,6 +370,22 @@ class ScriptedServer:
                 return await coro, model, self._prompt_tokens(req)
             return later(reply)
         return reply, model, self._prompt_tokens(req)
+
+    @staticmethod
+    def count_text(text: str) -> int:
+        """The scripted tokenizer: UTF-8 bytes / 4, rounded up."""
+        return -(-len(text.encode("utf-8")) // 4)
+
+    def count_prompt(self, req: dict) -> int:
+        """Prompt tokens of a chat request as this server counts them (its context check, /tokenize)."""
+        n = 0
+        for m in req.get("messages") or []:
+            n += 4 + self.count_text(str(m.get("content") or ""))
+            if m.get("tool_calls"):
+                n += self.count_text(json.dumps(m["tool_calls"]))
+        if req.get("tools"):
+            n += self.count_text(json.dumps(req["tools"]))
+        return n
 
     @staticmethod
     def _prompt_tokens(req: dict) -> int:

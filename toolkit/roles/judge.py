@@ -24,14 +24,14 @@ no attribution.
 
 from __future__ import annotations
 
+import inspect
 import json
 from dataclasses import dataclass, field
-from typing import Any
-
-from typing import Callable
+from typing import Any, Callable
 
 from toolkit import prompts, registry
-from toolkit.formats.tools import tools_text
+from toolkit.formats.tools import TOOLS_FIT_LADDER, fit_tools_text
+from toolkit.io import note_fallback
 from toolkit.roles.env_simulator import render_history
 from toolkit.roles.reply import MalformedJudgeOutput, extract_json_object
 from toolkit.roles.structured import RoleRejected, ask_structured
@@ -254,49 +254,100 @@ def rubric(name: str, *, parse: Callable[[dict, float], Judgment], help: str = "
 
 @rubric("simia", parse=parse_simia, flow="simia", help="Simia appendix D reward: task_success + confidence")
 def prompt_simia(*, policy: str, task: str, messages: list[dict], tools: list[dict],
-                 evaluation_rules: str = "") -> tuple[str, str]:
+                 evaluation_rules: str = "", fit: int = 0) -> tuple[str, str]:
     p = prompts.load("judge_simia")
-    return p.id, p.render(policy=policy or "(none)", task=task or "(see the conversation)",
-                          history=render_history(messages, 24000) or "(empty)")
+    return p.id, p.render(policy=_policy(policy, fit), task=task or "(see the conversation)",
+                          history=render_history(messages, HISTORY_FIT[fit]) or "(empty)")
 
 
 @rubric("sea", parse=parse_sea, help="AReaL-SEA task/trajectory verdicts with attribution")
 def prompt_sea(*, policy: str, task: str, messages: list[dict], tools: list[dict],
-               evaluation_rules: str = "") -> tuple[str, str]:
+               evaluation_rules: str = "", fit: int = 0) -> tuple[str, str]:
     p = prompts.load("judge_sea")
-    return p.id, p.render(task_description=policy or "(none)", env_tools=tools_text(tools, indent=1, empty="(not given)"),
+    return p.id, p.render(task_description=_policy(policy, fit), env_tools=fit_tools_text(tools, fit, empty="(not given)"),
                           synthetic_task=task or "(see the conversation)",
-                          rollout=render_history(messages, 24000) or "(empty)",
+                          rollout=render_history(messages, HISTORY_FIT[fit]) or "(empty)",
                           eval_rules=evaluation_rules or "(none given: judge task quality and trajectory success "
                                                          "against the policy and the task)")
 
 
 @rubric("astra", parse=parse_astra, flow="astra", help="ASTRA 7 trajectory scores, reward = their mean")
 def prompt_astra(*, policy: str, task: str, messages: list[dict], tools: list[dict],
-                 evaluation_rules: str = "") -> tuple[str, str]:
+                 evaluation_rules: str = "", fit: int = 0) -> tuple[str, str]:
     p = prompts.load("judge_astra")
     body = [m for m in messages if m.get("role") != "system"]
     traj = json.dumps({"messages": body}, ensure_ascii=False)
-    if len(traj) > 24000:
-        traj = traj[:12000] + " ...(truncated)... " + traj[-12000:]
-    return p.id, p.render(task=task or "(the first user message)", tools=tools_text(tools, indent=1, empty="(not given)"), trajectory=traj)
+    half = HISTORY_FIT[fit] // 2
+    if len(traj) > 2 * half:
+        traj = traj[:half] + " ...(truncated)... " + traj[-half:]
+    return p.id, p.render(task=task or "(the first user message)", tools=fit_tools_text(tools, fit, empty="(not given)"),
+                          trajectory=traj)
 
 
 @rubric("eigendata", parse=parse_eigendata, flow="eigendata",
         help="EigenData five dimensions + critical issues, rule-decided PASS/FAIL")
 def prompt_eigendata(*, policy: str, task: str, messages: list[dict], tools: list[dict],
-                     evaluation_rules: str = "") -> tuple[str, str]:
+                     evaluation_rules: str = "", fit: int = 0) -> tuple[str, str]:
     p = prompts.load("eigendata/trajectory_validation")
-    return p.id, p.render(policy=policy or "(none)", tools=tools_text(tools, indent=1, empty="(not given)"), task=task or "(see the conversation)",
-                          rubrics=evaluation_rules or "(none given)",
-                          history=render_history(messages, 24000) or "(empty)")
+    return p.id, p.render(policy=_policy(policy, fit), tools=fit_tools_text(tools, fit, empty="(not given)"),
+                          task=task or "(see the conversation)", rubrics=evaluation_rules or "(none given)",
+                          history=render_history(messages, HISTORY_FIT[fit]) or "(empty)")
+
+
+# Fit levels (a prompt that does not fit the judge model's context walks down them): the tools'
+# rendering (toolkit.formats.tools.TOOLS_FIT_LADDER), the history's and the policy's character limits.
+HISTORY_FIT = (24000, 24000, 16000, 8000, 4000, 2000)
+POLICY_FIT = (None, None, None, 6000, 3000, 1500)
+FIT_LEVELS = len(TOOLS_FIT_LADDER)
+
+
+def _policy(policy: str, fit: int) -> str:
+    lim = POLICY_FIT[fit]
+    if not policy:
+        return "(none)"
+    if lim is not None and len(policy) > lim:
+        return policy[:lim] + "\n...(policy truncated to fit the model's context)"
+    return policy
+
+
+def _takes_fit(fn: Callable) -> bool:
+    try:
+        return "fit" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # pragma: no cover
+        return False
 
 
 def build_prompt(rubric: str, *, policy: str, task: str, messages: list[dict], tools: list[dict],
-                 evaluation_rules: str = "") -> tuple[str, str]:
-    """(prompt id, rendered prompt) for one trajectory."""
-    return _rubric(rubric).prompt(policy=policy, task=task, messages=messages, tools=tools,
-                                  evaluation_rules=evaluation_rules)
+                 evaluation_rules: str = "", fit: int = 0) -> tuple[str, str]:
+    """(prompt id, rendered prompt) for one trajectory; `fit` > 0: a shorter rendering (a rubric
+    whose prompt builder takes no `fit` keyword always renders in full)."""
+    fn = _rubric(rubric).prompt
+    extra = {"fit": max(0, min(int(fit), FIT_LEVELS - 1))} if fit and _takes_fit(fn) else {}
+    return fn(policy=policy, task=task, messages=messages, tools=tools, evaluation_rules=evaluation_rules, **extra)
+
+
+async def fit_judge_prompt(client: Any, rubric: str, build: Callable[[int], tuple[str, str]]) -> tuple[str, str, int]:
+    """(prompt id, prompt, level): the first fit level whose prompt fits the client's prompt budget
+    (the context minus max_tokens, counted by the server's tokenizer when the estimate is over it);
+    level 0 when the context is unknown; the last level when none fits (the client then lowers
+    max_tokens or rejects the request with the counts)."""
+    budget_fn = getattr(client, "prompt_budget", None)
+    budget = await budget_fn() if budget_fn is not None else None
+    pid, prompt = build(0)
+    if budget is None or not _takes_fit(_rubric(rubric).prompt):
+        return pid, prompt, 0
+    from toolkit.llm.context import estimate_tokens
+
+    for level in range(FIT_LEVELS):
+        if level:
+            pid, prompt = build(level)
+        msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}]
+        n = estimate_tokens(msgs)
+        if n > budget and getattr(client, "count_tokens", None) is not None:
+            n, _by = await client.count_tokens(msgs)
+        if n <= budget:
+            return pid, prompt, level
+    return pid, prompt, FIT_LEVELS - 1
 
 
 SYSTEM = "You are a strict evaluator of tool-using agent trajectories. Reply with one JSON object only."
@@ -306,17 +357,23 @@ async def judge_trajectory(client: Any, rubric: str, *, policy: str, task: str, 
                            tools: list[dict], evaluation_rules: str = "", attempts: int = 3,
                            threshold: float = 0.5) -> Judgment:
     """Grade one trajectory. Never raises for a bad reply (LLM transport errors do propagate)."""
-    pid, prompt = build_prompt(rubric, policy=policy, task=task, messages=messages, tools=tools,
-                               evaluation_rules=evaluation_rules)
+    pid, prompt, level = await fit_judge_prompt(
+        client, rubric, lambda fit: build_prompt(rubric, policy=policy, task=task, messages=messages, tools=tools,
+                                                 evaluation_rules=evaluation_rules, fit=fit))
+    if level:
+        note_fallback(f"judge ({rubric}): prompt shortened to fit the context")
+    fit_note = ({"prompt_fit": {"level": level, "tools": TOOLS_FIT_LADDER[level], "history_chars": HISTORY_FIT[level]}}
+                if level else {})
     try:
         got = await ask_structured(client, [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}],
                                    lambda text: parse(rubric, text, threshold), role=f"judge ({rubric})",
                                    attempts=attempts)
     except RoleRejected as e:
-        return Judgment(passed=False, score=0.0, scores={"rubric": rubric, "malformed": True},
+        return Judgment(passed=False, score=0.0, scores={"rubric": rubric, "malformed": True, **fit_note},
                         reasons=[MALFORMED] + e.reasons, attribution=None, malformed=True,
                         attempts=max(1, attempts), usage=e.usage, model=e.model, prompt_id=pid)
     j = got.value
     j.attempts, j.usage, j.model, j.prompt_id = got.attempts, got.usage, got.model, pid
     j.scores["rubric"] = rubric
+    j.scores.update(fit_note)
     return j

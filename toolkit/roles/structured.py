@@ -3,8 +3,12 @@
 Every synthesis role (planners, designers, validators, repairers, verifier writers) uses
 `ask_structured`: the reply is handed to the role's `parse(text) -> value`, which raises
 `Malformed` (or ValueError) with a reason when the reply breaks the output contract (bad JSON,
-a missing verdict line, a wrong enum, truncated output). A malformed reply is retried with a new
-`sample_index` (so a cached bad answer is not replayed) up to `attempts` times; then
+a missing verdict line, a wrong enum, truncated output); reasoning models' `<think>...</think>`
+blocks are stripped before it sees the text (`strip_think`). A malformed reply is retried up to
+`attempts` times with a request that differs: a new `sample_index` (so a cached bad answer is not
+replayed; the client sends `seed + index`) and, when the temperature is below 1, a temperature
+step of `RETRY_TEMPERATURE_STEP` per attempt (greedy decoding would repeat the same text); each
+retry logs one stderr line saying what changed, and is counted as a summary warning; then
 `RoleRejected` carries every attempt's reason, which stages turn into a reject or a failed
 verdict — never a crash, never a silent pass.
 """
@@ -15,7 +19,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from toolkit.roles.reply import MalformedJudgeOutput, extract_json_object
+from toolkit.io import log, note_warning
+from toolkit.roles.reply import MalformedJudgeOutput, extract_json_object, strip_think
+
+RETRY_TEMPERATURE_STEP = 0.3
 
 
 class Malformed(MalformedJudgeOutput):
@@ -72,7 +79,7 @@ def parse_json_object(text: str | None, required: tuple[str, ...] = ()) -> dict:
 def tagged_text(text: str | None, tag: str, *, required: bool = True, allow_empty: bool = True) -> str | None:
     """The stripped text inside <tag>...</tag> (the first block); None when the block is absent and
     not `required`. Malformed: no block (required), an unclosed block, an empty one (not allow_empty)."""
-    s = text or ""
+    s = strip_think(text) or ""
     a, b = s.find(f"<{tag}>"), s.find(f"</{tag}>")
     if a < 0:
         if required:
@@ -113,11 +120,23 @@ async def ask_structured(client: Any, messages: list[dict], parse: Callable[[str
     errors: list[str] = []
     model = None
     base = int(overrides.pop("sample_index", 0) or 0)
+    config = getattr(client, "config", None)
+    temp0 = overrides.get("temperature", getattr(config, "temperature", None))
+    seed0 = overrides.get("seed", getattr(config, "seed", None))
     for attempt in range(max(1, attempts)):
-        res = await client.chat(messages, sample_index=base + attempt, **overrides)
+        send = dict(overrides)
+        if attempt:
+            change = [f"sample_index {base + attempt} (seed {int(seed0 or 0) + base + attempt})"]
+            if temp0 is not None and float(temp0) < 1.0:
+                send["temperature"] = round(min(1.0, float(temp0) + RETRY_TEMPERATURE_STEP * attempt), 3)
+                change.append(f"temperature {float(temp0):g} -> {send['temperature']:g}")
+            log(f"{role}: attempt {attempt + 1}/{max(1, attempts)} after a malformed reply "
+                f"({errors[-1].split(': ', 1)[-1][:120] if errors else '?'}): {', '.join(change)}")
+            note_warning(f"{role}: malformed reply retried", log_first=False)
+        res = await client.chat(messages, sample_index=base + attempt, **send)
         model = res.model
         add_usage(usage, res)
-        text = res.message.get("content")
+        text = strip_think(res.message.get("content"))
         if res.finish_reason == "length" and not text:
             errors.append(f"attempt {attempt + 1}: empty reply (cut at max_tokens)")
             continue

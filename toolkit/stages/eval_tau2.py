@@ -77,18 +77,22 @@ async def attribute_failure(client: Any, record: Record, traj: Trajectory, verdi
         policy=(policy or "(not shown)")[:6000], scenario=scenario or "(none)",
         reasons="; ".join(verdict.reasons)[:2000] or "reward < 1",
         history=render_history([m.model_dump(exclude_none=True) for m in traj.messages], 12000))
-    last = ""
-    for i in range(attempts):
-        res = await client.chat([{"role": "user", "content": prompt}], sample_index=i)
-        try:
-            obj = extract_json_object(res.message.get("content"))
-            who = obj.get("attribution")
-            if who not in ("agent", "user_simulator"):
-                raise MalformedJudgeOutput(f"attribution must be agent or user_simulator, got {who!r}")
-            return ("trajectory" if who == "agent" else "user_simulator"), str(obj.get("reason") or "")[:500]
-        except MalformedJudgeOutput as e:
-            last = str(e)
-    return None, f"malformed attribution output after {attempts} attempts: {last}"
+    from toolkit.roles.structured import RoleRejected, ask_structured
+
+    def parse_attribution(text: str | None) -> tuple[str, str]:
+        obj = extract_json_object(text)
+        who = obj.get("attribution")
+        if who not in ("agent", "user_simulator"):
+            raise MalformedJudgeOutput(f"attribution must be agent or user_simulator, got {who!r}")
+        return ("trajectory" if who == "agent" else "user_simulator"), str(obj.get("reason") or "")[:500]
+
+    try:  # a malformed reply is retried with a different request (seed, temperature step), said on stderr
+        got = await ask_structured(client, [{"role": "user", "content": prompt}], parse_attribution,
+                                   role="failure attribution", attempts=attempts)
+    except RoleRejected as e:
+        last = e.reasons[-1].split(": ", 1)[-1] if e.reasons else ""
+        return None, f"malformed attribution output after {attempts} attempts: {last}"
+    return got.value
 
 
 def build(cfg: dict, meter: Any, tb: Any):

@@ -549,6 +549,20 @@ def build(cfg: dict | RolloutOptions, meter: Any):
             user_client = get_client(user_cfg, meter)
         return user_client
 
+    def _env_client(record: Record):
+        """The simulated environment's LLM (the `env` role, as grpo binds it): `--env-model` /
+        `--env-base-url` ..., else the record's env.config model / base_url (gen-task --strategy
+        simia's simulator_model / simulator_base_url), else the user simulator's settings (as before)."""
+        from toolkit.llm import get_client
+
+        merged = dict(cfg)
+        merged.update({k[len("user_"):]: v for k, v in cfg.items() if k.startswith("user_") and v is not None})
+        ecfg = (record.env.config or {}) if record.env else {}
+        for key in ("model", "base_url"):
+            if ecfg.get(key) is not None:
+                merged[key] = ecfg[key]
+        return get_client(llm_config(merged, role="env"), meter)
+
     async def one(record: Record, k: int) -> Trajectory:
         idx = len(record.trajectories) + k
         tid = f"{record.id}-t{idx}"
@@ -561,7 +575,7 @@ def build(cfg: dict | RolloutOptions, meter: Any):
         try:
             env.reset(record.env.state if record.env and record.env.state else None)
             if hasattr(env, "bind_llm") and agent_client is not None:
-                env.bind_llm(_user_client())
+                env.bind_llm(_env_client(record))
             if kind == "replay":
                 agent: Any = ReplayAgent(record)
                 user = None

@@ -130,3 +130,42 @@ def test_rule_only_prefilter_makes_no_llm_call(tmp_path):
     got = {json.loads(x)["id"]: verdicts(x)["seed_prefilter"] for x in r.stdout.splitlines()}
     assert got["complete"]["passed"] and got["complete"]["scores"]["logic"] is None
     assert not got["missing-result"]["passed"]
+
+
+# APIGen-MT ships each seed's tool list as a JSON *string* of bare function dicts
+APIGEN_TOOLS = json.dumps([{"name": "get_reservation", "description": "Look up a reservation",
+                            "parameters": {"type": "object", "properties": {"reservation_id": {"type": "string"}},
+                                           "required": ["reservation_id"]}}])
+APIGEN_SEED = {"id": "apigen-1", "extra": {"tools": APIGEN_TOOLS, "conversations": [
+    {"from": "human", "value": "status of R1?"},
+    {"from": "function_call", "value": '{"name": "get_reservation", "arguments": {"reservation_id": "R1"}}'},
+    {"from": "observation", "value": "{\"status\": \"confirmed\"}"},
+    {"from": "gpt", "value": "R1 is confirmed."}]}}
+
+
+def test_apigen_seed_with_tools_as_a_json_string_is_checked_not_crashed():
+    r, _n = run([APIGEN_SEED], [GRADE_OK])
+    assert r.exit_code == 0, r.output
+    v = verdicts(r.stdout.splitlines()[0])
+    assert v["tool_is_listed"]["passed"] and v["tool_call_parses"]["passed"]
+
+
+def test_simulate_env_reads_a_json_string_tool_list():
+    reply = ("HUMAN: status of R1?\nFUNCTION_CALL: {\"name\": \"get_reservation\", \"arguments\": "
+             "{\"reservation_id\": \"R1\"}}\nOBSERVATION: {\"status\": \"confirmed\"}\nASSISTANT: Confirmed.")
+    with ScriptedServer([reply]) as srv:
+        r = CliRunner().invoke(cli.simulate_env, ["--mode", "trajectory", "--base-url", srv.base_url, "--model", "m"],
+                               input=json.dumps(APIGEN_SEED) + "\n")
+    assert r.exit_code == 0, r.output
+    t = json.loads(r.stdout)["trajectories"][0]
+    assert [x["function"]["name"] for x in t["tools"]] == ["get_reservation"]
+
+
+@pytest.mark.parametrize("tools, why", [("[{not json", "extra.tools is a string but not JSON"),
+                                        ("42", "must be a list of tools"),
+                                        ('[{"description": "no name"}]', "extra.tools[0] has no name")])
+def test_bad_extra_tools_are_rejected_naming_the_field(tools, why):
+    bad = dict(APIGEN_SEED, extra=dict(APIGEN_SEED["extra"], tools=tools))
+    r, n = run([bad], [GRADE_OK])
+    assert r.exit_code == 1 and n == 0
+    assert why in r.stderr and "Traceback" not in r.stderr

@@ -108,3 +108,49 @@ def test_fig14_reward_parser_is_strict():
         except ValueError:
             continue
         raise AssertionError(f"accepted {bad}")
+
+
+def _split_servers():
+    """(agent+user server, simulator server): the simulator's prompts must reach only the second."""
+    def main(req):
+        sys_prompt = req["messages"][0].get("content") or ""
+        assert not sys_prompt.startswith("You simulate tool execution"), "tool feedback went to the user endpoint"
+        return script(req)
+
+    def simulator(req):
+        sys_prompt = req["messages"][0].get("content") or ""
+        assert sys_prompt.startswith("You simulate tool execution"), sys_prompt[:80]
+        return script(req)
+    return ScriptedServer(main), ScriptedServer(simulator)
+
+
+def test_rollout_uses_the_simulator_endpoint_given_to_gen_task():
+    with _split_servers()[0] as main, _split_servers()[1] as sim:
+        r = CliRunner().invoke(cli.gen_task, ["--strategy", "simia", "--recipe", "/dev/null"],
+                               input=json.dumps(SEED) + "\n",
+                               env={"TOOLKIT_SIMULATOR_BASE_URL": sim.base_url, "TOOLKIT_SIMULATOR_MODEL": "simm"})
+        assert r.exit_code == 0, r.output
+        task = Record.model_validate(json.loads(r.stdout))
+        assert task.env.config["base_url"] == sim.base_url
+        fn = rollout.build({"n": 1, "agent_kind": "llm", "max_turns": 6, "base_url": main.base_url,
+                            "model": "scripted", "tool_protocol": "native", "max_retries": 0}, Meter())
+        t = asyncio.run(fn(task)).trajectories[0]
+        assert t.termination == "user_stop", t.error
+        assert sim.chat_count == 1 and sim.requests[0]["model"] == "simm"
+        assert main.chat_count == 3  # agent call, agent reply, simulated human
+
+
+def test_rollout_env_role_options_override_the_records_simulator():
+    task = Record.model_validate(rl_task())
+    with _split_servers()[0] as main, _split_servers()[1] as sim:
+        fn = rollout.build({"n": 1, "agent_kind": "llm", "max_turns": 6, "base_url": main.base_url,
+                            "model": "scripted", "tool_protocol": "native", "max_retries": 0,
+                            "env_base_url": sim.base_url, "env_model": "envm"}, Meter())
+        t = asyncio.run(fn(task)).trajectories[0]
+        assert t.termination == "user_stop", t.error
+        assert sim.chat_count == 1 and sim.requests[0]["model"] == "envm"
+
+
+def test_rollout_cli_has_env_role_options():
+    r = CliRunner().invoke(cli.rollout, ["--help"])
+    assert "--env-base-url" in r.output and "--env-model" in r.output

@@ -111,3 +111,29 @@ def test_a_failed_pass_keeps_the_others(tmp_path):
     assert json.loads(rej.read_text().splitlines()[-1])["error"].startswith("llm_error:")
     r, _ = run(lambda req: {"status": 500}, "-n", "2", "--max-retries", "0", "--rejects", str(tmp_path / "r2.jsonl"))
     assert r.exit_code == 1 and "every simulation pass failed" in (tmp_path / "r2.jsonl").read_text()
+
+
+def test_reply_cut_at_max_tokens_warns_and_repair_labels_it_truncated():
+    # a whole trajectory cut mid-way: the text ends on a call with no observation (it would have
+    # been dropped as unanswered/unfinished, hiding that max_tokens was the cause)
+    cut = GOOD[: GOOD.index("OBSERVATION")]
+    r, _reqs = run([{"content": cut, "finish_reason": "length"}])
+    assert r.exit_code == 0, r.output
+    assert "warning: simulated trajectories cut at max_tokens" in r.stderr
+    assert "warnings 1" in r.stderr  # counted in the summary line
+    rec = json.loads(r.stdout.splitlines()[0])
+    assert rec["trajectories"][0]["extra"]["simia"]["finish_reason"] == "length"
+    out = CliRunner().invoke(cli.repair, ["--strategy", "rules"], input=json.dumps(rec) + "\n")
+    assert "truncated" in out.stderr, out.stderr
+    assert "unfinished" not in out.stderr and "unanswered" not in out.stderr
+
+
+def test_simia_recipe_budget_holds_a_whole_trajectory():
+    from pathlib import Path
+
+    recipe = Path(__file__).resolve().parents[3] / "recipes" / "simia.yaml"
+    r = CliRunner().invoke(cli.simulate_env, ["--recipe", str(recipe), "--print-config"])
+    assert r.exit_code == 0, r.output
+    import yaml
+
+    assert yaml.safe_load(r.stdout)["max_tokens"] >= 2048

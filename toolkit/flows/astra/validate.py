@@ -128,18 +128,21 @@ def record_tools(record: Record) -> list[dict]:
     cfg = record.env.config or {}
     if cfg.get("tools"):
         return cfg["tools"]
-    try:
-        from toolkit.envs import load_env
+    from toolkit.envs import load_env
+    from toolkit.io import StageError
 
+    try:
         env = load_env(record.env)
-        try:
-            return env.tools("agent")
-        finally:
-            close = getattr(env, "close", None)
-            if close:
-                close()
-    except Exception:
-        return []
+    except Exception as e:  # noqa: BLE001 - any backend's failure: the record is rejected with it
+        # S_tn (tool necessity) judged against no tools would be a made-up score: reject instead
+        raise StageError(f"the environment's tools cannot be loaded for the tool-necessity score "
+                         f"({type(e).__name__}: {e})", field="env") from None
+    try:
+        return env.tools("agent")
+    finally:
+        close = getattr(env, "close", None)
+        if close:
+            close()
 
 
 @strategy("validate-task", "astra", options=O.ValidateOptions, help="ASTRA: tool-necessity rule + QS (QA tasks) or S_qq/S_sr/S_tn (tasks)")

@@ -51,13 +51,47 @@ def messages_to_turns(messages: list[dict]) -> list[T.Turn]:
     return to_turns(messages)[0]
 
 
+def extra_tools(record: Record) -> list[dict]:
+    """`record.extra["tools"]` as OpenAI tools: a list, or a JSON string of one (APIGen-MT ships its
+    tool list as a string); bare function dicts (`{"name", "description", "parameters"}`) are wrapped
+    as `{"type": "function", "function": ...}`. Anything else is a StageError naming the field."""
+    raw = record.extra.get("tools")
+    if raw is None or raw == "":
+        return []
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError as e:
+            raise StageError(f"extra.tools is a string but not JSON: {e.msg} at char {e.pos}",
+                             field="extra.tools") from None
+    if isinstance(raw, dict):
+        raw = [raw]
+    if not isinstance(raw, list):
+        raise StageError(f"extra.tools must be a list of tools (or a JSON string of one), got {type(raw).__name__}",
+                         field="extra.tools")
+    out = []
+    for i, t in enumerate(raw):
+        if isinstance(t, str):  # a list of JSON strings
+            try:
+                t = json.loads(t)
+            except json.JSONDecodeError as e:
+                raise StageError(f"extra.tools[{i}] is not JSON: {e.msg}", field=f"extra.tools.{i}") from None
+        if not isinstance(t, dict):
+            raise StageError(f"extra.tools[{i}] must be an object, got {type(t).__name__}", field=f"extra.tools.{i}")
+        fn = t.get("function") if isinstance(t.get("function"), dict) else t
+        if not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise StageError(f"extra.tools[{i}] has no name", field=f"extra.tools.{i}")
+        out.append(t if fn is not t else {"type": "function", "function": t})
+    return out
+
+
 def seed_of(record: Record, index: int = 0) -> tuple[list[T.Turn], list[dict], list[dict]]:
     """(turns, tools, original messages) of the record's seed."""
     conv = record.extra.get("conversations")
     if conv is not None:
         turns = T.split_turns(conv if isinstance(conv, str) else json.dumps(conv, ensure_ascii=False))
         msgs: list[dict] = []
-        tools = list(record.extra.get("tools") or [])
+        tools = extra_tools(record)
     else:
         if not record.trajectories:
             raise StageError("a seed needs a trajectory (or extra.conversations)", field="trajectories")
@@ -67,7 +101,7 @@ def seed_of(record: Record, index: int = 0) -> tuple[list[T.Turn], list[dict], l
         traj = record.trajectories[index]
         msgs = [m.model_dump(mode="json", exclude_none=True) for m in traj.messages]
         turns = messages_to_turns(msgs)
-        tools = [t.model_dump(mode="json") for t in traj.tools] or list(record.extra.get("tools") or [])
+        tools = [t.model_dump(mode="json") for t in traj.tools] or extra_tools(record)
     if not tools:
         tools = env_tools(record)
     return turns, tools, msgs
@@ -79,13 +113,15 @@ def env_tools(record: Record) -> list[dict]:
     cfg = record.env.config or {}
     if cfg.get("tools"):
         return list(cfg["tools"])
-    try:
-        from toolkit.envs import load_env
+    from toolkit.envs import load_env
+    from toolkit.io import StageError
 
+    try:
         with load_env(record.env) as env:
             return env.tools("agent")
-    except Exception:
-        return []
+    except Exception as e:  # noqa: BLE001 - any backend's failure: the record is rejected with it
+        raise StageError(f"the seed lists no tools and its environment's cannot be loaded "
+                         f"({type(e).__name__}: {e})", field="env") from None
 
 
 def env_policy(record: Record, messages: list[dict]) -> str:
@@ -95,12 +131,14 @@ def env_policy(record: Record, messages: list[dict]) -> str:
         if m.get("role") == "system" and m.get("content"):
             return str(m["content"])
     if record.env is not None and record.env.backend != "simulated":
-        try:
-            from toolkit.envs import load_env
+        from toolkit.envs import load_env
+        from toolkit.io import note_fallback
 
+        try:
             with load_env(record.env) as env:
                 return env.policy()
-        except Exception:
+        except Exception as e:  # noqa: BLE001 - any backend's failure is counted, the prompt says "(none)"
+            note_fallback(f"policy not loadable ({type(e).__name__}): prompt without a policy")
             return ""
     return ""
 

@@ -110,6 +110,10 @@ def main(seeds: str, n: int, out_dir: str, recipe: str, limit: int | None, model
                                  notes(f["validated"], f["simulated"], f["clean"], f["rule_rej"], f["grounded"]))
     (out / "yield.json").write_text(json.dumps(table, indent=1))
     click.echo(yieldtable.render(table))
+    empty = yieldtable.check_nonempty(f["grounded"], yieldtable.load(log))
+    if empty:  # an emptied run fails, naming the stage (the prefilter's keep step sits between
+        click.echo(f"simia: {empty}", err=True)  # validate-task and simulate-env)
+        sys.exit(1)
 
 
 def _lines(path: str) -> list[dict]:

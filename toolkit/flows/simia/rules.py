@@ -14,7 +14,7 @@ Per trajectory, in order:
    `unanswered_call`, `unknown_tool` (a call to a tool not offered: trajectory.tools, else the
    env's), `schema_violation` (arguments against the tool's parameter schema:
    `toolkit.envs.python.validate_arguments` — required, unknown keys, types, enums),
-   `no_user_turn`, `unfinished` (the last message is not an assistant reply), `invalid_messages`.
+   `no_user_turn`, `truncated` (the simulation reply was cut at max_tokens), `unfinished` (the last message is not an assistant reply), `invalid_messages`.
 
 Outcome (documented choice): each trajectory gets a `Verdict(stage="repair", kind="rule",
 name="simia_rules", trajectory_id, scores={"fixes": {rule: count}, "dropped": rule|None})`. Dropped
@@ -42,7 +42,7 @@ from toolkit.flows.simia import options as O
 
 _MESSAGES = TypeAdapter(list[Message])
 
-DROP_RULES = ("llm_error", "empty", "unparseable_call", "orphan_observation", "unanswered_call", "unknown_tool",
+DROP_RULES = ("llm_error", "truncated", "empty", "unparseable_call", "orphan_observation", "unanswered_call", "unknown_tool",
               "schema_violation", "no_user_turn", "unfinished", "invalid_messages")
 FIX_RULES = ("json_repaired", "function_tag", "system_dropped", "hermes_to_native", "system_replaced")
 
@@ -73,6 +73,9 @@ def clean_messages(traj: dict, tools: dict[str, dict], system_prompt: str | None
     system: str | None
     if sim.get("llm_error"):
         raise Dropped("llm_error", "the simulation call failed (see the trajectory's error)")
+    if sim.get("finish_reason") == "length":  # the cause, before whatever the cut text breaks
+        raise Dropped("truncated", "the simulated trajectory was cut at max_tokens (finish_reason=length): "
+                                   "raise simulate-env's max_tokens")
     if isinstance(sim.get("raw"), str):
         conv = T.parse(sim["raw"], repair=True)
         system = sim.get("system")

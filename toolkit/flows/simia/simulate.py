@@ -26,7 +26,7 @@ import asyncio
 from typing import Any
 
 from toolkit.flows.simia import transcript as T
-from toolkit.io import StageError, UsageError, add_provenance
+from toolkit.io import StageError, UsageError, add_provenance, note_warning
 from toolkit.schema import Message, Provenance, Record, Task, Trajectory, Usage
 from toolkit.stages.registry import StageContext, strategy
 
@@ -77,6 +77,9 @@ def build(cfg: dict, meter: Any):
         # (written with its error, fixed or dropped and counted by repair --strategy rules)
         res = await client.chat([{"role": "user", "content": text_prompt}], sample_index=k, temperature=temps[k])
         raw = res.message.get("content") or ""
+        if res.finish_reason == "length":
+            note_warning(f"simulated trajectories cut at max_tokens ({lcfg.max_tokens}; finish_reason=length): "
+                         "repair drops them as `truncated`; raise max_tokens")
         rid = f"{record.id}-sim{k}"
         conv = T.parse(raw)
         problems = [str(p) for p in conv.problems]

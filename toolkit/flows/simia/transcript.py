@@ -67,6 +67,7 @@ RULES = {
     "function_tag": "fix: <function> tags read as a tool call (normalized to native tool_calls)",
     "system_dropped": "fix: a SYSTEM turn the synthesizer was told not to write was dropped",
     "llm_error": "drop: the simulation pass's LLM call failed (infrastructure)",
+    "truncated": "drop: the simulation reply was cut at max_tokens (finish_reason=length): raise max_tokens",
     "empty": "drop: no turns could be read from the text",
     "unparseable_call": "drop: a tool call that cannot be parsed even after repair",
     "orphan_observation": "drop: an OBSERVATION that answers no tool call",
