@@ -348,3 +348,24 @@ def test_bfcl_type_map(bfcl_type, want):
     (s,) = res.servers
     assert s.name == "simple_0" and s.names == {"f_g": "f.g"}
     assert s.tools[0]["function"]["parameters"]["properties"]["x"]["type"] == want
+
+
+def test_nullable_body_and_operations_without_an_id():
+    paths = {"/pets/{pet_id}": {
+        "parameters": [{"name": "pet_id", "in": "path", "schema": {"type": "integer"}}],
+        "patch": {"summary": "Update some fields of a pet",
+                  "requestBody": {"content": {"application/json": {"schema": {"anyOf": [
+                      {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
+                      {"type": "null"}]}}}}},
+        "delete": {"summary": "Delete a pet from the store"}},
+        "/broken": {"$ref": "#/components/pathItems/Nope"}}
+    res = T.from_openapi(_api(paths, {}), min_tools=1)
+    by = {t["function"]["name"]: t["function"]["parameters"] for t in res.servers[0].tools}
+    assert by["patch_pets_pet_id"] == {"type": "object", "properties": {"pet_id": {"type": "integer"},
+                                                                          "name": {"type": "string"}},
+                                       "required": ["pet_id", "name"]}
+    assert res.servers[0].names == {"patch_pets_pet_id": "PATCH /pets/{pet_id}",
+                                    "delete_pets_pet_id": "DELETE /pets/{pet_id}"}
+    # an unresolvable path item is a drop with its reason, not a silent skip
+    assert [(d.tool, d.reason) for d in res.drops] == [("path_broken", "unmappable_schema")]
+    assert "does not resolve" in res.drops[0].detail

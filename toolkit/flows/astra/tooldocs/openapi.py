@@ -37,23 +37,28 @@ def operations(doc: dict) -> list[Item]:
     if not isinstance(paths, dict):
         raise ToolDocError("OpenAPI paths must be an object")
     for path, item in paths.items():
+        where = sanitize_name(f"path {path}")
         if not isinstance(item, dict):
+            out.append(Item(make_tool(where, "", None), reason=f"path item {path!r} is not an object"))
             continue
-        try:
-            item = resolve_refs(item, doc) if "$ref" in item else item
-        except Unmappable:
-            pass
+        if "$ref" in item:
+            try:
+                item = resolve_refs(item, doc)
+            except Unmappable as e:
+                out.append(Item(make_tool(where, "", None), reason=f"path item {path!r}: {e}"))
+                continue
         common = item.get("parameters") or []
         for method in METHODS:
             op = item.get(method)
             if not isinstance(op, dict):
                 continue
-            raw_name = op.get("operationId") or f"{method}_{path}"
+            raw_name = op.get("operationId") or f"{method} {path}"
             name = sanitize_name(str(raw_name))
             desc = op.get("description") or op.get("summary") or ""
             if op.get("summary") and op.get("description") and op["summary"] not in op["description"]:
                 desc = f"{op['summary']}. {op['description']}"
-            it = Item(make_tool(name, desc, None), original=str(raw_name) if name != raw_name else None)
+            original = str(raw_name) if op.get("operationId") else f"{method.upper()} {path}"
+            it = Item(make_tool(name, desc, None), original=original if original != name else None)
             try:
                 it.tool["function"]["parameters"] = _params(doc, common + (op.get("parameters") or []),
                                                             op.get("requestBody"), it.notes)

@@ -236,6 +236,9 @@ def merge_all_of(schema: Any) -> Any:
 def flatten_top(params: dict) -> tuple[dict, str | None]:
     """Top-level oneOf/anyOf of object schemas → one object (union of properties; required = what
     every alternative requires). Returns (schema, note or None)."""
+    t = params.get("type")
+    if isinstance(t, list) and "object" in t and set(t) <= {"object", "null"}:
+        params = {**params, "type": "object"}   # nullable object (OpenAPI 3.1): the object
     for key in ("oneOf", "anyOf"):
         alts = params.get(key)
         if alts is None:
@@ -243,6 +246,8 @@ def flatten_top(params: dict) -> tuple[dict, str | None]:
         if not isinstance(alts, list) or not alts:
             raise Unmappable(f"top-level {key} must be a non-empty list")
         alts = [merge_all_of(a) for a in alts]
+        # a nullable body (`anyOf: [{...}, {type: null}]`): the null alternative is "send nothing"
+        alts = [a for a in alts if not (isinstance(a, dict) and a.get("type") == "null")] or alts
         bad = [a for a in alts if not isinstance(a, dict) or a.get("type", "object") != "object"]
         if bad:
             raise Unmappable(f"top-level {key} has a non-object alternative: cannot be one parameters object")
