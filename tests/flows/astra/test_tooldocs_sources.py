@@ -369,3 +369,17 @@ def test_nullable_body_and_operations_without_an_id():
     # an unresolvable path item is a drop with its reason, not a silent skip
     assert [(d.tool, d.reason) for d in res.drops] == [("path_broken", "unmappable_schema")]
     assert "does not resolve" in res.drops[0].detail
+
+
+def test_tau2_output_fields_failure_is_reported(monkeypatch):
+    """τ² return annotations that cannot be read give no output fields — and a reason (it used to be a
+    silent {} that left every chain reference to those tools 'unverified' without a word)."""
+    from toolkit.envs import tau2 as TAU
+
+    def boom(domain):
+        raise RuntimeError("no such domain data")
+
+    monkeypatch.setattr(TAU, "new_tau2_environment", boom, raising=False)
+    problems: list = []
+    assert T.tau2_output_fields("airline", problems) == {}
+    assert len(problems) == 1 and "RuntimeError: no such domain data" in problems[0] and "unverified" in problems[0]
