@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ASTRA (seeds/002) end to end:  recipes/astra.sh tools|qa|both [N]      (just astra tools 2)
 #   tools (pipeline A, SFT): tool docs → toolkit tools import → gen-plan (chain graph, walks,
-#         dependency check; graphs in $OUT/graphs) → gen-task (chain + server tasks, 3 augmentations)
+#         dependency check; graphs in $OUT/graphs) → gen-task (chain tasks from the plans + N server-only
+#         tasks per server record, 3 augmentations each)
 #         → validate-task (S_qq/S_sr/S_tn) → rollout (real tools where the server has a backend,
 #         the emulator with 20% injected failures otherwise) → verify judge (7 dimensions) → sft.jsonl
 #   qa    (pipeline B, RL): knowledge records → gen-task astra-qa → validate-task (tool necessity +
@@ -51,7 +52,11 @@ if [ "$which" = tools ] || [ "$which" = both ]; then
     --report "$out/import.json" > "$out/servers.jsonl"
   stage "gen-plan" "$out/servers.jsonl" "$out/plans.jsonl" \
     gen-plan --strategy astra --recipe "$recipe" -n "$n" --out-dir "$out/graphs" $LLM
-  stage "gen-task" "$out/plans.jsonl" "$out/tasks.jsonl" gen-task --strategy astra --recipe "$recipe" $LLM
+  # T = T_chain ∪ T_server (§2.1.3): the chain plans give chain-conditioned tasks, the server records
+  # themselves give N server-only tasks each (coverage beyond the sampled chains)
+  cat "$out/plans.jsonl" "$out/servers.jsonl" > "$out/plans+servers.jsonl"
+  stage "gen-task" "$out/plans+servers.jsonl" "$out/tasks.jsonl" \
+    gen-task --strategy astra --recipe "$recipe" -n "$n" $LLM
   stage "validate-task" "$out/tasks.jsonl" "$out/tasks.valid.jsonl" \
     validate-task --strategy astra --recipe "$recipe" --filter passed $LLM
   stage "rollout" "$out/tasks.valid.jsonl" "$out/trajectories.jsonl" \

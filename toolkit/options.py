@@ -221,7 +221,7 @@ class RolloutOptions(StreamOpts):
     max_context_tokens: int = 16000
     first_message: Literal["auto", "instruction", "simulate"] = "auto"
     distractor_tools: int = Field(0, ge=0)
-    distractor_mode: str = "random"  # a registered distractor source (kind "distractors")
+    distractor_mode: str = "auto"  # a registered distractor source (kind "distractors"); auto: by flow
     distractor_pool: Optional[list[Any]] = None
     embed_base_url: Optional[str] = None
     embed_model: Optional[str] = None

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 from tests.conftest import jsonl, run_cmd
 
-from toolkit.schema import Record
+from toolkit.schema import Record, Step
 from toolkit.stages.verify import build
 
 EPS = 1e-6
@@ -410,17 +410,39 @@ def test_judge_simia_and_astra_rubrics():
     with ScriptedServer([simia]) as srv:
         v = run(judge_cfg(srv, "simia"), judge_rec()).verdicts[0]
     assert v.passed and v.score == 1.0 and v.scores["confidence"] == 0.8
-    # ASTRA: mean of 7 scores (1 + 0.5 + 1 + 1 + 0.5 + 0.5 + 1) / 7 = 5.5/7
+    # ASTRA: mean of 7 scores; TCS is not the LLM's 0.5 but computed: the one call's result has no
+    # error → 1.0; (1 + 0.5 + 1 + 1 + 1 + 0.5 + 1) / 7 = 6/7
     astra = json.dumps({"reasoning": "r", "query_understanding": 1, "query_planning": 0.5,
                         "tool_context_understanding": 1, "tool_context_planning": 1.0, "tool_call_status": 0.5,
                         "tool_conciseness": 0.5, "final_answer_quality": 1})
     astra_bad = json.dumps({"reasoning": "r", "query_understanding": 0.7})  # 0.7 is not in {0, .5, 1}
     with ScriptedServer([astra_bad, astra]) as srv:
         v = run(judge_cfg(srv, "astra", judge_threshold=0.75), judge_rec()).verdicts[0]
-    assert v.score == pytest.approx(5.5 / 7) and v.passed and v.scores["attempts"] == 2  # 0.786 ≥ 0.75
+    assert v.score == pytest.approx(6 / 7) and v.passed and v.scores["attempts"] == 2  # 0.857 ≥ 0.75
+    assert v.scores["tool_call_status"] == 1.0 and v.scores["tool_call_status_llm"] == 0.5
     with ScriptedServer([astra]) as srv:
-        v = run(judge_cfg(srv, "astra", judge_threshold=0.8), judge_rec()).verdicts[0]
-    assert not v.passed  # 0.786 < 0.8
+        v = run(judge_cfg(srv, "astra", judge_threshold=0.9), judge_rec()).verdicts[0]
+    assert not v.passed  # 0.857 < 0.9
+
+
+def test_judge_astra_tcs_from_steps():
+    """ASTRA TCS = the fraction of the agent's tool calls that succeeded, from steps[].ok (2 of 3 here),
+    never the LLM's estimate; the six other scores come from the (v2) prompt, which does not ask for it."""
+    from toolkit.llm.testserver import ScriptedServer
+
+    six = json.dumps({"reasoning": "r", "query_understanding": 1, "query_planning": 1,
+                      "tool_context_understanding": 1, "tool_context_planning": 1, "tool_conciseness": 1,
+                      "final_answer_quality": 1})
+    rec = judge_rec()
+    rec.trajectories[0] = rec.trajectories[0].model_copy(update={"steps": [
+        Step(tool_call_id="a", name="x", ok=True), Step(tool_call_id="b", name="x", ok=False, error_code="TIMEOUT"),
+        Step(tool_call_id="c", name="x", ok=True), Step(tool_call_id="u", name="y", side="user", ok=False)]})
+    with ScriptedServer([six]) as srv:
+        v = run(judge_cfg(srv, "astra"), rec).verdicts[0]
+        prompt = srv.requests[0]["messages"][-1]["content"]
+    assert "tool_call_status (TCS)" not in prompt and "tool_conciseness (TC)" in prompt
+    assert v.scores["tool_call_status"] == pytest.approx(2 / 3) and v.scores["steps_source"] == "steps"
+    assert v.score == pytest.approx((6 + 2 / 3) / 7)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -138,8 +138,9 @@ Example:
 @click.option("--distractor-tools", type=int, show_default=True,
               help="Mix in this many irrelevant tools from other bundled domains (bands: up to this many per band).")
 @click.option("--distractor-mode", type=RegistryChoice("distractors"),
-              show_default=True, help="random: N tools; astra-random: 5-9 tools (ASTRA baseline); bands: ASTRA "
-                                      "similarity bands >0.85 / 0.4-0.85 / <0.4 (recipe key distractor_pool adds tools).")
+              show_default=True, help="auto (default): bands for ASTRA records, random otherwise; random: N tools; "
+                                      "astra-random: 5-9 tools (ASTRA baseline); bands: ASTRA similarity bands "
+                                      ">0.85 / 0.4-0.85 / <0.4 (recipe key distractor_pool adds tools).")
 @click.option("--embed-base-url", help="OpenAI-compatible /v1/embeddings endpoint for --distractor-mode bands "
                                        "(default: offline all-MiniLM-L6-v2).")
 @click.option("--embed-model", help="Embedding model name at --embed-base-url.")

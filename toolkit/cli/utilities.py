@@ -315,35 +315,54 @@ def tools_group() -> None:
 @tools_group.command("import", help="""Normalize tool docs into OpenAI tool schemas grouped by server.
 
 \b
-FILE: OpenAI function schemas, an MCP tools/list result, an OpenAPI 3 document (JSON, YAML or
-      JSONL), or tau2:<domain> / sqlite:<domain> for the real environments' tools.
+FILE: OpenAI function schemas, an MCP tools/list result, an OpenAPI 3 document, BFCL/Gorilla
+      function docs (JSON, YAML or JSONL), or tau2:<domain> / sqlite:<domain> for the real
+      environments' tools.
 Writes one server record per kept server (JSONL on stdout; `gen-plan --strategy astra` reads it);
-every dropped tool or server is reported on stderr with its reason (and in --report).""")
+every dropped tool or server is reported on stderr with its reason (and in --report), every tool
+kept with a rewrite (renamed, recursion cut, oneOf flattened, BFCL type mapped ...) as a counted
+note. Exit 1 when nothing is kept.""")
 @click.argument("files", nargs=-1, required=True)
-@click.option("--min-tools", type=int, default=3, show_default=True, help="Drop servers with fewer tools.")
+@click.option("--min-tools", type=int, default=None,
+              help="Drop servers with fewer tools (default 3; 1 for BFCL entries, which are test cases).")
 @click.option("--min-description-words", type=int, default=3, show_default=True,
               help="Descriptions shorter than this are too vague.")
+@click.option("--source", type=click.Choice(["auto", "openai", "mcp", "openapi", "bfcl"]), default="auto",
+              show_default=True, help="The documents' format (auto: detected per document).")
 @click.option("--fault-rate", type=float, default=0.2, show_default=True,
               help="Injected-failure rate of the emulator env for doc-only servers.")
-@click.option("--report", metavar="FILE", help="Write {servers, drops} as JSON here.")
-def tools_import(files: tuple[str, ...], min_tools: int, min_description_words: int, fault_rate: float,
-                 report: str | None) -> None:
+@click.option("--notes/--no-notes", default=True, show_default=True,
+              help="Print one stderr line per note (the counts are always printed).")
+@click.option("--report", metavar="FILE", help="Write {servers, drops, notes} as JSON here.")
+def tools_import(files: tuple[str, ...], min_tools: int | None, min_description_words: int, source: str,
+                 fault_rate: float, notes: bool, report: str | None) -> None:
     from toolkit.flows.astra import tooldocs as T
 
     try:
-        res = T.import_paths(list(files), min_tools=min_tools, min_description_words=min_description_words)
+        res = T.import_paths(list(files), min_tools=min_tools, min_description_words=min_description_words,
+                             source=None if source == "auto" else source)
     except (T.ToolDocError, KeyError, ImportError) as e:
         log(f"tools import: {e}")
         sys.exit(1)
     for d in res.drops:
         log(d.line())
+    if notes:
+        for n in res.notes:
+            log(n.line())
     for s in res.servers:
         click.echo(json.dumps(s.record(fault_rate), ensure_ascii=False))
     if report:
         with open(report, "w", encoding="utf-8") as f:
             json.dump(res.report(), f, indent=2, ensure_ascii=False)
+    counts = res.report()["note_counts"]
+    n_dropped_tools = sum(1 for d in res.drops if d.tool)
     log(f"tools import: {len(res.servers)} server(s), "
-        f"{sum(len(s.tools) for s in res.servers)} tool(s) kept; {len(res.drops)} drop(s)")
+        f"{sum(len(s.tools) for s in res.servers)} tool(s) kept; {len(res.drops)} drop(s) "
+        f"({n_dropped_tools} tool(s), {len(res.drops) - n_dropped_tools} server(s)); "
+        f"{len(res.notes)} note(s)" + (f" {json.dumps(counts, sort_keys=True)}" if counts else ""))
+    if not res.servers:
+        log("tools import: nothing imported (every tool or server was dropped; reasons above)")
+        sys.exit(1)
 
 
 # ----------------------------------------------------------------------------------------------

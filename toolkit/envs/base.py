@@ -99,6 +99,12 @@ class Environment:
     def state_hash(self) -> str:
         return state_hash(self.snapshot(), self.state_keys())
 
+    def begin_episode(self, key: str) -> None:
+        """Called by the episode engine (`run_episode`) before the first message with the episode's
+        key: the record id and the sample index (rollout `<record>-t<k>`, GRPO `<record>-s<step>-g<k>`).
+        Backends with per-episode randomness (the simulated backend's fault injection) key it on
+        this, so samples of one task differ and every plan of one server is drawn afresh."""
+
     def close(self) -> None:
         pass
 

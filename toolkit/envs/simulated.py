@@ -1,8 +1,10 @@
 """The simulated backend: an LLM plays the environment (Simia-RL feedback; ASTRA emulator).
 
 Stateful per episode: the simulator sees the episode's earlier calls and results (they are the
-state). Optional fault injection (`fault_rate`, ASTRA uses 0.2) returns transient errors
-deterministically per (episode seed, call index).
+state). Optional fault injection (`fault_rate`, ASTRA uses 0.2) returns transient errors,
+deterministically per (episode key, call index): the episode key is the record id and sample index
+that `run_episode` passes to `begin_episode` (without one, `config.episode` or the env id), so the
+rate is `fault_rate` at every call position, and two samples of one task fail at different calls.
 
 Env ref: {"backend": "simulated", "config": {"policy": "...", "tools": [<OpenAI tools>],
           "reference": "<reference conversation text>", "fault_rate": 0.2,
@@ -65,6 +67,13 @@ class SimulatedEnvironment(Environment):
         return prompts.load("simia/env_human").render(policy=self._policy or "(none)",
                                                       reference=self.reference or "(none)")
 
+    def begin_episode(self, key: str) -> None:
+        self.episode = str(key)
+
+    def fault_key(self, call_index: int) -> str:
+        """The injection key of the call at `call_index` (0-based) of this episode."""
+        return f"{self.episode}:{call_index}"
+
     def reset(self, state: dict | None = None) -> None:
         self.history = []
         if state is not None:
@@ -84,7 +93,7 @@ class SimulatedEnvironment(Environment):
         result, usage = await simulate_call(
             self._client(), policy=self._policy, tools=self._tools, history=self.history, tool_call=tc,
             reference=self.reference, fault_rate=self.fault_rate,
-            fault_key=f"{self.episode}:{len(self.history) // 2}:{name}")
+            fault_key=self.fault_key(len(self.history) // 2))
         for k in self.usage:
             self.usage[k] += usage.get(k, 0)
         self.history.append({"role": "assistant", "content": None, "tool_calls": [tc]})

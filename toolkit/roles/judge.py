@@ -13,7 +13,9 @@ Rubrics (prompt files in toolkit/prompts, each citing its paper section):
            model's own PASS/FAIL is overridden (noted) when it contradicts the rule; attribution
            task | trajectory | user_simulator | infrastructure.
 - `astra`  ASTRA §2.1.5 seven trajectory-level scores (QU, QP ∈ {0, .5, 1}; TCU, TCP, TCS, TC,
-           FA ∈ [0, 1]); reward = their arithmetic mean; passes when reward ≥ threshold.
+           FA ∈ [0, 1]); reward = their arithmetic mean; passes when reward ≥ threshold. TCS (the
+           fraction of tool calls that succeeded) is computed from the trajectory's `steps[].ok`
+           when the caller passes the steps (verify does), not asked of the LLM (prompt v2 asks six).
 
 Parsing is strict: the reply must contain one JSON object (optionally in a ``` fence) that
 `json.loads` accepts as is, with every required key of the right type and range. A malformed
@@ -203,15 +205,56 @@ def parse_eigendata(obj: dict, threshold: float = 0.5) -> Judgment:
 
 
 def parse_astra(obj: dict, threshold: float = 0.5) -> Judgment:
+    """The LLM's dimensions; `tool_call_status` may be absent (computed from the steps by
+    `finalize_astra`); the mean is over the dimensions present until then."""
     scores: dict[str, Any] = {}
     for k in ASTRA_DIMS:
+        if k == "tool_call_status" and k not in obj:
+            continue
         allowed = (0.0, 0.5, 1.0) if k in ("query_understanding", "query_planning") else None
         scores[k] = _num(obj, k, allowed=allowed)
-    mean = sum(scores[k] for k in ASTRA_DIMS) / len(ASTRA_DIMS)
+    dims = [k for k in ASTRA_DIMS if k in scores]
+    mean = sum(scores[k] for k in dims) / len(dims)
     scores["mean"] = mean
     reasons = [r for r in (_text(obj, "reasoning"),) if r]
     passed = mean >= threshold
     return Judgment(passed=passed, score=mean, scores=scores, reasons=reasons)
+
+
+def tool_call_status(steps: list[dict]) -> float:
+    """ASTRA TCS: the fraction of the agent's tool calls that succeeded (1 with no calls)."""
+    calls = [s for s in steps if (s.get("side") or "agent") == "agent"]
+    return sum(1 for s in calls if s.get("ok")) / len(calls) if calls else 1.0
+
+
+def steps_from_messages(messages: list[dict]) -> list[dict]:
+    """For a trajectory recorded without steps: one agent step per tool message, failed when its
+    content is a JSON object with an "error" key (how every backend reports a failed call)."""
+    out = []
+    for m in messages:
+        if m.get("role") != "tool":
+            continue
+        ok = True
+        try:
+            c = json.loads(m.get("content") or "")
+            ok = not (isinstance(c, dict) and "error" in c)
+        except (TypeError, ValueError):
+            pass
+        out.append({"side": "agent", "ok": ok, "tool_call_id": m.get("tool_call_id")})
+    return out
+
+
+def finalize_astra(j: Judgment, steps: list[dict], threshold: float = 0.5) -> Judgment:
+    """TCS from the executed steps (replacing any LLM estimate, kept as tool_call_status_llm);
+    reward = the mean of the seven."""
+    if "tool_call_status" in j.scores:
+        j.scores["tool_call_status_llm"] = j.scores["tool_call_status"]
+    j.scores["tool_call_status"] = tool_call_status(steps)
+    j.scores["tool_call_status_source"] = "steps"
+    j.score = sum(float(j.scores[k]) for k in ASTRA_DIMS) / len(ASTRA_DIMS)
+    j.scores["mean"] = j.score
+    j.passed = j.score >= threshold
+    return j
 
 
 def _rubric(name: str) -> "Rubric":
@@ -238,14 +281,18 @@ class Rubric:
     name: str
     prompt: Callable[..., tuple[str, str]]
     parse: Callable[[dict, float], Judgment]
+    # (judgment, the trajectory's steps as dicts, threshold) -> judgment: scores computed from what
+    # was executed rather than asked of the LLM (ASTRA's TCS); run when the caller gives the steps
+    finalize: Callable[[Judgment, list[dict], float], Judgment] | None = None
 
 
 def rubric(name: str, *, parse: Callable[[dict, float], Judgment], help: str = "",
-           flow: str | None = None) -> Callable:
-    """Decorator above a rubric's prompt builder: registers `Rubric(name, prompt, parse)`."""
+           flow: str | None = None,
+           finalize: Callable[[Judgment, list[dict], float], Judgment] | None = None) -> Callable:
+    """Decorator above a rubric's prompt builder: registers `Rubric(name, prompt, parse, finalize)`."""
 
     def deco(prompt_fn: Callable[..., tuple[str, str]]) -> Callable[..., tuple[str, str]]:
-        registry.register("rubrics", name, Rubric(name, prompt_fn, parse), help=help, flow=flow,
+        registry.register("rubrics", name, Rubric(name, prompt_fn, parse, finalize), help=help, flow=flow,
                           module=prompt_fn.__module__)
         return prompt_fn
 
@@ -271,7 +318,8 @@ def prompt_sea(*, policy: str, task: str, messages: list[dict], tools: list[dict
                                                          "against the policy and the task)")
 
 
-@rubric("astra", parse=parse_astra, flow="astra", help="ASTRA 7 trajectory scores, reward = their mean")
+@rubric("astra", parse=parse_astra, finalize=finalize_astra, flow="astra",
+        help="ASTRA 7 trajectory scores (TCS computed from the steps), reward = their mean")
 def prompt_astra(*, policy: str, task: str, messages: list[dict], tools: list[dict],
                  evaluation_rules: str = "", fit: int = 0) -> tuple[str, str]:
     p = prompts.load("judge_astra")
@@ -355,8 +403,10 @@ SYSTEM = "You are a strict evaluator of tool-using agent trajectories. Reply wit
 
 async def judge_trajectory(client: Any, rubric: str, *, policy: str, task: str, messages: list[dict],
                            tools: list[dict], evaluation_rules: str = "", attempts: int = 3,
-                           threshold: float = 0.5) -> Judgment:
-    """Grade one trajectory. Never raises for a bad reply (LLM transport errors do propagate)."""
+                           threshold: float = 0.5, steps: list[dict] | None = None) -> Judgment:
+    """Grade one trajectory. Never raises for a bad reply (LLM transport errors do propagate).
+    steps: the trajectory's executed steps (dicts with side/ok); a rubric with `finalize` computes
+    its execution-based scores from them (ASTRA TCS), or from the tool messages when none are given."""
     pid, prompt, level = await fit_judge_prompt(
         client, rubric, lambda fit: build_prompt(rubric, policy=policy, task=task, messages=messages, tools=tools,
                                                  evaluation_rules=evaluation_rules, fit=fit))
@@ -373,6 +423,10 @@ async def judge_trajectory(client: Any, rubric: str, *, policy: str, task: str, 
                         reasons=[MALFORMED] + e.reasons, attribution=None, malformed=True,
                         attempts=max(1, attempts), usage=e.usage, model=e.model, prompt_id=pid)
     j = got.value
+    fin = _rubric(rubric).finalize
+    if fin is not None:
+        j = fin(j, steps if steps else steps_from_messages(messages), threshold)
+        j.scores["steps_source"] = "steps" if steps else "tool_messages"
     j.attempts, j.usage, j.model, j.prompt_id = got.attempts, got.usage, got.model, pid
     j.scores["rubric"] = rubric
     j.scores.update(fit_note)

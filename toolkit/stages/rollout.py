@@ -299,6 +299,9 @@ async def run_episode(record: Record, env: Environment, agent: Any, user: LLMUse
     termination, error = None, None
     initial_hash = None
     fresh: dict = {"hash": None}  # see _run_tool
+    begin = getattr(env, "begin_episode", None)
+    if callable(begin):  # record id + sample index: per-episode randomness (fault injection) keys on it
+        begin(traj_id)
     try:
         initial_hash = env.state_hash()
         fresh["hash"] = initial_hash
@@ -462,14 +465,34 @@ def distractor_source(name: str, help: str = "", flow: str | None = None):
     return registry.register("distractors", name, help=help, flow=flow)
 
 
-def distractor_tools(record: Record, own: list[dict], n: int, seed: int, mode: str = "random",
+def distractor_tools(record: Record, own: list[dict], n: int, seed: int, mode: str = "auto",
                      cfg: dict | None = None) -> list[dict]:
     """The tools `--distractor-mode mode` adds (random: n tools from other bundled domains;
-    astra-random / bands: ASTRA's, registered by toolkit.flows.astra.mixing)."""
+    astra-random / bands: ASTRA's, registered by toolkit.flows.astra.mixing; auto, the default:
+    the record's flow picks, see `auto_distractor_mode`)."""
+    if mode == "auto":
+        if n <= 0:
+            return []
+        mode = auto_distractor_mode(record)
     e = registry.lookup("distractors", mode)
     if e is None:
         raise UsageError(f"unknown --distractor-mode {mode!r}; choose from {', '.join(registry.names('distractors'))}")
     return e.obj(record, own, n, seed, cfg or {})
+
+
+# the distractor source a flow's records get by default (`--distractor-mode auto`): ASTRA mixes
+# irrelevant tools by similarity band (§3.2.2); every other flow draws random tools
+FLOW_DISTRACTORS = {"astra": "bands"}
+
+
+def auto_distractor_mode(record: Record) -> str:
+    flow = record.flow or ("astra" if isinstance((record.extra or {}).get("astra"), dict) else None)
+    return FLOW_DISTRACTORS.get(flow or "", "random")
+
+
+@distractor_source("auto", help="the record's flow picks: ASTRA records → bands, others → random")
+def auto_distractors(record: Record, own: list[dict], n: int, seed: int, cfg: dict) -> list[dict]:
+    return distractor_tools(record, own, n, seed, mode="auto", cfg=cfg)
 
 
 @distractor_source("random", help="N tools drawn from the other registered sqlite domains")
@@ -586,7 +609,7 @@ def build(cfg: dict | RolloutOptions, meter: Any):
                 user = LLMUser(_user_client(), scenario_text(record), sample_index=idx,
                                overrides=overrides, system_prompt=usp) if has_scenario else None
             extra = (distractor_tools(record, env.tools("agent"), n_distract, idx, mode=d_mode, cfg=cfg)
-                     if n_distract > 0 or d_mode != "random" else [])
+                     if n_distract > 0 or d_mode not in ("random", "auto") else [])
             return await run_episode(
                 record, env, agent, user, tid, limits, extra_tools=extra,
                 first_message=first_message,

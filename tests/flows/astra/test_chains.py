@@ -185,6 +185,9 @@ def test_gen_plan_astra(tmp_path):
     assert "attempt 2/3 after a malformed reply (pairs[0].chain uses unknown tool(s) ['delete_everything'])" in r.stderr
     assert calls[0]["messages"] == calls[1]["messages"]
     assert (calls[0]["seed"], calls[1]["seed"]) == (1, 2) and calls[1]["temperature"] > calls[0]["temperature"]
+    # the first (task, chain) reply named an unknown tool: rejected and asked again, exactly once
+    synth = [c for c in calls if "Jointly synthesize" in (c["messages"][-1].get("content") or "")]
+    assert len(synth) == 2 and calls[0] is synth[0]
 
 
 def test_gen_plan_astra_rejects_small_server():
@@ -195,3 +198,18 @@ def test_gen_plan_astra_rejects_small_server():
                            input=json.dumps(rec) + "\n")
     assert r.exit_code == 1
     assert "too_few_tools" in r.stderr
+
+
+def test_candidates_are_a_weight_biased_random_sample_not_the_heaviest():
+    """ASTRA §2.1.2: candidates are the sampled walks (biased by w), not the heaviest ones. Graph:
+    a→b weight 9, a→c weight 1, walks of length 2 (only a can start): the first candidate is a→c
+    with probability 1/10, so over 1000 seeds about 100 times (± 3σ ≈ 28); ranking by weight would
+    never put it first."""
+    from toolkit.flows.astra import chains as CH
+    from toolkit.flows.astra.plan import candidate_walks
+
+    g = CH.build_graph([["a", "b"]] * 9 + [["a", "c"]], nodes=["a", "b", "c"])
+    firsts = [candidate_walks(g, 24, 2, min_len=2, seed=s)[0] for s in range(1000)]
+    light = sum(1 for w in firsts if w == ["a", "c"])
+    assert 72 <= light <= 128, light
+    assert candidate_walks(g, 24, 2, min_len=2, seed=3) == CH.random_walks(g, 24, 2, min_len=2, seed=3)

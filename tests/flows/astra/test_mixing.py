@@ -146,3 +146,37 @@ def test_http_embeddings_endpoint():
         srv.shutdown()
     assert seen[0][:2] == ("/v1/embeddings", "qwen3-embedding-8b")
     assert set(b["high"]) == {"near"} and set(b["low"]) == {"far"} and set(b["medium"]) == {"mid"}
+
+
+class HashEmbedder:
+    """A deterministic 8-d vector per doc string (no model): enough to exercise the band path."""
+    name = "hash"
+
+    def embed(self, texts):
+        import hashlib
+        return [[b / 255 - 0.5 for b in hashlib.sha256(t.encode()).digest()[:8]] for t in texts]
+
+
+def test_auto_distractors_use_the_bands_for_astra_records(monkeypatch):
+    """`--distractor-mode auto` (the default, and what GRPO's call without a mode gets): an ASTRA
+    record's distractors come from the similarity bands, any other record's from random domains."""
+    from toolkit.schema import Record
+    from toolkit.stages.rollout import (
+        auto_distractor_mode,
+        distractor_tools,
+        random_distractors,
+    )
+
+    monkeypatch.setattr(M, "get_embedder", lambda *a, **k: HashEmbedder())
+    own = [tool("get_weather", "Get the current weather of a city.")]
+    astra = Record.model_validate({"id": "srv-chain0-t0", "flow": "astra",
+                                   "env": {"backend": "simulated", "id": "weather", "config": {"tools": own}}})
+    other = Record.model_validate({"id": "x-1", "flow": "logigen", "env": {"backend": "sqlite", "id": "airline"}})
+    assert auto_distractor_mode(astra) == "bands" and auto_distractor_mode(other) == "random"
+    got = distractor_tools(astra, own, 2, seed=5)            # GRPO's call: no mode → auto
+    want = M.band_distractors(astra, own, 2, 5, {})
+    assert [t["function"]["name"] for t in got] == [t["function"]["name"] for t in want]
+    assert 1 <= len(got) <= 6                                   # up to 2 per band
+    assert distractor_tools(astra, own, 0, seed=5) == []        # none asked, none added
+    names = [t["function"]["name"] for t in distractor_tools(other, [], 3, seed=5)]
+    assert names == [t["function"]["name"] for t in random_distractors(other, [], 3, 5, {})]

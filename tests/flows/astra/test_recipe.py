@@ -38,7 +38,7 @@ AGENT_CALLS = [("Groceries", "search_notes", {"query": "Groceries"}), ("Trip", "
                ("cat", "list_pets", {"species": "cat"}), ("dogs", "list_pets", {"species": "dog", "limit": 3}),
                ("pet 7", "get_pet", {"pet_id": 7})]
 JUDGE = {"reasoning": "understood and answered", "query_understanding": 1, "query_planning": 1,
-         "tool_context_understanding": 1.0, "tool_context_planning": 1.0, "tool_call_status": 1.0,
+         "tool_context_understanding": 1.0, "tool_context_planning": 1.0,
          "tool_conciseness": 1.0, "final_answer_quality": 1.0}
 
 # ---------------------------------------------------------------- pipeline B (QA environments)
@@ -143,7 +143,7 @@ def reply(req):
         else:
             obs = {"status": "ok"}
         return json.dumps({"success": True, "observation": obs})
-    if "seven trajectory-level dimensions" in text:
+    if "six trajectory-level dimensions" in text:  # the 7th, TCS, is computed from the steps
         return _once("judge", json.dumps(JUDGE))
     if "expert Data Architect" in text:
         return _once("qa_synth", json.dumps(QA["weather" if "Paris" in text else "library"]))
@@ -202,24 +202,36 @@ def test_astra_recipe_both(tmp_path):
     assert list(tools) == ["gen-plan", "gen-task", "validate-task", "rollout", "verify judge", "total"]
     # 2 servers → 1 chain plan each (one (task, chain) pair, one walk shape); server-only tasks need no plan
     assert (tools["gen-plan"]["in"], tools["gen-plan"]["out"], tools["gen-plan"]["rejected"]) == (2, 2, 0)
-    # per chain plan: the chain task + 3 augmentations
-    assert (tools["gen-task"]["in"], tools["gen-task"]["out"]) == (2, 8)
-    assert tools["validate-task"]["in"] == 8 and tools["validate-task"]["out"] == 8
+    # gen-task reads the 2 chain plans and the 2 server records (T = T_chain ∪ T_server): per chain plan
+    # the chain task + 3 augmentations (2 x 4); per server -n 2 server-only tasks + 3 augmentations each
+    # (2 x 2 x 4): 8 + 16 = 24
+    assert (tools["gen-task"]["in"], tools["gen-task"]["out"]) == (4, 24)
+    tasks = [json.loads(x) for x in (out / "tasks.jsonl").read_text().splitlines()]
+    origins = [t["task"]["extra"]["origin"] for t in tasks]
+    assert origins.count("chain") == 8 and origins.count("server") == 16
+    assert tools["validate-task"]["in"] == 24 and tools["validate-task"]["out"] == 24
     assert tools["validate-task"]["pass"] == 1.0
-    assert (tools["rollout"]["in"], tools["rollout"]["out"], tools["rollout"]["rejected"]) == (8, 8, 0)
-    assert (tools["verify judge"]["in"], tools["verify judge"]["out"]) == (8, 8)
+    assert (tools["rollout"]["in"], tools["rollout"]["out"], tools["rollout"]["rejected"]) == (24, 24, 0)
+    assert (tools["verify judge"]["in"], tools["verify judge"]["out"]) == (24, 24)
     assert tools["verify judge"]["pass"] == 1.0
-    # LLM requests, counted by hand: per server 1 (task, chain) synthesis + 1 chain query; 3 augmentations per
-    # chain task; 1 score / judge call per task plus the one retry after the malformed first reply
+    # LLM requests, counted by hand: per server 1 (task, chain) synthesis + 1 chain query; gen-task: 3
+    # augmentations per chain task (2 x 3) + 1 server-task synthesis per server (2) + 3 augmentations per
+    # server task (4 x 3); 1 score / judge call per task plus the one retry after the malformed first reply
     assert [tools[s]["llm_requests"] for s in ("gen-plan", "gen-task", "validate-task", "verify judge")] == \
-        [2 * 2, 2 * 3, 8 + 1, 8 + 1]
-    assert tools["rollout"]["llm_requests"] >= 8 * 2  # agent: 1 call + final answer (+ emulator calls)
+        [2 * 2, 2 * 3 + 2 + 4 * 3, 24 + 1, 24 + 1]
+    assert tools["rollout"]["llm_requests"] >= 24 * 2  # agent: 1 call + final answer (+ emulator calls)
     sft = [json.loads(x) for x in (out / "sft.jsonl").read_text().splitlines()]
-    assert len(sft) == 8 and all(len(r["trajectories"]) == 1 for r in sft)
+    assert len(sft) == 24 and all(len(r["trajectories"]) == 1 for r in sft)
     assert {r["env"]["backend"] for r in sft} == {"simulated"}  # no implementation: the emulator
     calls = [m["tool_calls"][0]["function"]["name"] for r in sft for m in r["trajectories"][0]["messages"]
              if m.get("tool_calls")]
-    assert set(calls) == {"search_notes", "list_pets"}
+    assert set(calls) == {"search_notes", "list_pets", "create_note", "get_pet"}
+    # TCS is computed from the steps: a call the emulator failed (injected fault) scores 0, others 1
+    for r in sft:
+        t = r["trajectories"][0]
+        v = next(v for v in r["verdicts"] if v["name"] == "judge")
+        agent = [s for s in t["steps"] if s.get("side", "agent") == "agent"]
+        assert v["scores"]["tool_call_status"] == sum(s["ok"] for s in agent) / len(agent)
 
     qa = _table(out / "qa.yield.json")
     assert list(qa) == ["gen-task", "validate-task", "make-verifier", "rollout replay", "verify f1 (replay)",

@@ -22,7 +22,7 @@ def test_openapi_round_trip_and_drops():
     s = res.servers[0]
     _valid(s)
     names = [t["function"]["name"] for t in s.tools]
-    assert names == ["list_pets", "add_pet", "get_pet", "place_order"]
+    assert names == ["list_pets", "add_pet", "get_pet", "place_order", "upload_photo"]
     by = {t["function"]["name"]: t["function"] for t in s.tools}
     # query params, enum kept; the path parameter (via a $ref) is required
     assert by["list_pets"]["parameters"]["properties"]["species"]["enum"] == ["cat", "dog", "bird"]
@@ -36,9 +36,12 @@ def test_openapi_round_trip_and_drops():
     assert s.outputs["list_pets"][:4] == ["pet_id", "name", "species", "owner_id"]
     assert {"order_id", "status"} <= set(s.outputs["place_order"])
     drops = {(d.tool, d.reason) for d in res.drops}
-    assert ("upload_photo", "unmappable_schema") in drops      # multipart body only
     assert ("health", "vague_description") in drops            # "ping"
-    assert len(res.drops) == 2
+    assert len(res.drops) == 1
+    # the multipart body maps: the path parameter plus the file field (a string marked as file content)
+    up = by["upload_photo"]["parameters"]
+    assert set(up["properties"]) == {"pet_id", "file"} and up["required"] == ["pet_id"]
+    assert up["properties"]["file"]["type"] == "string" and "file content" in up["properties"]["file"]["description"]
     # the OpenAI tool is JSON-clean (no leftover $ref)
     assert "$ref" not in json.dumps(s.tools)
 
@@ -73,7 +76,9 @@ def test_mcp_tools_list():
     ({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["b"]}, "not properties"),
     ({"type": "object", "properties": {"a": {"description": "no type"}}}, "no type"),
     ({"type": "object", "properties": {"a": {"$ref": "#/defs/X"}}}, "does not resolve"),
-    ({"oneOf": [{"type": "object"}, {"type": "object"}]}, "top-level oneOf"),
+    ({"oneOf": [{"type": "object"}, {"type": "string"}]}, "non-object alternative"),
+    ({"not": {"type": "object"}}, "top-level not"),
+    ({"allOf": [{"type": "object"}, {"type": "string"}]}, "incompatible types"),
 ])
 def test_unmappable_schemas(params, why):
     tools = [{"name": f"tool_{i}", "description": "A perfectly clear description here.",
@@ -85,17 +90,15 @@ def test_unmappable_schemas(params, why):
     assert len(res.servers[0].tools) == 3
 
 
-def test_recursive_ref_and_bad_name():
-    doc = {"openapi": "3.0.0", "info": {"title": "tree"}, "components": {"schemas": {
-        "Node": {"type": "object", "properties": {"child": {"$ref": "#/components/schemas/Node"}}}}},
-        "paths": {"/a": {"post": {"operationId": "make_node", "summary": "Create a tree node",
-                                  "requestBody": {"content": {"application/json": {
-                                      "schema": {"$ref": "#/components/schemas/Node"}}}}}}}}
-    res = T.import_documents([("x", doc)], min_tools=1)
-    assert res.drops[0].reason == "unmappable_schema" and "recursive" in res.drops[0].detail
+def test_bad_names_are_sanitized_not_dropped():
     res = T.import_documents([("x", [{"name": "bad name!", "description": "Does something useful here."}])],
-                             min_tools=0)
-    assert res.drops[0].reason == "unmappable_schema" and "breaks" in res.drops[0].detail
+                             min_tools=1)
+    assert res.drops == []
+    (s,) = res.servers
+    assert s.tools[0]["function"]["name"] == "bad_name" and s.names == {"bad_name": "bad name!"}
+    assert s.original("bad_name") == "bad name!"
+    res = T.import_documents([("x", [{"name": "", "description": "Does something useful here."}])], min_tools=0)
+    assert res.drops[0].reason == "unmappable_schema" and "not a name" in res.drops[0].detail
 
 
 def test_vague_rules():

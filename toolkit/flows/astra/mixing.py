@@ -262,4 +262,8 @@ def astra_random_distractors(record: Any, own: list[dict], n: int, seed: int, cf
 def band_distractors(record: Any, own: list[dict], n: int, seed: int, cfg: dict) -> list[dict]:
     pool, domain = _context(record, cfg)
     emb = get_embedder(cfg.get("embed_base_url"), cfg.get("embed_model"))
-    return mix_by_band(own, domain, pool, emb, k=max(1, n), seed=f"{record.id}:{seed}")["tools"]
+    try:
+        return mix_by_band(own, domain, pool, emb, k=max(1, n), seed=f"{record.id}:{seed}")["tools"]
+    except EmbedderUnavailable as e:
+        raise EmbedderUnavailable(f"{e} (similarity-band distractors: the default for ASTRA records; "
+                                  "--distractor-mode random draws random tools instead)") from None

@@ -78,6 +78,17 @@ def parse_query(chain: list[str]):
     return parse
 
 
+def candidate_walks(graph, n_walks: int, max_len: int, *, min_len: int = 2, seed: int = 0,
+                    acyclic: bool = True) -> list[list[str]]:
+    """ASTRA §2.1.2: "we sample candidate tool-chains by performing length-bounded random walks on Ĝ
+    (biased by w) ... The resulting walks constitute our final candidate chains": the walks in the
+    order they were sampled (a random sample, biased by w through each step), never re-ranked by
+    weight; gen-plan tries the first `max_candidates` of them."""
+    from toolkit.flows.astra import chains as CH
+
+    return CH.random_walks(graph, n_walks, max_len, min_len=min_len, seed=seed, acyclic=acyclic)
+
+
 @strategy("gen-plan", "astra", options=O.PlanOptions, help="ASTRA: tool docs → chain graph → random walks → verified plan.tool_chain")
 def build(cfg: dict, ctx: StageContext):
     from toolkit import prompts
@@ -124,8 +135,7 @@ def build(cfg: dict, ctx: StageContext):
         pairs = got.value
         # 2. graph + walks
         graph = CH.build_graph([p["chain"] for p in pairs], nodes=sorted(known))
-        walks = CH.random_walks(graph, n_walks, max_len, min_len=min_len, seed=seed, acyclic=acyclic)
-        walks.sort(key=lambda w: -CH.walk_weight(graph, w))  # stable: heavier walks first
+        walks = candidate_walks(graph, n_walks, max_len, min_len=min_len, seed=seed, acyclic=acyclic)
         report: list[dict] = []
         plans: list[Record] = []
         for w in walks[:max_cand]:

@@ -271,7 +271,8 @@ async def run_judge(client: Any, record: Record, traj: Trajectory, opts: Options
         client, opts.judge_rubric, policy=_policy(record, traj), task=_task_text(record),
         messages=[m.model_dump(mode="json", exclude_none=True) for m in traj.messages],
         tools=[t.model_dump(mode="json") for t in traj.tools], evaluation_rules=_evaluation_rules(record),
-        attempts=opts.judge_attempts, threshold=opts.judge_threshold)
+        attempts=opts.judge_attempts, threshold=opts.judge_threshold,
+        steps=[st.model_dump(mode="json") for st in traj.steps])
     scores = dict(j.scores, attempts=j.attempts, model=j.model, prompt=j.prompt_id)
     attribution, reasons = j.attribution, list(j.reasons)
     if not j.passed and not j.malformed and traj.termination == "error":
