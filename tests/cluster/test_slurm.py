@@ -9,8 +9,8 @@ form (no GPU, no vLLM).
 - grpo: grpo-vllm.sbatch with in-trainer generation runs to completion on the tiny model.
 
 Needs root and Debian's slurm-wlm + munge (`apt-get install slurm-wlm munge`, ~20 s); skipped with
-the reason otherwise. Runtime (2 shared CPU cores): cluster start ~3 s; slurm_array ~20 s; sft ~60 s;
-grpo ~60 s."""
+the reason otherwise. Runtime (2 shared CPU cores, measured): cluster start 3-13 s; slurm_array ~20 s;
+sft 60-100 s; grpo 50-85 s."""
 
 from __future__ import annotations
 
