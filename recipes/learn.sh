@@ -30,8 +30,8 @@ done
 PY=${TOOLKIT_PYTHON:-python}
 case "$scale" in
   # n: tasks synthesized; held: held-out cap; k: rollouts per held-out task; turns/tokens: per episode / reply
-  smoke) n=10; held=3; k=1; turns=3; toks=96;  sft_steps=6;  grpo_steps=1; G=2; max_len=3072 ;;
-  cpu)   n=40; held=12; k=2; turns=6; toks=160; sft_steps=60; grpo_steps=4; G=2; max_len=3072 ;;
+  smoke) n=10; held=2; k=1; turns=2; toks=64;  sft_steps=4;  grpo_steps=1; G=2; max_len=4608 ;;
+  cpu)   n=40; held=12; k=2; turns=6; toks=160; sft_steps=60; grpo_steps=4; G=2; max_len=4608 ;;
   gpu)   n=200; held=40; k=4; turns=12; toks=384; sft_steps=600; grpo_steps=40; G=8; max_len=8192 ;;
   *) echo "learn.sh: --scale smoke|cpu|gpu" >&2; exit 2 ;;
 esac
@@ -53,7 +53,9 @@ print(json.dumps({"id": "".join(c if c.isalnum() or c in "._-" else "-" for c in
 PY
 }
 
-# the recipe every stage reads: compact tool schemas (small context), Hermes tool calls in text
+# the recipe every stage reads: compact tool schemas (small context: the airline agent prompt is
+# ~1.2k policy + ~2.5k compact tool tokens; full schemas alone are ~11k, over SmolLM2's 8k),
+# Hermes tool calls in text; max_length must hold the prompt (~3.8k) plus the trained turns
 recipe="$out/learn.yaml"
 cat > "$recipe" <<YAML
 defaults:
@@ -74,7 +76,13 @@ rollout:
   agent_compact_tools: true
   agent_max_tokens: $toks
   user_tool_protocol: hermes
-  user_max_tokens: 64
+  user_max_tokens: 48
+  # one server answers one request at a time and never cancels one: a client retry after a
+  # timeout would queue a second copy behind the first, so wait long and retry once
+  agent_timeout: 1800
+  agent_max_retries: 1
+  user_timeout: 1800
+  user_max_retries: 1
 verify:
   strategy: [state_diff]
 sft:
@@ -97,9 +105,12 @@ grpo:
   tasks_per_step: 1
   max_turns: $(( turns < 4 ? turns : 4 ))
   max_new_tokens: $toks
+  max_total_tokens: $(( max_len + 1536 ))
   learning_rate: 1.0e-6
   user_tool_protocol: hermes
-  user_max_tokens: 64
+  user_max_tokens: 48
+  user_timeout: 1800
+  user_max_retries: 1
 YAML
 
 # 1-2 synthesize and split
@@ -114,7 +125,7 @@ stamp synthesize
 
 # 3 oracle replay → verified teacher trajectories
 set +e
-rollout --recipe "$recipe" --agent replay --rejects "$out/rejects.jsonl" < "$out/train_tasks.jsonl" \
+rollout --recipe "$recipe" --agent replay --max-turns 64 --rejects "$out/rejects.jsonl" < "$out/train_tasks.jsonl" \
   | verify --recipe "$recipe" --filter passed --rejects "$out/rejects.jsonl" > "$out/train_verified.jsonl"
 set -e
 echo "[learn] $(wc -l < "$out/train_verified.jsonl") verified train trajectories" >&2
