@@ -47,6 +47,7 @@ class LLMConfig(BaseModel):
     backoff_max: float = 30.0
     compact_tools: bool | None = None  # small-context tool rendering in hermes prompts; None -> embedded only
     hermes_fewshot: bool | None = None  # example tool-call exchange in hermes prompts; None -> embedded only
+    embedded_slot: str | None = None  # embedded server slot (TOOLKIT_EMBEDDED_SLOTS=role: the role's own server)
 
 
 @dataclass
@@ -142,4 +143,8 @@ def llm_config(cfg: dict, role: str | None = None):
             vals[name] = cfg[name]
         if role and cfg.get(f"{role}_{name}") is not None:
             vals[name] = cfg[f"{role}_{name}"]
+    if "embedded_slot" not in vals:
+        from .embedded import slot_for_role
+
+        vals["embedded_slot"] = slot_for_role(role)
     return LLMConfig(**vals)
