@@ -129,8 +129,7 @@ def serve_model(model: str, backend: str = "auto", port: int | None = None, devi
     timeout = timeout or float(os.environ.get("TOOLKIT_SERVE_START_TIMEOUT", "300"))
     log_path = os.path.join(_dir(), _key(path) + ".log")
     cmd = _command(be, path, port, device)
-    env = server_env()
-    env.pop("OMP_WAIT_POLICY", None)
+    env = server_env()  # OMP_WAIT_POLICY=PASSIVE: spinning OpenMP workers collapse throughput on a shared box
     for k in ("HF_HOME", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "CUDA_HOME"):
         if os.environ.get(k):
             env[k] = os.environ[k]
