@@ -106,3 +106,8 @@ train-demo:
 # rollout throughput inside grpo vs TRL's built-in tool loop (tiny model, CPU)
 bench-grpo:
     python bench/grpo_rollout_bench.py
+
+# the closed loop on SmolLM2-135M (issue 20): synth → split → oracle → SFT → GRPO → evaluate (out/learn)
+# just learn --scale smoke|cpu|gpu [--domain DIR] [--eval-domain DIR] [--out DIR]
+learn *ARGS:
+    bash recipes/learn.sh {{ARGS}}

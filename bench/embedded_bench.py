@@ -5,6 +5,7 @@ cache on/off latency, and short- and long-request soaks, each on a PRIVATE serve
     python bench/embedded_bench.py --no-baseline       # new settings only
     python bench/embedded_bench.py --long-soak 10      # 10 distinct requests of ~7k tokens, RSS after each
     python bench/embedded_bench.py --episodes          # cache off vs on, 24 episode-like calls each
+    python bench/embedded_bench.py --slots --turns 4   # one shared server vs one server per role
     python bench/embedded_bench.py --soak 200 --cache-mb 0  # 200 short requests, RSS after each
 
 Each run starts its own server (its own TOOLKIT_HOME and port, so a shared server is never
@@ -165,6 +166,56 @@ def episodes(srv: PrivateServer, turns: int, max_tokens: int) -> dict:
             "rss_end_mb": rss[-1]}
 
 
+def slots(turns: int, max_tokens: int, agent_rules: int) -> dict:
+    """Seconds per agent call on episode-like traffic (an agent conversation with a long system
+    prompt and a user-simulator conversation, alternating, each growing by one exchange per turn):
+    one shared server (TOOLKIT_EMBEDDED_SLOTS=shared: each call re-reads its whole prompt, the
+    other conversation having evicted it) vs one server per role (=role: each server keeps its
+    conversation's KV cache, a turn evaluates only the new tokens). Both measured in this run."""
+    agent_sys = ("You are an airline customer service agent. Follow the policy strictly. Policy: "
+                 + " ".join(f"Rule {i}: reservations of class {i % 3} may be changed only within {i + 1} days "
+                            "and only by the owner." for i in range(agent_rules)))
+    out = {}
+    for mode in ("shared", "role"):
+        home = tempfile.mkdtemp(prefix="toolkit-embedded-slots-")
+        saved = {k: os.environ.get(k) for k in ("TOOLKIT_HOME", "TOOLKIT_EMBEDDED_SLOTS", "TOOLKIT_EMBEDDED_PORT",
+                                                "TOOLKIT_EMBEDDED_IDLE_TIMEOUT", "TOOLKIT_EMBEDDED_CACHE_MB")}
+        os.environ.update({"TOOLKIT_HOME": home, "TOOLKIT_EMBEDDED_SLOTS": mode, "TOOLKIT_EMBEDDED_IDLE_TIMEOUT": "0",
+                           "TOOLKIT_EMBEDDED_CACHE_MB": "0"})
+        os.environ.pop("TOOLKIT_EMBEDDED_PORT", None)
+        try:
+            a_url = embedded.ensure_embedded_server(slot=embedded.slot_for_role("agent"))
+            u_url = embedded.ensure_embedded_server(slot=embedded.slot_for_role("user"))
+            model = embedded.embedded_model_name()
+            agent = [{"role": "system", "content": agent_sys}]
+            user = [{"role": "system", "content": USER_SYS}]
+            a_lat, u_lat = [], []
+            for t in range(turns):
+                user.append({"role": "user", "content": f"The agent said: turn {t}. Reply briefly."})
+                u_lat.append(post(u_url, model, user, max_tokens))
+                user.append({"role": "assistant", "content": f"I want to change reservation R{t:03d}."})
+                agent.append({"role": "user", "content": f"I want to change reservation R{t:03d}."})
+                a_lat.append(post(a_url, model, agent, max_tokens))
+                agent.append({"role": "assistant", "content": f"Let me look up R{t:03d} for you."})
+            out[mode] = {"servers": 1 if a_url == u_url else 2, "agent_calls": len(a_lat),
+                         "agent_s": [round(x, 2) for x in a_lat],
+                         "agent_median_s": round(statistics.median(a_lat), 3),
+                         "agent_after_first_median_s": round(statistics.median(a_lat[1:] or a_lat), 3),
+                         "user_median_s": round(statistics.median(u_lat), 3),
+                         "agent_system_tokens": count_tokens(a_url, agent_sys)}
+        finally:
+            embedded.stop_embedded_server()
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        print(json.dumps({mode: out[mode]}), flush=True)
+    out["agent_after_first_ratio_role_vs_shared"] = round(
+        out["role"]["agent_after_first_median_s"] / out["shared"]["agent_after_first_median_s"], 3)
+    return out
+
+
 def soak(srv: PrivateServer, n: int, max_tokens: int = 4) -> dict:
     rss = [srv.rss()]
     lat = []
@@ -249,12 +300,17 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--cache-mb", type=int, action="append", help="--episodes/--soak: default 0 and 512")
     ap.add_argument("--soak", type=int, default=0, help="N short requests instead")
+    ap.add_argument("--slots", action="store_true", help="shared server vs one server per role (agent latency)")
+    ap.add_argument("--agent-rules", type=int, default=160, help="--slots: policy rules in the agent prompt (~4k tokens)")
     a = ap.parse_args()
     # a SIGTERM unwinds like Ctrl-C, so the private server is stopped (PrivateServer.__exit__)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     ok, why = embedded.embedded_available()
     if not ok:
         sys.exit(f"embedded backend unavailable: {why}")
+    if a.slots:
+        print(json.dumps(slots(a.turns, a.max_tokens, a.agent_rules)), flush=True)
+        return
     if a.episodes or a.soak:
         for mb in a.cache_mb or [0, 512]:
             with PrivateServer(mb) as srv:

@@ -247,6 +247,10 @@ class VerifyOptions(StreamOpts):
     f1_epsilon: Optional[float] = None  # None: toolkit.scoring.rewards.DEFAULT_EPSILON
     replay_memo: bool = True
     penalize_invalid_calls: bool = True
+    # state_diff on a task whose target is its start state (refusal / read-only) also needs: no
+    # write attempted, the reference reads done, a text answer with every communicate_info item
+    # (tau2's DB + ACTION + COMMUNICATE); False = the bare DIFF, which any do-nothing episode passes
+    no_write_basis: bool = True
     min_pass_rate: Optional[float] = Field(None, ge=0.0, le=1.0)
     grounding_match: Optional[str] = None      # simia grounding: exact (default) | ...
     grounding_threshold: Optional[float] = None  # simia grounding: default 1.0

@@ -100,3 +100,26 @@ def test_stop_and_status(home, server):
     assert st["running"] is False and st["available"] is True
     assert stop_embedded_server() is False
     assert not os.path.exists(os.path.join(home, embedded.STATE_FILE))
+
+
+def test_slot_per_role_files_and_config(tmp_path, monkeypatch):
+    """TOOLKIT_EMBEDDED_SLOTS=role: each role's client names its own server (state, lock and log
+    files per slot); the default keeps one shared server."""
+    from toolkit.llm import embedded as E
+    from toolkit.llm import llm_config
+
+    monkeypatch.setenv("TOOLKIT_HOME", str(tmp_path))
+    monkeypatch.delenv("TOOLKIT_EMBEDDED_SLOTS", raising=False)
+    assert E.slot_for_role("agent") is None and llm_config({}, role="agent").embedded_slot is None
+    monkeypatch.setenv("TOOLKIT_EMBEDDED_SLOTS", "role")
+    assert llm_config({}, role="agent").embedded_slot == "agent"
+    assert llm_config({}, role="user").embedded_slot == "user"
+    assert llm_config({}).embedded_slot is None
+    assert E._state_path("agent").endswith("embedded_server.agent.json")
+    assert E._state_path(None).endswith("embedded_server.json")
+    assert E._slot_name("a/b", E.LOCK_FILE) == "embedded_server.a-b.lock"
+    E._write_state({"pid": 0, "port": 1}, "user")
+    assert E._read_state("user") == {"pid": 0, "port": 1} and E._read_state() is None
+    assert E._slots() == [None, "user"]
+    assert E.stop_embedded_server() is False  # nothing alive; the stale state files are cleared
+    assert E._read_state("user") is None

@@ -140,10 +140,70 @@ def test_state_diff_delta0_zero(mini_env):
     # the target is the seed: Δ0 = 0 → P = 1 everywhere, r = 0 except the violation
     seed = {"account": MINI_DOMAIN["seed"]["account"], "note": []}
     rec = record("mini-6", mini_env, [call_msgs(CALLS[:2])], {"target_state": seed})
-    t = run({"strategy": ["state_diff"], "lambda_err": 0.1}, rec).trajectories[0]
+    # the bare DIFF (no_write_basis off) passes: the refused update left the state as it was
+    t = run({"strategy": ["state_diff"], "lambda_err": 0.1, "no_write_basis": False}, rec).trajectories[0]
     assert t.scores["state_diff"]["delta0"] == 0 and t.reward == 1.0
     assert [s.proximity for s in t.steps] == [1.0, 1.0]
     assert [s.reward for s in t.steps] == [0.0, -0.1]
+    # by default the refused update is an attempted forbidden write: no pass
+    out = run({"strategy": ["state_diff"], "lambda_err": 0.1}, rec)
+    t = out.trajectories[0]
+    assert t.reward == 0.0 and t.scores["state_diff"]["diff"] == 0
+    nw = t.scores["state_diff"]["no_write"]
+    assert nw["write_attempts"] == [{"index": 1, "name": "update_account",
+                                     "why": "refused by the policy (a forbidden write)"}]
+    assert any("attempted a write" in r for r in out.verdicts[0].reasons)
+
+
+def _airline_task(tid: str) -> dict:
+    from toolkit import domains
+
+    return next(t for t in domains.load_tasks("airline") if t["id"] == tid)
+
+
+def _episode(calls: list[tuple[str, dict]], replies: list[str]) -> list[dict]:
+    """A transcript: the user's ask, the agent's calls (each answered), then the agent's replies."""
+    msgs = [{"role": "system", "content": "policy"},
+            {"role": "user", "content": "I need to cancel my Chicago to Miami flight on May 22."}]
+    for i, (name, args) in enumerate(calls):
+        msgs.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"c{i}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}]})
+        msgs.append({"role": "tool", "tool_call_id": f"c{i}", "content": "{}"})
+    for r in replies:
+        msgs.append({"role": "assistant", "content": r})
+    return msgs
+
+
+def test_refusal_task_is_not_passed_by_doing_nothing():
+    """airline-task-002: the reference only reads (reservation 1002 cannot be cancelled), so the
+    target is the start state and the bare DIFF is 0 for any episode that changes nothing."""
+    task = _airline_task("airline-task-002")
+    refusal = "Reservation 1002 is basic economy without insurance: it cannot be cancelled."
+    episodes = {
+        "silent": [{"role": "user", "content": "I need to cancel my flight."}],  # no call, no reply
+        "no-call-reply": _episode([], ["Sorry, I cannot help with that."]),  # said no, never looked
+        "unknown-tool-echo": _episode([("cancel_flight", {"id": 1002})], ['<tool_response>{"ok": true}</tool_response>']),
+        "tried-cancel": _episode([("query_reservation", {"reservation_id": 1002}),
+                                  ("update_reservation", {"reservation_id": 1002, "status": "cancelled"})],
+                                 [refusal]),
+        "read-no-answer": _episode([("query_reservation", {"reservation_id": 1002})], []),
+        "right": _episode([("query_reservation", {"reservation_id": 1002})], [refusal]),
+    }
+    rec = dict(task, trajectories=[{"id": k, "messages": m} for k, m in episodes.items()])
+    out = asyncio.run(build({"strategy": ["state_diff"]}, None)(Record.model_validate(rec)))
+    got = {t.id: t.reward for t in out.trajectories}
+    assert got == {"silent": 0.0, "no-call-reply": 0.0, "unknown-tool-echo": 0.0, "tried-cancel": 0.0,
+                   "read-no-answer": 0.0, "right": 1.0}
+    by = {t.id: t.scores["state_diff"] for t in out.trajectories}
+    assert all(s["diff"] == 0 and s["delta0"] == 0 and s["noop_target"] for s in by.values())
+    assert by["silent"]["no_write"]["missing_actions"] == ["query_reservation"]
+    assert not by["silent"]["no_write"]["communicated"]
+    assert by["unknown-tool-echo"]["no_write"]["communicated"] is False  # echoed markup is no answer
+    assert by["tried-cancel"]["no_write"]["write_attempts"][0]["name"] == "update_reservation"
+    assert by["right"]["no_write"]["passed"]
+    # the old rule, kept behind the option, passed every one of them
+    bare = asyncio.run(build({"strategy": ["state_diff"], "no_write_basis": False}, None)(Record.model_validate(rec)))
+    assert {t.reward for t in bare.trajectories} == {1.0}
 
 
 def test_replays_steps_order_and_reports_divergence(mini_env):

@@ -304,7 +304,7 @@ Example:
 def sft(opts: Any) -> int:
     from toolkit.train import sft as stage
 
-    return stage.main(opts.cfg())
+    return stage.main(_resolved_model(opts.cfg()))
 
 
 @cli_command("grpo", """GRPO on live multi-turn episodes against our environments, rewards from verify.
@@ -348,7 +348,19 @@ Example:
 def grpo(opts: Any) -> int:
     from toolkit.train import grpo as stage
 
-    return stage.main(opts.cfg())
+    return stage.main(_resolved_model(opts.cfg()))
+
+
+def _resolved_model(cfg: dict) -> dict:
+    """--model NAME (a known model, e.g. smollm2-135m-instruct) → its materialized checkpoint."""
+    if cfg.get("model") and not cfg.get("export"):
+        from toolkit.llm.models import ModelError, resolve_model
+
+        try:
+            cfg["model"] = resolve_model(cfg["model"], log=log)
+        except ModelError as e:
+            raise click.UsageError(f"--model: {e}") from None
+    return cfg
 
 
 COMMANDS: dict[str, click.Command] = {

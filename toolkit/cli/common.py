@@ -92,7 +92,7 @@ def train_io_options(f: Callable) -> Callable:
         click.option("--shard", metavar="I/N", help="Read only the stable hash partition I of N."),
         click.option("--limit", type=int, metavar="N", help="Read at most N records."),
         click.option("--progress/--no-progress", default=None, help="Progress on stderr (default: when a TTY)."),
-        click.option("--model", metavar="PATH", help="Local HF checkpoint directory (model + tokenizer) to train."),
+        click.option("--model", metavar="PATH|NAME", help="Local HF checkpoint directory (model + tokenizer) to train, or a known model name (smollm2-135m-instruct: materialized once, see `toolkit models`)."),
         click.option("--output-dir", metavar="DIR", help="Checkpoints, final model, metrics.jsonl, run.json."),
         click.option("--chat-template", metavar="model|toolkit|FILE", default=None,
                      help="Chat template: the model's (default), the toolkit's Hermes template, or a Jinja file."),

@@ -1,5 +1,5 @@
 """The `toolkit` group: the 12 commands as subcommands, and the utilities (stats, schema, doctor,
-serve, tasks, plugins, domain check, tools import, ray-shard)."""
+serve, models, tasks, plugins, domain check, tools import, ray-shard)."""
 
 from __future__ import annotations
 
@@ -161,12 +161,51 @@ def doctor() -> None:
     click.echo(json.dumps(rep, indent=2, default=str))
 
 
-@toolkit_group.command("serve", help="Start (or reuse) the embedded CPU model server; print its base URL.")
-@click.option("--stop", is_flag=True, help="Stop the embedded server instead.")
-@click.option("--status", "status_", is_flag=True, help="Print the embedded server status.")
-def serve(stop: bool, status_: bool) -> None:
+@toolkit_group.command("serve", help="""Start (or reuse) a model server on loopback; print its base URL (last line of stdout).
+
+\b
+Without --model: the embedded llama.cpp server (SmolLM2-135M GGUF).
+With --model PATH|NAME: an HF checkpoint (base or trained; a known name such as
+smollm2-135m-instruct is materialized first) served by `transformers serve` on CPU, or vLLM
+when a GPU and vllm are there. The server answers to the checkpoint's absolute path as model
+name (printed on stderr): `rollout --base-url URL --model PATH`.
+--stop stops that server (--model) or the embedded one; --status prints JSON.
+
+\b
+Example:
+  URL=$(toolkit serve --model smollm2-135m-instruct | tail -1)
+  toolkit tasks airline | rollout --base-url $URL --model $(toolkit models materialize smollm2-135m-instruct | tail -1) --tool-protocol hermes
+  toolkit serve --model smollm2-135m-instruct --stop""")
+@click.option("--model", "model", metavar="PATH|NAME", default=None,
+              help="Serve this HF checkpoint (or known model name) instead of the embedded GGUF.")
+@click.option("--backend", type=click.Choice(["auto", "transformers", "vllm"]), default="auto", show_default=True,
+              help="With --model: transformers serve (CPU) or vLLM (GPU); auto picks vLLM only with a GPU.")
+@click.option("--device", default=None, help="With --model and transformers: torch device (default cpu).")
+@click.option("--port", type=int, default=None, help="With --model: port (default: a free one).")
+@click.option("--stop", is_flag=True, help="Stop the server (of --model, else the embedded one) instead.")
+@click.option("--status", "status_", is_flag=True, help="Print the server status (JSON).")
+def serve(model: str | None, backend: str, device: str | None, port: int | None, stop: bool, status_: bool) -> None:
     from toolkit.llm import embedded
 
+    if model is not None:
+        from toolkit.llm import serve_hf
+        from toolkit.llm.models import ModelError
+
+        try:
+            if stop:
+                gone = serve_hf.stop_served(model)
+                log(f"stopped: {', '.join(gone) or 'nothing was running'}")
+                return
+            if status_:
+                click.echo(json.dumps(serve_hf.served_status(), default=str))
+                return
+            st = serve_hf.serve_model(model, backend=backend, port=port, device=device, log=log)
+        except (serve_hf.ServeError, ModelError) as e:
+            log(f"serve: {e}")
+            sys.exit(1)
+        log(f"serving {st['model']} ({st['backend']}, pid {st['pid']}); pass --model {st['model']}")
+        click.echo(st["base_url"])
+        return
     if stop:
         embedded.stop_embedded_server()
         log("embedded server stopped")
@@ -227,6 +266,42 @@ def ray_shard_cmd(nshards: int, input_: str | None, output: str | None, rejects:
     log(f"ray-shard: {len(lines)} input lines, {nshards} shards (exit codes {res.shard_codes}), "
         f"{res.output.count(bytes([10]))} output lines")
     sys.exit(res.exit_code)
+
+
+@toolkit_group.group("models", help="Named models: materialize the packaged GGUF as a trainable HF checkpoint.")
+def models_group() -> None:
+    pass
+
+
+@models_group.command("materialize", help="""Write the HF checkpoint of a known model once under $TOOLKIT_HOME/models/
+(fp32, dequantized from its packaged GGUF; needs the `models` extra: gguf) and print its
+directory as the last line of stdout. Idempotent: a second call prints the same directory at once.
+
+\b
+Example: CKPT=$(toolkit models materialize smollm2-135m-instruct | tail -1)""")
+@click.argument("name")
+@click.option("--force", is_flag=True, help="Rewrite it even when it exists.")
+def models_materialize(name: str, force: bool) -> None:
+    from toolkit.llm.models import ModelError, materialize
+
+    try:
+        out = materialize(name, force=force, log=log)
+    except ModelError as e:
+        log(f"models materialize: {e}")
+        sys.exit(1)
+    click.echo(out)
+
+
+@models_group.command("list", help="Known model names and whether each is materialized (JSONL).")
+def models_list() -> None:
+    import os
+
+    from toolkit.llm.models import KNOWN_MODELS, MARKER, models_dir
+
+    for name, km in KNOWN_MODELS.items():
+        d = os.path.join(models_dir(), name)
+        click.echo(json.dumps({"name": name, "gguf": km.gguf, "package": km.package, "converted_from": km.hf_name,
+                               "path": d, "materialized": os.path.isfile(os.path.join(d, MARKER))}))
 
 
 @toolkit_group.command("tasks", help="Print a bundled domain's hand-checked task records (JSONL).")

@@ -48,6 +48,7 @@ class LLMConfig(BaseModel):
     compact_tools: bool | None = None  # small-context tool rendering in hermes prompts; None -> embedded only
     hermes_fewshot: bool | None = None  # example tool-call exchange in hermes prompts; None -> embedded only
     context_tokens: int | None = None  # the model's context; None -> asked of the server (toolkit.llm.context)
+    embedded_slot: str | None = None  # embedded server slot (TOOLKIT_EMBEDDED_SLOTS=role: the role's own server)
 
 
 @dataclass
@@ -145,4 +146,8 @@ def llm_config(cfg: dict, role: str | None = None):
             vals[name] = cfg[name]
         if role and cfg.get(f"{role}_{name}") is not None:
             vals[name] = cfg[f"{role}_{name}"]
+    if "embedded_slot" not in vals:
+        from .embedded import slot_for_role
+
+        vals["embedded_slot"] = slot_for_role(role)
     return LLMConfig(**vals)

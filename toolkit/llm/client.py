@@ -144,7 +144,7 @@ class LLMClient:
             def start() -> str:
                 with self._ready_lock:
                     if self._base_url is None:
-                        self._base_url = ensure_embedded_server()
+                        self._base_url = ensure_embedded_server(slot=self.config.embedded_slot)
                     return self._base_url
 
             try:

@@ -16,7 +16,8 @@ TOOLKIT_EMBEDDED_PORT, TOOLKIT_EMBEDDED_CHAT_FORMAT (default chatml), TOOLKIT_EM
 the server exits, default 900; 0 = never), TOOLKIT_EMBEDDED_CACHE_MB (prompt-state cache, counted
 by real memory: KV state + the saved logits array; default 0 = off, see docs/llm.md),
 TOOLKIT_EMBEDDED_LOGITS_ALL=1 (keep every token's logits so logprobs work; costs n_ctx x vocab x 4
-bytes, 1.5 GiB at 8k: off by default).  The server gets a minimal environment (`server_env`).
+bytes, 1.5 GiB at 8k: off by default), TOOLKIT_EMBEDDED_SLOTS=role (one server per LLM role, each
+keeping its own conversation's KV cache: see `slot_for_role`; default shared).  The server gets a minimal environment (`server_env`).
 
 The model name the server answers to (and that request caches are keyed on) is the real model:
 "SmolLM2-135M-Instruct" for the bundled GGUF, else the GGUF file name without `.gguf`.
@@ -51,6 +52,7 @@ __all__ = [
     "embedded_model_name",
     "toolkit_home",
     "server_env",
+    "slot_for_role",
 ]
 
 EMBEDDED_MODEL_NAME = "SmolLM2-135M-Instruct"
@@ -152,8 +154,29 @@ def toolkit_home() -> str:
     return home
 
 
-def _state_path() -> str:
-    return os.path.join(toolkit_home(), STATE_FILE)
+def _slot_name(slot: str | None, base: str) -> str:
+    """Per-slot file names: `embedded_server.json` (shared), `embedded_server.agent.json` ..."""
+    if not slot:
+        return base
+    safe = "".join(c if c.isalnum() or c in "-_" else "-" for c in slot)[:40]
+    stem, ext = os.path.splitext(base)
+    return f"{stem}.{safe}{ext}"
+
+
+def _state_path(slot: str | None = None) -> str:
+    return os.path.join(toolkit_home(), _slot_name(slot, STATE_FILE))
+
+
+def slot_for_role(role: str | None) -> str | None:
+    """The embedded-server slot a role's client uses: None (one shared server) unless
+    TOOLKIT_EMBEDDED_SLOTS=role, where each role (agent, user, judge ...) gets its own server, so
+    llama.cpp keeps that role's conversation in its KV cache and a turn evaluates only its new
+    tokens instead of the whole prompt (the shared server alternates between the agent's and the
+    user simulator's conversations and re-reads each from the start)."""
+    mode = (os.environ.get("TOOLKIT_EMBEDDED_SLOTS") or "shared").strip().lower()
+    if mode == "role" and role:
+        return role
+    return None
 
 
 def embedded_model_path() -> str:
@@ -228,24 +251,24 @@ def embedded_available() -> tuple[bool, str | None]:
 # State and health
 
 
-def _read_state() -> dict | None:
+def _read_state(slot: str | None = None) -> dict | None:
     try:
-        with open(_state_path()) as f:
+        with open(_state_path(slot)) as f:
             return json.load(f)
     except (OSError, ValueError):
         return None
 
 
-def _write_state(state: dict) -> None:
-    tmp = _state_path() + f".{os.getpid()}.tmp"
+def _write_state(state: dict, slot: str | None = None) -> None:
+    tmp = _state_path(slot) + f".{os.getpid()}.tmp"
     with open(tmp, "w") as f:
         json.dump(state, f, indent=1)
-    os.replace(tmp, _state_path())
+    os.replace(tmp, _state_path(slot))
 
 
-def _clear_state() -> None:
+def _clear_state(slot: str | None = None) -> None:
     with contextlib.suppress(OSError):
-        os.remove(_state_path())
+        os.remove(_state_path(slot))
 
 
 def _pid_alive(pid: int) -> bool:
@@ -301,8 +324,8 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def _file_lock(timeout: float):
-    path = os.path.join(toolkit_home(), LOCK_FILE)
+def _file_lock(timeout: float, slot: str | None = None):
+    path = os.path.join(toolkit_home(), _slot_name(slot, LOCK_FILE))
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     deadline = time.monotonic() + timeout
     try:
@@ -363,9 +386,9 @@ def server_env(environ: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def _start(port: int, model_path: str, timeout: float) -> dict:
+def _start(port: int, model_path: str, timeout: float, slot: str | None = None) -> dict:
     home = toolkit_home()
-    log_path = os.path.join(home, LOG_FILE)
+    log_path = os.path.join(home, _slot_name(slot, LOG_FILE))
     chat_format = os.environ.get("TOOLKIT_EMBEDDED_CHAT_FORMAT", "chatml")
     n_ctx = os.environ.get("TOOLKIT_EMBEDDED_N_CTX", "8192")
     threads = os.environ.get("TOOLKIT_EMBEDDED_THREADS") or str(os.cpu_count() or 1)
@@ -415,16 +438,17 @@ def _start(port: int, model_path: str, timeout: float) -> dict:
     state = {"pid": proc.pid, "port": port, "base_url": base + "/v1", "model": name,
              "model_path": model_path, "chat_format": chat_format, "log": log_path,
              "started_at": time.time(), "startup_s": round(time.monotonic() - t0, 3),
-             "idle_timeout_s": idle, "prompt_cache_mb": cache_mb, "logits_all": logits_all}
-    _write_state(state)
+             "idle_timeout_s": idle, "prompt_cache_mb": cache_mb, "logits_all": logits_all, "slot": slot}
+    _write_state(state, slot)
     return state
 
 
-def ensure_embedded_server(port: int | None = None, timeout: float | None = None) -> str:
-    """Base URL (`http://127.0.0.1:PORT/v1`) of a running embedded server, starting one if needed."""
+def ensure_embedded_server(port: int | None = None, timeout: float | None = None, slot: str | None = None) -> str:
+    """Base URL (`http://127.0.0.1:PORT/v1`) of a running embedded server, starting one if needed.
+    `slot`: a named server of its own (see `slot_for_role`); None = the shared one."""
     if timeout is None:
         timeout = float(os.environ.get("TOOLKIT_EMBEDDED_START_TIMEOUT", "180"))
-    state = _read_state()
+    state = _read_state(slot)
     try:
         want: str | None = embedded_model_path()
     except EmbeddedServerError:
@@ -436,8 +460,8 @@ def ensure_embedded_server(port: int | None = None, timeout: float | None = None
     if not ok:
         raise EmbeddedServerError(why)
     model_path = embedded_model_path()
-    with _PROCESS_LOCK, _file_lock(timeout + 30):
-        state = _read_state()  # someone else may have started it while we waited
+    with _PROCESS_LOCK, _file_lock(timeout + 30, slot):
+        state = _read_state(slot)  # someone else may have started it while we waited
         if _healthy(state):
             if not _same_model(state, model_path):
                 raise EmbeddedServerError(
@@ -452,15 +476,15 @@ def ensure_embedded_server(port: int | None = None, timeout: float | None = None
         if state and state.get("pid") and _pid_alive(int(state["pid"])) and _is_our_server(int(state["pid"])):
             # Alive but not answering: a stale/hung server of ours; replace it.
             _terminate(int(state["pid"]))
-        _clear_state()
-        if port is None and os.environ.get("TOOLKIT_EMBEDDED_PORT"):
+        _clear_state(slot)
+        if port is None and os.environ.get("TOOLKIT_EMBEDDED_PORT") and not slot:
             port = int(os.environ["TOOLKIT_EMBEDDED_PORT"])
         attempts = 1 if port is not None else 3
         last: Exception | None = None
         for _ in range(attempts):
             p = port if port is not None else _free_port()
             try:
-                return _start(p, model_path, timeout)["base_url"]
+                return _start(p, model_path, timeout, slot)["base_url"]
             except EmbeddedServerError as exc:  # e.g. the port got taken; try another
                 last = exc
                 if "did not become ready" in str(exc):
@@ -505,18 +529,28 @@ def _terminate(pid: int, grace: float = 5.0) -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
+def _slots() -> list[str | None]:
+    """The shared server and every named slot with a state file."""
+    stem, ext = os.path.splitext(STATE_FILE)
+    named = sorted(f[len(stem) + 1:-len(ext)] for f in os.listdir(toolkit_home())
+                   if f.startswith(stem + ".") and f.endswith(ext) and ".tmp" not in f)
+    return [None, *named]
+
+
 def stop_embedded_server() -> bool:
-    """Stop the embedded server recorded in the state file; True if one was stopped."""
-    with _PROCESS_LOCK, _file_lock(60):
-        state = _read_state()
-        stopped = False
-        if state and state.get("pid"):
-            pid = int(state["pid"])
-            if _pid_alive(pid) and _is_our_server(pid):
-                _terminate(pid)
-                stopped = True
-        _clear_state()
-        return stopped
+    """Stop the embedded server(s) recorded in the state files (the shared one and every slot);
+    True if one was stopped."""
+    stopped = False
+    for slot in _slots():
+        with _PROCESS_LOCK, _file_lock(60, slot):
+            state = _read_state(slot)
+            if state and state.get("pid"):
+                pid = int(state["pid"])
+                if _pid_alive(pid) and _is_our_server(pid):
+                    _terminate(pid)
+                    stopped = True
+            _clear_state(slot)
+    return stopped
 
 
 def embedded_status() -> dict[str, Any]:

@@ -586,6 +586,23 @@ def build(cfg: dict | RolloutOptions, meter: Any):
                 merged[key] = ecfg[key]
         return get_client(llm_config(merged, role="env"), meter)
 
+    names: dict[str, str] = {}
+
+    def agent_name() -> str:
+        # the real model (GGUF file + sha256 on the embedded server, else the served name/path)
+        if "agent" not in names:
+            from toolkit.llm.models import model_identity
+
+            names["agent"] = model_identity(agent_cfg.model, agent_cfg.base_url)
+        return names["agent"]
+
+    def user_name() -> str:
+        if "user" not in names:
+            from toolkit.llm.models import model_identity
+
+            names["user"] = model_identity(user_cfg.model, user_cfg.base_url)
+        return names["user"]
+
     async def one(record: Record, k: int) -> Trajectory:
         idx = len(record.trajectories) + k
         tid = f"{record.id}-t{idx}"
@@ -613,8 +630,8 @@ def build(cfg: dict | RolloutOptions, meter: Any):
             return await run_episode(
                 record, env, agent, user, tid, limits, extra_tools=extra,
                 first_message=first_message,
-                agent_model=("replay" if kind == "replay" else (agent_cfg.model or "embedded")),
-                user_model=(user_cfg.model or "embedded") if user is not None else None)
+                agent_model=("replay" if kind == "replay" else agent_name()),
+                user_model=user_name() if user is not None else None)
         finally:
             env.close()
 
@@ -638,7 +655,7 @@ def build(cfg: dict | RolloutOptions, meter: Any):
                 setattr(total, f_, getattr(total, f_) + getattr(t.usage, f_))
             total.cost += t.usage.cost
         add_provenance(record, "rollout", strategy=kind,
-                       model=None if kind == "replay" else (agent_cfg.model or "embedded"),
+                       model=None if kind == "replay" else agent_name(),
                        recipe_hash=o.recipe_hash, usage=total.model_dump())
         return record
 

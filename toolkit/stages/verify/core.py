@@ -69,6 +69,7 @@ class Options:
     recipe_hash: str | None
     replay_memo: bool
     penalize_invalid_calls: bool
+    no_write_basis: bool = True
     grounding_match: str | None = None
     grounding_threshold: float | None = None
     verdict_kinds: dict = field(default_factory=dict)  # strategy -> Verdict.kind (from the registry)
@@ -98,7 +99,7 @@ class Options:
                    judge_threshold=o.judge_threshold, f1_threshold=o.f1_threshold,
                    f1_epsilon=R.DEFAULT_EPSILON if o.f1_epsilon is None else o.f1_epsilon,
                    recipe_hash=o.recipe_hash, replay_memo=o.replay_memo,
-                   penalize_invalid_calls=o.penalize_invalid_calls,
+                   penalize_invalid_calls=o.penalize_invalid_calls, no_write_basis=o.no_write_basis,
                    grounding_match=o.grounding_match, grounding_threshold=o.grounding_threshold)
 
     @classmethod

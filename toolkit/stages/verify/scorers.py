@@ -11,6 +11,7 @@ from typing import Any
 from toolkit.io import StageError
 from toolkit.schema import Record, Step, Trajectory
 from toolkit.scoring import rewards as R
+from toolkit.scoring.nowrite import no_write_check
 from toolkit.stages.verify.calls import Call, _call_ok, final_answer
 from toolkit.stages.verify.core import (NOT_REPLAYABLE, Options, Outcome, Scoring, _canon_json, _jsonable,
                                         _short_repr, scorer)
@@ -48,6 +49,15 @@ def run_state_diff(ctx: EnvContext, traj: Trajectory, calls: list[Call], opts: O
               "lambda_err": opts.lambda_err, "epsilon": opts.epsilon,
               "penalize_invalid_calls": opts.penalize_invalid_calls}
     reasons: list[str] = []
+    if info.delta0 == 0 and opts.no_write_basis:
+        nw = _no_write(ctx, traj, calls, rp)
+        scores["no_write"] = {k: v for k, v in nw.items() if k != "reasons"}
+        if not nw["passed"]:
+            success = 0
+            scores["R"] = 0
+        reasons += nw["reasons"]
+    # a pass on a task whose target is the start state changed nothing: counted apart in reports
+    scores["noop_target"] = info.delta0 == 0
     if d_final:
         parts = [f"{t}: +{v['only_a']}/-{v['only_b']}" for t, v in detail["tables"].items()]
         reasons.append(f"DIFF(final, target) = {d_final} rows ({'; '.join(parts)}; +rows only in the final "
@@ -59,6 +69,31 @@ def run_state_diff(ctx: EnvContext, traj: Trajectory, calls: list[Call], opts: O
         reasons.append(f"{scores['violations']} {what} call(s), each r_t = -{opts.lambda_err}")
     reasons += rp["notes"]
     return Outcome(passed=bool(success), score=float(success), scores=scores, reasons=reasons)
+
+
+def _write_tools(ctx: EnvContext) -> set[str] | None:
+    """Names of the tools that write, when the environment says (sqlite: insert_/update_ tools)."""
+    try:
+        tools = getattr(getattr(ctx.env(), "domain", None), "tools", None)
+    except StageError:
+        return None
+    if not isinstance(tools, dict):
+        return None
+    return {n for n, td in tools.items() if getattr(td, "kind", "query") != "query"}
+
+
+def _no_write(ctx: EnvContext, traj: Trajectory, calls: list[Call], rp: dict) -> dict:
+    """The DB + ACTION + COMMUNICATE basis for a task whose target is its start state."""
+    gt = ctx.record.task.ground_truth if ctx.record.task else None
+    expected = [a.model_dump() for a in (gt.actions if gt else [])]
+    info = list(gt.communicate_info or []) if gt is not None else []
+    replies = [m.content for m in traj.messages
+               if m.role == "assistant" and m.name != "user" and isinstance(m.content, str) and m.content.strip()]
+    return no_write_check(delta0=0, diffs=rp["diffs"], codes=rp["codes"], names=[c.name for c in calls],
+                          sides=[c.side for c in calls], expected_actions=expected,
+                          pred_calls=[(c.name, c.args) for c in calls if c.args is not None and c.side != "user"],
+                          replies=replies, communicate_info=info, write_tools=_write_tools(ctx),
+                          call_args=[c.args for c in calls])
 
 
 @scorer("actions", verdict_kind="actions", help="tau2-style: every expected action matches a tool call")

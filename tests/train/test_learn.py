@@ -1,0 +1,67 @@
+"""The learn experiment's data steps: the split by target/entities and the report's numbers."""
+
+from __future__ import annotations
+
+import json
+
+from toolkit.train import learn as L
+
+
+def _task(tid, target, **ids):
+    return {"id": tid, "task": {"ground_truth": {"target_state_ref": target, "actions": [
+        {"name": "update_x", "arguments": dict(ids, note="free text")}]}}}
+
+
+def test_split_keeps_targets_and_entities_disjoint():
+    tasks = [_task("a", "T1", user_id="u1"), _task("b", "T2", user_id="u2"), _task("c", "T1", user_id="u3"),
+             _task("d", "T3", user_id="u1", reservation_id=5), _task("e", "T4", user_id="u4"),
+             _task("f", "T5", user_id="u5", reservation_id=5)]
+    for seed in range(5):
+        train, held, dropped = L.split(tasks, 0.34, seed)
+        assert len(held) == 2 and len(train) + len(held) + len(dropped) == 6
+        hk = set().union(*(L.task_keys(t) for t in held))
+        for t in train:
+            assert not (L.task_keys(t) & hk), (seed, t["id"])
+        # a dropped task shares a key with the held-out set (that is the only reason to drop it)
+        for t in dropped:
+            assert L.task_keys(t) & hk
+    assert L.task_keys(tasks[3]) == {"target:T3", "entity:user_id=u1", "entity:reservation_id=5"}
+
+
+def _traj(task_reward_turns):
+    tid, reward, noop, turns = task_reward_turns
+    msgs = [{"role": "user", "content": "hi"}]
+    steps = []
+    for i, kind in enumerate(turns):  # "ok" call, "bad" call (unknown tool), "text" reply
+        if kind == "text":
+            msgs.append({"role": "assistant", "content": "done"})
+            continue
+        msgs.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"c{i}", "type": "function", "function": {"name": "f", "arguments": "{}"}}]})
+        steps.append({"tool_call_id": f"c{i}", "name": "f", "ok": kind == "ok",
+                      "error_code": None if kind == "ok" else "UNKNOWN_TOOL"})
+    return {"id": tid, "trajectories": [{"id": f"{tid}-t0", "messages": msgs, "steps": steps, "reward": reward,
+                                         "agent_model": "m", "scores": {"state_diff": {"R": int(reward),
+                                                                                       "noop_target": noop}}}]}
+
+
+def test_report_numbers_and_summary_shape(tmp_path):
+    base = [_traj(x) for x in [("t1", 0.0, False, ["bad", "text"]), ("t2", 1.0, True, ["text"]),
+                                ("t3", 0.0, False, ["text"])]]
+    sft = [_traj(x) for x in [("t1", 1.0, False, ["ok", "text"]), ("t2", 1.0, True, ["ok", "text"]),
+                               ("t3", 0.0, False, ["ok", "bad", "text"])]]
+    for name, recs in (("base", base), ("sft", sft)):
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    s = L.report({"base": str(tmp_path / "base.jsonl"), "sft": str(tmp_path / "sft.jsonl")}, str(tmp_path / "out"))
+    # by hand: base valid turns 0 of 4 (the one call named an unknown tool), sft 3 of 7
+    assert s["base"] == {"n": 3, "reward_mean": 1 / 3, "pass_rate": 1 / 3, "valid_tool_call_rate": 0.0}
+    assert s["sft"]["valid_tool_call_rate"] == 3 / 7 and s["sft"]["reward_mean"] == 2 / 3
+    d = s["sft_vs_base"]
+    assert abs(d["diff"] - 1 / 3) < 1e-9 and d["ci_low"] <= d["diff"] <= d["ci_high"]
+    assert 0.0 <= d["ci_low"] and d["ci_high"] <= 1.0  # per-task diffs are 1, 0, 0
+    assert set(s) == {"base", "sft", "sft_vs_base"}
+    on_disk = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert on_disk == json.loads(json.dumps(s))
+    det = json.loads((tmp_path / "out" / "details.json").read_text())["models"]
+    assert det["base"]["noop_passes"] == 1 and det["base"]["passes"] == 1  # its one pass changed nothing
+    assert "| base | 3 |" in (tmp_path / "out" / "table.md").read_text()

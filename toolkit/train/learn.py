@@ -1,0 +1,281 @@
+"""The closed-loop experiment's data steps (recipes/learn.sh): split synthesized tasks into train
+and held-out by target, and turn verified held-out rollouts of base / SFT / GRPO into the table,
+summary.json, details.json and curves.
+
+    python -m toolkit.train.learn split --heldout 0.3 --seed 7 --train T.jsonl --heldout-out H.jsonl < tasks.jsonl
+    python -m toolkit.train.learn report --out DIR base=B.jsonl sft=S.jsonl grpo=G.jsonl [--curves sft=DIR ...]
+
+Split: each task's "keys" are its target (the target state's hash, or its reference actions when
+there is no target) and the entities its reference actions name (every `*_id` / `id` argument
+value).  Held-out tasks are drawn (seeded) until the fraction is reached; every other task that
+shares a key with a held-out task is dropped from train (counted), so train and held-out have
+disjoint targets and entities.
+
+Report: per model over its verified trajectories (verify --strategy state_diff): n, mean reward,
+pass rate, valid tool-call rate (agent turns whose every tool call parsed, named a real tool and
+had object arguments / all agent turns), passes that changed nothing (task target = start
+state), each with a 95% bootstrap interval; differences (sft - base, grpo - sft) of mean reward
+with a paired bootstrap over held-out tasks (2,000 resamples, seeded).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import sys
+from collections.abc import Iterable
+
+BAD_CALL_CODES = ("UNKNOWN_TOOL", "INVALID_ARGUMENTS")
+MODELS = ("base", "sft", "grpo")
+
+
+def _read(path: str | None) -> list[dict]:
+    f = open(path, encoding="utf-8") if path and path != "-" else sys.stdin
+    try:
+        return [json.loads(line) for line in f if line.strip()]
+    finally:
+        if f is not sys.stdin:
+            f.close()
+
+
+def _write(path: str, recs: Iterable[dict]) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        for r in recs:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+
+
+# ----------------------------------------------------------------------------------------------
+# split
+
+
+def task_keys(rec: dict) -> set[str]:
+    gt = ((rec.get("task") or {}).get("ground_truth") or {})
+    keys: set[str] = set()
+    target = gt.get("target_state_ref")
+    if not target and gt.get("target_state") is not None:
+        target = hashlib.sha256(json.dumps(gt["target_state"], sort_keys=True).encode()).hexdigest()
+    if not target:
+        target = hashlib.sha256(json.dumps(gt.get("actions") or [], sort_keys=True).encode()).hexdigest()
+    keys.add(f"target:{target}")
+    for a in gt.get("actions") or []:
+        for k, v in (a.get("arguments") or {}).items():
+            if (k == "id" or k.endswith("_id")) and isinstance(v, (str, int)) and not isinstance(v, bool):
+                keys.add(f"entity:{k}={v}")
+    return keys
+
+
+def split(tasks: list[dict], heldout_frac: float, seed: int) -> tuple[list[dict], list[dict], list[dict]]:
+    """(train, heldout, dropped): disjoint targets and entities between train and held-out."""
+    order = sorted(range(len(tasks)),
+                   key=lambda i: hashlib.sha256(f"{seed}:{tasks[i].get('id')}".encode()).hexdigest())
+    keys = [task_keys(t) for t in tasks]
+    want = max(1, round(heldout_frac * len(tasks))) if tasks else 0
+    held: list[int] = []
+    held_keys: set[str] = set()
+    # fewest keys first among equals keeps more of train
+    for i in sorted(order, key=lambda i: len(keys[i])):
+        if len(held) >= want:
+            break
+        held.append(i)
+        held_keys |= keys[i]
+    hs = set(held)
+    train = [tasks[i] for i in order if i not in hs and not (keys[i] & held_keys)]
+    dropped = [tasks[i] for i in order if i not in hs and (keys[i] & held_keys)]
+    return train, [tasks[i] for i in sorted(held)], dropped
+
+
+# ----------------------------------------------------------------------------------------------
+# metrics
+
+
+def agent_turns(traj: dict) -> tuple[int, int]:
+    """(agent turns, turns with only valid tool calls)."""
+    codes = {s.get("tool_call_id"): s.get("error_code") for s in traj.get("steps") or []}
+    turns = valid = 0
+    for m in traj.get("messages") or []:
+        if m.get("role") != "assistant" or m.get("name") == "user":
+            continue
+        turns += 1
+        calls = m.get("tool_calls") or []
+        if calls and all(codes.get(c.get("id")) not in BAD_CALL_CODES for c in calls):
+            valid += 1
+    return turns, valid
+
+
+def rows(recs: list[dict]) -> list[dict]:
+    """One row per trajectory: task id, reward, passed, agent turns, valid turns, noop pass."""
+    out = []
+    for r in recs:
+        for t in r.get("trajectories") or []:
+            sd = (t.get("scores") or {}).get("state_diff") or {}
+            reward = float(t.get("reward") or 0.0)
+            passed = bool(sd.get("R")) if "R" in sd else reward >= 1.0
+            turns, valid = agent_turns(t)
+            out.append({"task": r.get("id"), "reward": reward, "passed": passed, "turns": turns, "valid": valid,
+                        "noop_pass": passed and bool(sd.get("noop_target")), "model": t.get("agent_model")})
+    return out
+
+
+def _boot(values: list[float], n_boot: int, rng: random.Random) -> tuple[float, float]:
+    if not values:
+        return float("nan"), float("nan")
+    means = sorted(sum(rng.choice(values) for _ in values) / len(values) for _ in range(n_boot))
+    return means[int(0.025 * n_boot)], means[min(n_boot - 1, int(0.975 * n_boot))]
+
+
+def model_stats(rs: list[dict], n_boot: int = 2000, seed: int = 0) -> dict:
+    rng = random.Random(seed)
+    n = len(rs)
+    turns = sum(r["turns"] for r in rs)
+    valid = sum(r["valid"] for r in rs)
+    rewards = [r["reward"] for r in rs]
+    passes = [1.0 if r["passed"] else 0.0 for r in rs]
+    per_traj_valid = [r["valid"] / r["turns"] for r in rs if r["turns"]]
+    st = {"n": n, "reward_mean": (sum(rewards) / n) if n else 0.0, "pass_rate": (sum(passes) / n) if n else 0.0,
+          "valid_tool_call_rate": (valid / turns) if turns else 0.0}
+    detail = dict(st, agent_turns=turns, valid_turns=valid, passes=int(sum(passes)),
+                  noop_passes=sum(1 for r in rs if r["noop_pass"]),
+                  reward_ci=_boot(rewards, n_boot, rng), pass_ci=_boot(passes, n_boot, rng),
+                  valid_ci=_boot(per_traj_valid, n_boot, rng),
+                  models=sorted({str(r["model"]) for r in rs if r.get("model")}))
+    return {"summary": st, "detail": detail}
+
+
+def paired_diff(a: list[dict], b: list[dict], n_boot: int = 2000, seed: int = 0) -> dict:
+    """mean reward of b - a, paired by task (the per-task mean over its trajectories), bootstrap CI."""
+    def per_task(rs):
+        d: dict = {}
+        for r in rs:
+            d.setdefault(r["task"], []).append(r["reward"])
+        return {k: sum(v) / len(v) for k, v in d.items()}
+    pa, pb = per_task(a), per_task(b)
+    common = sorted(set(pa) & set(pb))
+    if not common:
+        return {"diff": float("nan"), "ci_low": float("nan"), "ci_high": float("nan")}
+    diffs = [pb[k] - pa[k] for k in common]
+    lo, hi = _boot(diffs, n_boot, random.Random(seed))
+    return {"diff": sum(diffs) / len(diffs), "ci_low": lo, "ci_high": hi}
+
+
+def _fmt_ci(ci) -> str:
+    return f"[{ci[0]:.3f}, {ci[1]:.3f}]"
+
+
+def table(details: dict, diffs: dict) -> str:
+    lines = ["| model | n | valid tool-call rate [95% CI] | mean reward [95% CI] | pass rate [95% CI] | "
+             "passes that changed nothing |",
+             "|---|---|---|---|---|---|"]
+    for m, d in details.items():
+        lines.append(f"| {m} | {d['n']} | {d['valid_tool_call_rate']:.3f} {_fmt_ci(d['valid_ci'])} "
+                     f"({d['valid_turns']}/{d['agent_turns']} turns) | {d['reward_mean']:.3f} {_fmt_ci(d['reward_ci'])} | "
+                     f"{d['pass_rate']:.3f} {_fmt_ci(d['pass_ci'])} | {d['noop_passes']} of {d['passes']} |")
+    lines.append("")
+    for k, v in diffs.items():
+        lines.append(f"- {k}: mean reward difference {v['diff']:+.3f}, 95% paired bootstrap CI "
+                     f"[{v['ci_low']:+.3f}, {v['ci_high']:+.3f}]")
+    return "\n".join(lines) + "\n"
+
+
+def curves(runs: dict[str, str], png: str) -> bool:
+    """Plot metrics.jsonl of each training run (loss / reward per step) into one PNG."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, axes = plt.subplots(1, max(1, len(runs)), figsize=(5 * max(1, len(runs)), 3.5), squeeze=False)
+    for ax, (name, d) in zip(axes[0], runs.items()):
+        pts: dict[str, list] = {}
+        try:
+            with open(os.path.join(d, "metrics.jsonl"), encoding="utf-8") as f:
+                for i, line in enumerate(f):
+                    m = json.loads(line)
+                    step = m.get("step", i)
+                    for k in ("loss", "reward_mean", "reward"):
+                        if isinstance(m.get(k), (int, float)):
+                            pts.setdefault(k, []).append((step, m[k]))
+        except (OSError, ValueError):
+            pass
+        for k, v in pts.items():
+            ax.plot([p[0] for p in v], [p[1] for p in v], marker="o", label=k)
+        ax.set_title(name)
+        ax.set_xlabel("step")
+        if pts:
+            ax.legend()
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
+    plt.close(fig)
+    return True
+
+
+def report(evals: dict[str, str], out: str, curve_runs: dict[str, str] | None = None) -> dict:
+    os.makedirs(out, exist_ok=True)
+    rs = {m: rows(_read(p)) for m, p in evals.items() if p and os.path.exists(p)}
+    stats = {m: model_stats(v) for m, v in rs.items()}
+    summary: dict = {m: s["summary"] for m, s in stats.items()}
+    diffs = {}
+    if "base" in rs and "sft" in rs:
+        diffs["sft_vs_base"] = summary["sft_vs_base"] = paired_diff(rs["base"], rs["sft"])
+    if "sft" in rs and "grpo" in rs:
+        diffs["grpo_vs_sft"] = summary["grpo_vs_sft"] = paired_diff(rs["sft"], rs["grpo"])
+    details = {m: s["detail"] for m, s in stats.items()}
+    with open(os.path.join(out, "summary.json"), "w", encoding="utf-8") as f:
+        json.dump(summary, f, indent=1)
+    with open(os.path.join(out, "details.json"), "w", encoding="utf-8") as f:
+        json.dump({"models": details, "diffs": diffs}, f, indent=1)
+    with open(os.path.join(out, "table.md"), "w", encoding="utf-8") as f:
+        f.write(table(details, diffs))
+    if curve_runs:
+        curves(curve_runs, os.path.join(out, "curves.png"))
+    return summary
+
+
+def _pairs(items: list[str]) -> dict[str, str]:
+    out = {}
+    for it in items:
+        k, _, v = it.partition("=")
+        if not v:
+            raise SystemExit(f"expected NAME=PATH, got {it!r}")
+        out[k] = v
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m toolkit.train.learn")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sp = sub.add_parser("split", help="split tasks (stdin) into train / held-out by target and entities")
+    sp.add_argument("--heldout", type=float, default=0.3)
+    sp.add_argument("--seed", type=int, default=7)
+    sp.add_argument("--max-heldout", type=int, default=None)
+    sp.add_argument("--train", required=True)
+    sp.add_argument("--heldout-out", required=True)
+    rp = sub.add_parser("report", help="table + summary.json from verified held-out rollouts")
+    rp.add_argument("--out", required=True)
+    rp.add_argument("--curves", nargs="*", default=[])
+    rp.add_argument("evals", nargs="+", help="MODEL=verified.jsonl")
+    a = ap.parse_args(argv)
+    if a.cmd == "split":
+        tasks = _read(None)
+        train, held, dropped = split(tasks, a.heldout, a.seed)
+        if a.max_heldout is not None:
+            held = held[: a.max_heldout]
+        _write(a.train, train)
+        _write(a.heldout_out, held)
+        info = {"tasks": len(tasks), "train": len(train), "heldout": len(held), "dropped_shared_keys": len(dropped)}
+        print(json.dumps(info), file=sys.stderr)
+        print(json.dumps(info))
+        return 0 if train and held else 1
+    summary = report(_pairs(a.evals), a.out, _pairs(a.curves) if a.curves else None)
+    with open(os.path.join(a.out, "table.md"), encoding="utf-8") as f:
+        sys.stderr.write(f.read())
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
