@@ -4,6 +4,7 @@
 #   recipes/eigendata.sh ENV N [MAX_ITERS]
 # ENV: a bundled sqlite domain (airline, clinic) or tau2:<domain> (tau2:airline ...).
 # N: scenarios per prompt set and iteration. MAX_ITERS: pilot iterations (the paper: up to 16).
+# K: prompt sets (default: the recipe's gen-plan.n).
 # Model: the embedded default unless TOOLKIT_BASE_URL / TOOLKIT_MODEL (or role-specific
 # TOOLKIT_<ROLE>_*) point elsewhere. Outputs in $OUT (default out/eigendata-<env>):
 #   plans.it<k>.in.jsonl  the plans iteration k starts from; it<k>/<stage>.jsonl (+ .rejects.jsonl,
@@ -35,7 +36,8 @@ export TOOLKIT_STAGE_LOG="$out/stages.jsonl"; : > "$TOOLKIT_STAGE_LOG"
 export TOOLKIT_PROMPTS=${TOOLKIT_PROMPTS:-$out/prompts}; mkdir -p "$TOOLKIT_PROMPTS"
 common=(--recipe "$recipe" --max-tokens "${MAX_TOKENS:-1024}")
 strat=(--attempts "${ATTEMPTS:-2}")
-TOOLKIT_STAGE_GROUP=plan gen-plan --strategy eigendata -n "${K:-1}" "${common[@]}" "${strat[@]}" --rejects "$out/gen-plan.rejects.jsonl" \
+# K prompt sets: the recipe's gen-plan.n unless K is set
+TOOLKIT_STAGE_GROUP=plan gen-plan --strategy eigendata ${K:+-n "$K"} "${common[@]}" "${strat[@]}" --rejects "$out/gen-plan.rejects.jsonl" \
   < "$out/env.jsonl" > "$out/plans.it1.in.jsonl"
 if [ ! -s "$out/plans.it1.in.jsonl" ]; then  # no valid prompt set: start from the shipped prompts
   echo "[eigendata] gen-plan produced no prompt set; using the shipped prompts (version 1)" >&2
@@ -82,9 +84,12 @@ for it in $(seq 1 "$iters"); do
   pass verify < "$d/verified.all.jsonl" > "$d/make-verifier.in.jsonl"
   s make-verifier --strategy eigendata < "$d/make-verifier.in.jsonl" > "$d/make-verifier.jsonl"
   ok make-verifier < "$d/make-verifier.jsonl" >> "$out/dataset.jsonl"
-  # reflect on the latest version of every record of this iteration (verify's over validate-task's)
-  cat "$d/validate-task.jsonl" "$d/verify.jsonl" | jq -s -c 'reverse | unique_by(.id) | .[] | select(.plan != null)' \
-    > "$d/reflect.in.jsonl"
+  # reflect and drift see the latest version of every record of this iteration (verify's over
+  # validate-task's) AND the repaired records of every round (<root>-rep<k>, extra.repair_round), so
+  # the repair-rounds signal and the repair outcomes reach them
+  cat "$d/validate-task.jsonl" "$d/verify.jsonl" \
+      $(for r in 1 2 3; do for f in validate-task verify; do [ -f "$d/repair$r/$f.jsonl" ] && echo "$d/repair$r/$f.jsonl"; done; done) \
+    | jq -s -c 'reverse | unique_by(.id) | .[] | select(.plan != null)' > "$d/reflect.in.jsonl"
   if [ "${DRIFT:-1}" != 0 ] && [ -s "$d/reflect.in.jsonl" ]; then  # sampled audit against the baseline
     audit=(python -m toolkit.flows.eigendata.drift --audit-rate "${AUDIT_RATE:-0.5}")
     if [ ! -s "$out/drift.baseline.json" ]; then

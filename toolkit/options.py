@@ -239,6 +239,9 @@ class VerifyOptions(StreamOpts):
     code_cpu_seconds: float = 10.0
     code_wall_seconds: float = 20.0
     code_memory_mb: int = 1024
+    # the code verifier's reward: binary = 1.0 iff overall_pass (EigenData §5: "only a full match"
+    # is success); verifier = the verifier's own (possibly partial) `reward`
+    code_reward: Literal["binary", "verifier"] = "binary"
     judge_attempts: int = 3
     judge_threshold: float = 0.5
     f1_threshold: Optional[float] = None

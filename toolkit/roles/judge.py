@@ -25,6 +25,7 @@ no attribution.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +46,30 @@ CRITICAL = ("function_error", "data_fabrication", "policy_violation", "goal_fail
 ASTRA_DIMS = ("query_understanding", "query_planning", "tool_context_understanding",
               "tool_context_planning", "tool_call_status", "tool_conciseness", "final_answer_quality")
 MALFORMED = "malformed judge output"
+# AReaL-SEA prompts 3/4: "<eval_rules_improve>: identify 0-5 items ... to relax, or say that the
+# evaluation rules are of high quality" — that answer is zero items, never an item to apply.
+_NO_CHANGE = re.compile(r"(\brules?\b[^.;]*\b(is|are)\b[^.;]*\bhigh[- ]quality\b|^(none|n/?a|no (changes?|improvements?|"
+                        r"items?)( (are )?(needed|required|proposed))?)\.?$)", re.I)
+_BULLET = re.compile(r"^\s*(?:[-*\u2022]|\d+[.)]|\(\d+\))\s*")
+
+
+def improve_items(v: Any, limit: int | None = 5) -> list[str]:
+    """The `<eval_rules_improve>` answer as a list of items (SEA prompts 3, 4 and 6): a list is
+    kept item by item, a string is split into one item per line (bullets and numbering dropped);
+    empty items and "the evaluation rules are of high quality" (zero items) are dropped. More than
+    `limit` items raise MalformedJudgeOutput (the prompts ask for 0-5)."""
+    if v is None:
+        return []
+    raw = v if isinstance(v, (list, tuple)) else str(v).splitlines()
+    items = []
+    for x in raw:
+        x = x if isinstance(x, str) else json.dumps(x, ensure_ascii=False)
+        x = _BULLET.sub("", x).strip()
+        if x and not _NO_CHANGE.search(x):
+            items.append(x)
+    if limit is not None and len(items) > limit:
+        raise MalformedJudgeOutput(f"eval_rules_improve holds {len(items)} items; at most {limit}")
+    return items
 
 
 @dataclass
@@ -131,7 +156,7 @@ def parse_sea(obj: dict, threshold: float = 0.5) -> Judgment:
     if not reasons:
         raise MalformedJudgeOutput("missing 'eval_report'")
     scores = {"task_quality_verdict": tq, "trajectory_verdict": tv,
-              "eval_rules_improve": _text(obj, "eval_rules_improve") or None}
+              "eval_rules_improve": improve_items(obj.get("eval_rules_improve"))}
     return Judgment(passed=passed, score=1.0 if passed else 0.0, scores=scores, reasons=reasons,
                     attribution=attr)
 
@@ -285,18 +310,25 @@ def prompt_astra(*, policy: str, task: str, messages: list[dict], tools: list[di
 @rubric("eigendata", parse=parse_eigendata, flow="eigendata",
         help="EigenData five dimensions + critical issues, rule-decided PASS/FAIL")
 def prompt_eigendata(*, policy: str, task: str, messages: list[dict], tools: list[dict],
-                     evaluation_rules: str = "") -> tuple[str, str]:
-    p = prompts.load("eigendata/trajectory_validation")
+                     evaluation_rules: str = "", prompt_version: int | None = None,
+                     prompt_dirs: list | None = None) -> tuple[str, str]:
+    # the prompt set's pinned TrajectoryValidation version, else its un-evolved newest
+    p = prompts.load_for_set("eigendata/trajectory_validation", prompt_version, dirs=prompt_dirs)
     return p.id, p.render(policy=policy or "(none)", tools=tools_text(tools, indent=1, empty="(not given)"), task=task or "(see the conversation)",
                           rubrics=evaluation_rules or "(none given)",
                           history=render_history(messages, 24000) or "(empty)")
 
 
 def build_prompt(rubric: str, *, policy: str, task: str, messages: list[dict], tools: list[dict],
-                 evaluation_rules: str = "") -> tuple[str, str]:
-    """(prompt id, rendered prompt) for one trajectory."""
+                 evaluation_rules: str = "", prompt_version: int | None = None,
+                 prompt_dirs: list | None = None) -> tuple[str, str]:
+    """(prompt id, rendered prompt) for one trajectory. `prompt_version` / `prompt_dirs` (a
+    prompt set's pin, EigenData) reach only rubrics whose prompt builder takes them."""
+    pin = {}
+    if prompt_version is not None or prompt_dirs:
+        pin = {"prompt_version": prompt_version, "prompt_dirs": prompt_dirs}
     return _rubric(rubric).prompt(policy=policy, task=task, messages=messages, tools=tools,
-                                  evaluation_rules=evaluation_rules)
+                                  evaluation_rules=evaluation_rules, **pin)
 
 
 SYSTEM = "You are a strict evaluator of tool-using agent trajectories. Reply with one JSON object only."
@@ -304,10 +336,12 @@ SYSTEM = "You are a strict evaluator of tool-using agent trajectories. Reply wit
 
 async def judge_trajectory(client: Any, rubric: str, *, policy: str, task: str, messages: list[dict],
                            tools: list[dict], evaluation_rules: str = "", attempts: int = 3,
-                           threshold: float = 0.5) -> Judgment:
+                           threshold: float = 0.5, prompt_version: int | None = None,
+                           prompt_dirs: list | None = None) -> Judgment:
     """Grade one trajectory. Never raises for a bad reply (LLM transport errors do propagate)."""
     pid, prompt = build_prompt(rubric, policy=policy, task=task, messages=messages, tools=tools,
-                               evaluation_rules=evaluation_rules)
+                               evaluation_rules=evaluation_rules, prompt_version=prompt_version,
+                               prompt_dirs=prompt_dirs)
     try:
         got = await ask_structured(client, [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}],
                                    lambda text: parse(rubric, text, threshold), role=f"judge ({rubric})",

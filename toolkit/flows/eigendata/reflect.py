@@ -38,6 +38,7 @@ from toolkit.flows.eigendata import metrics as M
 from toolkit.io import add_provenance, log
 from toolkit.roles.structured import (Malformed, RoleRejected, add_usage, ask_structured, new_usage, parse_tagged_json,
                                       tagged_text)
+from toolkit.roles.judge import improve_items
 from toolkit.schema import Record
 from toolkit.stages.registry import strategy
 from toolkit.flows.eigendata import options as O
@@ -127,7 +128,8 @@ def write_prompt_version(root: Path, role: str, plan: dict, changes: list[dict],
     from toolkit import prompts
 
     pinned = (plan["extra"].get("prompt_versions") or {}).get(role)
-    base = prompts.load(f"{C.FLOW}/{role}", int(pinned) if pinned else None, dirs=[str(root)])
+    # builds on this set's own version: pinned, else the un-evolved newest (never another set's)
+    base = prompts.load_for_set(f"{C.FLOW}/{role}", int(pinned) if pinned else None, dirs=[str(root)])
     new_v = max(prompts.versions(f"{C.FLOW}/{role}", dirs=[str(root)])) + 1
     # learned text must not create {{placeholders}} the renderer would demand
     lines = [f"- [{c['operation']}; addresses {c['addresses']}] " + _line(c).replace("{{", "{ {").replace("}}", "} }")
@@ -140,6 +142,9 @@ def write_prompt_version(root: Path, role: str, plan: dict, changes: list[dict],
     path = d / f"{role}.v{new_v}.txt"
     tmp = path.with_suffix(".tmp")
     tmp.write_text(text, encoding="utf-8")
+    own = prompts.owner_path(path)
+    own.write_text(json.dumps({"prompt_set": key[0], "from_version": key[1], "role": role, "from": base.id,
+                               "version": new_v}, ensure_ascii=False) + "\n", encoding="utf-8")
     tmp.replace(path)
     return {"role": role, "from": base.id, "version": new_v, "path": str(path)}
 
@@ -223,8 +228,8 @@ def _build(cfg: dict, ctx, flavour: str):
                     env_desc = plan.get("evaluation_rules") or ""
                     reports = [f"{r.id}: " + "; ".join(v.reasons)[:800] for r in recs for v in r.verdicts
                                if not v.passed and v.attribution == "task"]
-                    items = [x for r in recs for v in r.verdicts for x in (v.scores.get("eval_rules_improve") or [])
-                             if isinstance(x, str)]
+                    items = list(dict.fromkeys(
+                        x for r in recs for v in r.verdicts for x in improve_items(v.scores.get("eval_rules_improve"), None)))
                     if reports:
                         p = C.role_prompt("plan_improvement")
                         got = await ask_structured(ctx.llm("reflector"), [{"role": "user", "content": p.render(
