@@ -326,6 +326,9 @@ class GRPOCommandOptions(TrainOptions, LLMOpts):
     num_generations: Optional[int] = None
     tasks_per_step: Optional[int] = None
     max_turns: Optional[int] = None
+    # who opens an episode: instruction (task.instruction verbatim) | simulate (the user simulator,
+    # as rollout's first_message); read by the episode engine
+    first_message: Optional[Literal["instruction", "simulate"]] = None
     max_new_tokens: Optional[int] = None
     verify_strategy: Optional[list[str]] = None
     rollouts: Optional[str] = None

@@ -304,3 +304,19 @@ def test_template_fallback_is_counted_and_marked(capsys):
     # the LLM verifier that passes: no fallback anywhere
     out = run_strategy("make-verifier", {"verifier_source": "template"}, load_tasks("airline")[0], "eigendata")
     assert out.verifier.self_test["fallback"] is None and out.provenance[-1].strategy == "eigendata"
+
+
+# ------------------------------------------------------------------------------------------------
+# AReaL-SEA prompt 1: "Create Necessary Instances (optional, only if env tools exist)" — the
+# toolkit's synthesis agent has read-only tools, so the plan must not ask for that step
+
+
+def test_sea_plan_prompt_does_not_ask_for_instances_the_agent_cannot_create():
+    from tests.flows.eigendata.test_plan_reflect import SEA_PLAN
+    from tests.flows.eigendata.util import env_record
+
+    with ScriptedServer([SEA_PLAN.format("A")]) as srv:
+        run_strategy("gen-plan", {"base_url": srv.base_url, "n": 1}, env_record(), "sea")
+        prompt = srv.requests[0]["messages"][0]["content"]
+    assert "There is NO \"Create Necessary Instances\" step" in prompt and "read-only" in prompt
+    assert "use Python's `random` package" not in prompt
