@@ -193,3 +193,29 @@ def test_drift_marker_and_exit_code(tmp_path, monkeypatch, capsys):
     assert code == 0
     code, _ = _drift([], bad, monkeypatch, capsys)
     assert code == 2
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("jq") is None, reason="the recipe needs jq")
+def test_recipe_phase3_keeps_the_prompts_frozen_and_audits(tmp_path):
+    """EigenData §4.4 Phase 3: "scale to large batches using the optimized prompts ... The system
+    continuously samples instances for auditing": given the pilot's plans, no gen-plan and no
+    reflect run; each batch is audited for drift."""
+    env0 = dict(os.environ, TOOLKIT_MODEL="scripted", PHASE="3",
+                PATH=f"{BIN}:{os.path.dirname(sys.executable)}:{os.environ.get('PATH', '')}", PYTHONPATH=str(ROOT))
+    r = subprocess.run(["bash", "recipes/eigendata.sh", "airline", "1", "1"], cwd=ROOT, env=dict(env0, OUT=str(tmp_path / "x")),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "PHASE=3 needs PLANS" in r.stderr
+    plans = tmp_path / "pilot_plans.jsonl"
+    plans.write_text(json.dumps({"id": "airline-ps0", "env": {"backend": "sqlite", "id": "airline"},
+                                 "plan": {"id": "airline-ps0", "prompt_set": "airline-ps0", "prompt_version": "4"}}) + "\n")
+    out = tmp_path / "run"
+    with ScriptedServer(make_universe()) as srv:
+        r = subprocess.run(["bash", "recipes/eigendata.sh", "airline", "1", "2"], cwd=ROOT, capture_output=True, text=True,
+                           env=dict(env0, OUT=str(out), TOOLKIT_BASE_URL=srv.base_url, PLANS=str(plans), DRIFT_EXIT="3"),
+                           timeout=600)
+    assert r.returncode in (0, 3), r.stderr[-3000:]
+    stages = {json.loads(x)["command"] for x in (out / "stages.jsonl").read_text().splitlines()}
+    assert "gen-plan" not in stages and "reflect" not in stages and "gen-task" in stages
+    assert (out / "plans.it2.in.jsonl").read_text() == plans.read_text()  # frozen prompt set (version 4)
+    assert (out / "drift.jsonl").read_text().strip()  # batch 1 audited (its own baseline)
