@@ -4,6 +4,7 @@
 #   recipes/eigendata.sh ENV N [MAX_ITERS]
 # ENV: a bundled sqlite domain (airline, clinic) or tau2:<domain> (tau2:airline ...).
 # N: scenarios per prompt set and iteration. MAX_ITERS: pilot iterations (the paper: up to 16).
+# K: prompt sets (default: the recipe's gen-plan.n).
 # Model: the embedded default unless TOOLKIT_BASE_URL / TOOLKIT_MODEL (or role-specific
 # TOOLKIT_<ROLE>_*) point elsewhere. Outputs in $OUT (default out/eigendata-<env>):
 #   plans.it<k>.in.jsonl  the plans iteration k starts from; it<k>/<stage>.jsonl (+ .rejects.jsonl,
@@ -17,6 +18,10 @@
 # `python -m toolkit.flows.eigendata.drift --write-baseline`) or else iteration 1's whole batch. On drift
 # the loop stops: the marker record goes to $OUT/DRIFT.jsonl and the script exits 3 (DRIFT_EXIT),
 # so a job script can pause generation and re-enter the pilot loop. DRIFT=0 turns the audit off.
+# Phase 3 (large-scale generation with online monitoring): PHASE=3 PLANS=<pilot's final plans>
+# (DRIFT_BASELINE=<pilot metrics>) recipes/eigendata.sh ENV N BATCHES: no gen-plan, no reflect (the
+# optimized prompts stay frozen), every batch is audited; on drift exit 3 (re-enter Phase 2 with
+# PLANS=the same file). PLANS also starts a Phase-2 run from given prompt sets.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 env_name=${1:-airline}; n=${2:-2}; iters=${3:-16}
@@ -35,8 +40,18 @@ export TOOLKIT_STAGE_LOG="$out/stages.jsonl"; : > "$TOOLKIT_STAGE_LOG"
 export TOOLKIT_PROMPTS=${TOOLKIT_PROMPTS:-$out/prompts}; mkdir -p "$TOOLKIT_PROMPTS"
 common=(--recipe "$recipe" --max-tokens "${MAX_TOKENS:-1024}")
 strat=(--attempts "${ATTEMPTS:-2}")
-TOOLKIT_STAGE_GROUP=plan gen-plan --strategy eigendata -n "${K:-1}" "${common[@]}" "${strat[@]}" --rejects "$out/gen-plan.rejects.jsonl" \
-  < "$out/env.jsonl" > "$out/plans.it1.in.jsonl"
+phase=${PHASE:-2}
+case "$phase" in 2|3) ;; *) echo "[eigendata] PHASE must be 2 (pilot) or 3 (large-scale generation)" >&2; exit 2 ;; esac
+if [ -n "${PLANS:-}" ]; then  # start from given prompt sets (Phase 3: the pilot's final plans)
+  cp "$PLANS" "$out/plans.it1.in.jsonl"
+elif [ "$phase" = 3 ]; then
+  echo "[eigendata] PHASE=3 needs PLANS (the optimized prompt sets of a pilot run, e.g. its last plans.it<k>.in.jsonl)" >&2
+  exit 2
+else
+  # K prompt sets: the recipe's gen-plan.n unless K is set
+  TOOLKIT_STAGE_GROUP=plan gen-plan --strategy eigendata ${K:+-n "$K"} "${common[@]}" "${strat[@]}" --rejects "$out/gen-plan.rejects.jsonl" \
+    < "$out/env.jsonl" > "$out/plans.it1.in.jsonl"
+fi
 if [ ! -s "$out/plans.it1.in.jsonl" ]; then  # no valid prompt set: start from the shipped prompts
   echo "[eigendata] gen-plan produced no prompt set; using the shipped prompts (version 1)" >&2
   echo "{\"id\":\"$name-ps0\",\"env\":$envref,\"plan\":{\"id\":\"$name-ps0\",\"prompt_set\":\"$name-ps0\",\"prompt_version\":\"1\"}}" \
@@ -82,9 +97,12 @@ for it in $(seq 1 "$iters"); do
   pass verify < "$d/verified.all.jsonl" > "$d/make-verifier.in.jsonl"
   s make-verifier --strategy eigendata < "$d/make-verifier.in.jsonl" > "$d/make-verifier.jsonl"
   ok make-verifier < "$d/make-verifier.jsonl" >> "$out/dataset.jsonl"
-  # reflect on the latest version of every record of this iteration (verify's over validate-task's)
-  cat "$d/validate-task.jsonl" "$d/verify.jsonl" | jq -s -c 'reverse | unique_by(.id) | .[] | select(.plan != null)' \
-    > "$d/reflect.in.jsonl"
+  # reflect and drift see the latest version of every record of this iteration (verify's over
+  # validate-task's) AND the repaired records of every round (<root>-rep<k>, extra.repair_round), so
+  # the repair-rounds signal and the repair outcomes reach them
+  cat "$d/validate-task.jsonl" "$d/verify.jsonl" \
+      $(for r in 1 2 3; do for f in validate-task verify; do [ -f "$d/repair$r/$f.jsonl" ] && echo "$d/repair$r/$f.jsonl"; done; done) \
+    | jq -s -c 'reverse | unique_by(.id) | .[] | select(.plan != null)' > "$d/reflect.in.jsonl"
   if [ "${DRIFT:-1}" != 0 ] && [ -s "$d/reflect.in.jsonl" ]; then  # sampled audit against the baseline
     audit=(python -m toolkit.flows.eigendata.drift --audit-rate "${AUDIT_RATE:-0.5}")
     if [ ! -s "$out/drift.baseline.json" ]; then
@@ -103,8 +121,13 @@ for it in $(seq 1 "$iters"); do
       echo "[eigendata] drift audit failed (exit $rc); continuing without it" >&2
     fi
   fi
-  s reflect --strategy eigendata < "$d/reflect.in.jsonl" > "$d/reflect.jsonl"
   next="$out/plans.it$((it + 1)).in.jsonl"
+  if [ "$phase" = 3 ]; then  # the prompts stay frozen; the drift audit above is the only control
+    cp "$out/plans.it$it.in.jsonl" "$next"
+    python -m toolkit.yieldtable "$TOOLKIT_STAGE_LOG" --markdown --json "$out/yield.json" >&2
+    continue
+  fi
+  s reflect --strategy eigendata < "$d/reflect.in.jsonl" > "$d/reflect.jsonl"
   if [ -s "$d/reflect.jsonl" ]; then cp "$d/reflect.jsonl" "$next"; else cp "$out/plans.it$it.in.jsonl" "$next"; fi
   python -m toolkit.yieldtable "$TOOLKIT_STAGE_LOG" --markdown --json "$out/yield.json" >&2
   if [ -s "$d/reflect.jsonl" ] && jq -e -s 'all(.[]; .plan.extra.pilot.stop == true)' "$d/reflect.jsonl" > /dev/null; then

@@ -241,6 +241,9 @@ class VerifyOptions(StreamOpts):
     code_cpu_seconds: float = 10.0
     code_wall_seconds: float = 20.0
     code_memory_mb: int = 1024
+    # the code verifier's reward: binary = 1.0 iff overall_pass (EigenData §5: "only a full match"
+    # is success); verifier = the verifier's own (possibly partial) `reward`
+    code_reward: Literal["binary", "verifier"] = "binary"
     judge_attempts: int = 3
     judge_threshold: float = 0.5
     f1_threshold: Optional[float] = None
@@ -330,6 +333,9 @@ class GRPOCommandOptions(TrainOptions, LLMOpts):
     num_generations: Optional[int] = None
     tasks_per_step: Optional[int] = None
     max_turns: Optional[int] = None
+    # who opens an episode: instruction (task.instruction verbatim) | simulate (the user simulator,
+    # as rollout's first_message); read by the episode engine
+    first_message: Optional[Literal["instruction", "simulate"]] = None
     max_new_tokens: Optional[int] = None
     verify_strategy: Optional[list[str]] = None
     rollouts: Optional[str] = None

@@ -189,3 +189,40 @@ def test_embedded_rollout_pipes_into_verify():
     assert len(rec["trajectories"]) == 2
     assert all(t["reward"] in (0.0, 1.0) for t in rec["trajectories"])
     assert all(t["agent_model"] == "embedded" or t["agent_model"] for t in rec["trajectories"])
+
+
+def test_user_simulator_gets_the_scenario_parameters_knowledge_bounds_and_turn_budget():
+    """EigenData App. 3.1 UserSimulatorAgent: the scenario's selected parameters (behavioral pattern,
+    urgency, emotional state), "Knowledge Boundaries: I don't have that handy", and the inputs
+    "Current Turn / Max Turns"; the user-model SFT rows (§5) carry the same system prompt."""
+    from toolkit.train import export as X
+
+    rec = tasks()[0]
+    rec.task.user_scenario.extra.update(behavioral_pattern="impatient", urgency_level="critical",
+                                        emotional_state="frustrated")
+    text = rollout.scenario_text(rec)
+    for line in ("Behaviour pattern: impatient", "Urgency: critical", "Emotional state: frustrated"):
+        assert line in text
+    seen = []
+
+    def script(req):
+        if is_user_sim(req):
+            seen.append(req["messages"])
+            return "Hurry, cancel it!" if len(seen) == 1 else "###STOP###"
+        if not any(m["role"] == "tool" for m in req["messages"]):
+            return {"tool_calls": [{"name": "query_customer", "arguments": {"limit": 1}}]}
+        return "I found your profile."
+
+    with ScriptedServer(script) as srv:
+        out = asyncio.run(build(srv.base_url, first_message="simulate", max_turns=12)(rec))
+    t = out.trajectories[0]
+    system = seen[0][0]["content"]
+    assert "Emotional state: frustrated" in system and "I don't have that handy" in system
+    assert "cut after 12 agent turns" in system
+    # the second simulator call sees the agent's reply after its tool call (turn 1) and text (turn 2)
+    assert seen[1][-1] == {"role": "user", "content": "[agent turn 2 of 12] I found your profile."}
+    assert seen[0][1]["content"] == rollout.GREETING  # the opening greeting is no agent turn
+    assert t.extra["user_max_turns"] == 12
+    row = X.record_rows(out, role="user", filter="all")[0]
+    assert row["messages"][0]["content"] == system
+    assert {"role": "user", "content": "[agent turn 2 of 12] I found your profile."} in row["messages"]

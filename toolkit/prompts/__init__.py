@@ -102,6 +102,39 @@ def load(name: str, version: int | None = None, dirs: list | None = None) -> Pro
     return Prompt(name, v, vs[v].read_text(encoding="utf-8"))
 
 
+OWNER_SUFFIX = ".owner.json"
+
+
+def owner_path(path: Path) -> Path:
+    """The sidecar that marks a prompt file as one prompt set's evolved version
+    (`<role>.v<N>.txt` → `<role>.v<N>.owner.json`, written by `reflect`)."""
+    return path.with_name(path.name[: -len(".txt")] + OWNER_SUFFIX)
+
+
+def owner(path: Path) -> dict | None:
+    """{prompt_set, ...} of an evolved prompt file, None for a shipped or user-written one."""
+    import json
+
+    try:
+        return json.loads(owner_path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def load_for_set(name: str, version: int | None = None, dirs: list | None = None) -> Prompt:
+    """A prompt as one prompt set sees it: the `version` it pinned, or else the newest version
+    that is NOT another set's evolved copy (files with an owner sidecar). EigenData evolves each
+    prompt set separately and AReaL-SEA's streams reflect "without cross-contamination": a set
+    that never evolved a role keeps the shipped / user-written prompt."""
+    if version is not None:
+        return load(name, version, dirs)
+    vs = {v: p for v, p in versions(name, dirs).items() if not owner_path(p).exists()}
+    if not vs:
+        raise KeyError(f"no prompt named {name!r} (outside evolved copies)")
+    v = max(vs)
+    return Prompt(name, v, vs[v].read_text(encoding="utf-8"))
+
+
 # Prompt templates, loaded once per (name, prompt directories' mtimes) instead of a directory
 # listing and a file read per episode and per user turn. A new version written by `reflect`
 # changes its directory's mtime and is picked up.

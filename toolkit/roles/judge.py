@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -47,6 +48,30 @@ CRITICAL = ("function_error", "data_fabrication", "policy_violation", "goal_fail
 ASTRA_DIMS = ("query_understanding", "query_planning", "tool_context_understanding",
               "tool_context_planning", "tool_call_status", "tool_conciseness", "final_answer_quality")
 MALFORMED = "malformed judge output"
+# AReaL-SEA prompts 3/4: "<eval_rules_improve>: identify 0-5 items ... to relax, or say that the
+# evaluation rules are of high quality" — that answer is zero items, never an item to apply.
+_NO_CHANGE = re.compile(r"(\brules?\b[^.;]*\b(is|are)\b[^.;]*\bhigh[- ]quality\b|^(none|n/?a|no (changes?|improvements?|"
+                        r"items?)( (are )?(needed|required|proposed))?)\.?$)", re.I)
+_BULLET = re.compile(r"^\s*(?:[-*\u2022]|\d+[.)]|\(\d+\))\s*")
+
+
+def improve_items(v: Any, limit: int | None = 5) -> list[str]:
+    """The `<eval_rules_improve>` answer as a list of items (SEA prompts 3, 4 and 6): a list is
+    kept item by item, a string is split into one item per line (bullets and numbering dropped);
+    empty items and "the evaluation rules are of high quality" (zero items) are dropped. More than
+    `limit` items raise MalformedJudgeOutput (the prompts ask for 0-5)."""
+    if v is None:
+        return []
+    raw = v if isinstance(v, (list, tuple)) else str(v).splitlines()
+    items = []
+    for x in raw:
+        x = x if isinstance(x, str) else json.dumps(x, ensure_ascii=False)
+        x = _BULLET.sub("", x).strip()
+        if x and not _NO_CHANGE.search(x):
+            items.append(x)
+    if limit is not None and len(items) > limit:
+        raise MalformedJudgeOutput(f"eval_rules_improve holds {len(items)} items; at most {limit}")
+    return items
 
 
 @dataclass
@@ -133,7 +158,7 @@ def parse_sea(obj: dict, threshold: float = 0.5) -> Judgment:
     if not reasons:
         raise MalformedJudgeOutput("missing 'eval_report'")
     scores = {"task_quality_verdict": tq, "trajectory_verdict": tv,
-              "eval_rules_improve": _text(obj, "eval_rules_improve") or None}
+              "eval_rules_improve": improve_items(obj.get("eval_rules_improve"))}
     return Judgment(passed=passed, score=1.0 if passed else 0.0, scores=scores, reasons=reasons,
                     attribution=attr)
 
@@ -335,8 +360,10 @@ def prompt_astra(*, policy: str, task: str, messages: list[dict], tools: list[di
 @rubric("eigendata", parse=parse_eigendata, flow="eigendata",
         help="EigenData five dimensions + critical issues, rule-decided PASS/FAIL")
 def prompt_eigendata(*, policy: str, task: str, messages: list[dict], tools: list[dict],
-                     evaluation_rules: str = "", fit: int = 0) -> tuple[str, str]:
-    p = prompts.load("eigendata/trajectory_validation")
+                     evaluation_rules: str = "", fit: int = 0, prompt_version: int | None = None,
+                     prompt_dirs: list | None = None) -> tuple[str, str]:
+    # the prompt set's pinned TrajectoryValidation version, else its un-evolved newest
+    p = prompts.load_for_set("eigendata/trajectory_validation", prompt_version, dirs=prompt_dirs)
     return p.id, p.render(policy=_policy(policy, fit), tools=fit_tools_text(tools, fit, empty="(not given)"),
                           task=task or "(see the conversation)", rubrics=evaluation_rules or "(none given)",
                           history=render_history(messages, HISTORY_FIT[fit]) or "(empty)")
@@ -366,11 +393,15 @@ def _takes_fit(fn: Callable) -> bool:
 
 
 def build_prompt(rubric: str, *, policy: str, task: str, messages: list[dict], tools: list[dict],
-                 evaluation_rules: str = "", fit: int = 0) -> tuple[str, str]:
+                 evaluation_rules: str = "", fit: int = 0, prompt_version: int | None = None,
+                 prompt_dirs: list | None = None) -> tuple[str, str]:
     """(prompt id, rendered prompt) for one trajectory; `fit` > 0: a shorter rendering (a rubric
-    whose prompt builder takes no `fit` keyword always renders in full)."""
+    whose prompt builder takes no `fit` keyword always renders in full). `prompt_version` /
+    `prompt_dirs` (a prompt set's pin, EigenData) reach only rubrics whose prompt builder takes them."""
     fn = _rubric(rubric).prompt
     extra = {"fit": max(0, min(int(fit), FIT_LEVELS - 1))} if fit and _takes_fit(fn) else {}
+    if prompt_version is not None or prompt_dirs:
+        extra.update(prompt_version=prompt_version, prompt_dirs=prompt_dirs)
     return fn(policy=policy, task=task, messages=messages, tools=tools, evaluation_rules=evaluation_rules, **extra)
 
 
@@ -403,13 +434,16 @@ SYSTEM = "You are a strict evaluator of tool-using agent trajectories. Reply wit
 
 async def judge_trajectory(client: Any, rubric: str, *, policy: str, task: str, messages: list[dict],
                            tools: list[dict], evaluation_rules: str = "", attempts: int = 3,
-                           threshold: float = 0.5, steps: list[dict] | None = None) -> Judgment:
+                           threshold: float = 0.5, steps: list[dict] | None = None,
+                           prompt_version: int | None = None, prompt_dirs: list | None = None) -> Judgment:
     """Grade one trajectory. Never raises for a bad reply (LLM transport errors do propagate).
     steps: the trajectory's executed steps (dicts with side/ok); a rubric with `finalize` computes
-    its execution-based scores from them (ASTRA TCS), or from the tool messages when none are given."""
+    its execution-based scores from them (ASTRA TCS), or from the tool messages when none are given.
+    prompt_version / prompt_dirs: a prompt set's pin (EigenData)."""
     pid, prompt, level = await fit_judge_prompt(
         client, rubric, lambda fit: build_prompt(rubric, policy=policy, task=task, messages=messages, tools=tools,
-                                                 evaluation_rules=evaluation_rules, fit=fit))
+                                                 evaluation_rules=evaluation_rules, fit=fit,
+                                                 prompt_version=prompt_version, prompt_dirs=prompt_dirs))
     if level:
         note_fallback(f"judge ({rubric}): prompt shortened to fit the context")
     fit_note = ({"prompt_fit": {"level": level, "tools": TOOLS_FIT_LADDER[level], "history_chars": HISTORY_FIT[level]}}

@@ -131,9 +131,31 @@ def scenario_text(record: Record) -> str:
                            ("Task instructions", us.instructions)):
             if val:
                 parts.append(f"{label}: {val}")
+        ex = us.extra or {}
+        for key, label in SCENARIO_EXTRA:  # EigenData RandomPool's <PARAMETERS>, kept by UserIntent
+            val = ex.get(key)
+            if isinstance(val, (str, int, float)) and str(val).strip():
+                parts.append(f"{label}: {val}")
     if t.instruction and not (us and us.reason_for_call):
         parts.append(f"Your request: {t.instruction}")
     return "\n".join(parts)
+
+
+# user_scenario.extra keys the simulator acts out (EigenData UserIntentAgent's selected parameters:
+# behavioral pattern / urgency / emotional state); they reach the simulator and the user-model SFT rows
+SCENARIO_EXTRA = (("behavioral_pattern", "Behaviour pattern"), ("urgency_level", "Urgency"),
+                  ("emotional_state", "Emotional state"))
+
+
+def user_system_prompt(scenario: str, max_turns: int | None = None) -> tuple[object, str]:
+    """(template, rendered) user-simulator system prompt: the scenario, the knowledge bounds and,
+    with max_turns, the turn budget (EigenData App. 3.1: Current Turn / Max Turns)."""
+    tpl = prompts.cached("user_simulator")
+    return tpl, tpl.render(scenario=scenario, max_turns=max_turns)
+
+
+def turn_prefix(t: int, max_turns: int | None) -> str:
+    return f"[agent turn {t} of {max_turns}] " if max_turns and t > 0 else ""
 
 
 # ----------------------------------------------------------------------------------------------
@@ -211,20 +233,26 @@ class LLMUser:
     sample_index: int = 0
     overrides: dict = field(default_factory=dict)
     system_prompt: str | None = None  # e.g. τ²'s own user-simulator prompt for tau2 tasks
+    max_turns: int | None = None  # the episode's turn budget (run_episode fills it from its limits)
 
     async def respond(self, history: list[dict], user_tools: list[dict], usage: Usage) -> dict:
         """history: the dialogue so far as the agent sees it; flipped so the simulator is `assistant`."""
         sys_prompt = self.system_prompt
+        budget = None if sys_prompt else self.max_turns  # τ²'s own prompt has no turn budget
         if not sys_prompt:
             tpl = prompts.cached("user_simulator")
             cached = self.__dict__.get("_rendered")
-            if cached is None or cached[0] is not tpl:
-                cached = self.__dict__["_rendered"] = (tpl, tpl.render(scenario=self.scenario))
+            if cached is None or cached[0] is not tpl or cached[2] != budget:
+                tpl, text = user_system_prompt(self.scenario, budget)
+                cached = self.__dict__["_rendered"] = (tpl, text, budget)
             sys_prompt = cached[1]
         flipped: list[dict] = [{"role": "system", "content": sys_prompt}]
+        t = 0
         for m in history:
+            if m["role"] == "assistant" and m.get("name") != "user" and m.get("content") != GREETING:
+                t += 1  # an agent turn (a message or a tool call), as run_episode counts them
             if m["role"] == "assistant" and m.get("content") and not m.get("tool_calls"):
-                flipped.append({"role": "user", "content": m["content"]})
+                flipped.append({"role": "user", "content": turn_prefix(t, budget) + m["content"]})
             elif m["role"] == "user":
                 flipped.append({"role": "assistant", "content": m.get("content") or ""})
             elif m["role"] == "_user_tool":  # the simulator's own tool exchanges
@@ -302,6 +330,8 @@ async def run_episode(record: Record, env: Environment, agent: Any, user: LLMUse
     begin = getattr(env, "begin_episode", None)
     if callable(begin):  # record id + sample index: per-episode randomness (fault injection) keys on it
         begin(traj_id)
+    if user is not None and user.max_turns is None:
+        user.max_turns = limits.max_turns
     try:
         initial_hash = env.state_hash()
         fresh["hash"] = initial_hash
@@ -399,6 +429,8 @@ async def run_episode(record: Record, env: Environment, agent: Any, user: LLMUse
         id=traj_id, messages=msgs, tools=offered, steps=steps, initial_state_hash=initial_hash,
         final_state_hash=final_hash, termination=termination, error=error,
         agent_model=agent_model, user_model=user_model if user is not None else None, usage=usage)
+    if user is not None and not user.system_prompt and user.max_turns:
+        traj.extra["user_max_turns"] = user.max_turns  # the user-model SFT rows render the same prompt
     return traj
 
 

@@ -30,7 +30,7 @@ from toolkit.formats.tools import prepare_tools
 from toolkit.io import StageError
 from toolkit.schema import Record, Trajectory
 from toolkit import prompts
-from toolkit.stages.rollout import GREETING, agent_view, scenario_text
+from toolkit.stages.rollout import GREETING, agent_view, scenario_text, turn_prefix, user_system_prompt
 
 ROLES = ("assistant", "user")
 FILTERS = ("all", "passed", "failed")
@@ -80,11 +80,16 @@ def agent_messages(traj: Trajectory, ti: int = 0) -> list[dict]:
 
 def user_messages(record: Record, traj: Trajectory, ti: int = 0) -> list[dict]:
     """The user simulator's view (see module doc), flipped like rollout.LLMUser.respond."""
-    system = prompts.cached("user_simulator").render(scenario=scenario_text(record))
+    budget = traj.extra.get("user_max_turns")
+    budget = budget if isinstance(budget, int) and budget > 0 else None
+    _, system = user_system_prompt(scenario_text(record), budget)
     flipped: list[dict] = [{"role": "system", "content": system}]
     user_side: set[str] = set()
+    t = 0  # agent turns so far, counted as rollout.LLMUser.respond counts them
     for j, m in enumerate(traj.messages):
         d = plain_message(m)
+        if d["role"] == "assistant" and d.get("name") != "user" and d.get("content") != GREETING:
+            t += 1
         if d["role"] == "assistant" and d.get("name") == "user" and d.get("tool_calls"):
             calls = []
             for k, tc in enumerate(d["tool_calls"]):
@@ -97,7 +102,7 @@ def user_messages(record: Record, traj: Trajectory, ti: int = 0) -> list[dict]:
         elif d["role"] == "tool" and d.get("tool_call_id") in user_side:
             flipped.append({"role": "tool", "tool_call_id": d["tool_call_id"], "content": d.get("content") or ""})
         elif d["role"] == "assistant" and d.get("content") and not d.get("tool_calls"):
-            flipped.append({"role": "user", "content": d["content"]})
+            flipped.append({"role": "user", "content": turn_prefix(t, budget) + d["content"]})
         elif d["role"] == "user":
             flipped.append({"role": "assistant", "content": d.get("content") or ""})
     if len(flipped) > 1 and flipped[1]["role"] == "assistant":

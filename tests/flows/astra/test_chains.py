@@ -188,6 +188,7 @@ def test_gen_plan_astra(tmp_path):
     # the first (task, chain) reply named an unknown tool: rejected and asked again, exactly once
     synth = [c for c in calls if "Jointly synthesize" in (c["messages"][-1].get("content") or "")]
     assert len(synth) == 2 and calls[0] is synth[0]
+    assert "delete_everything" not in json.dumps(g) and "delete_everything" not in r.stdout
 
 
 def test_gen_plan_astra_rejects_small_server():

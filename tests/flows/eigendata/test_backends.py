@@ -50,7 +50,7 @@ def test_make_verifier_on_python_env():
     assert st["passed"], st
     got = {c["case"]: c.get("got") for c in st["cases"]}
     assert got == {"reference": "pass", "wrong_id": "fail", "wrong_amount": "fail", "missing_key_call": "fail",
-                   "policy_violation": "fail", "unchanged_state": "fail"}
+                   "policy_violation": "fail", "unchanged_state": "fail", "no_calls": "fail"}
 
 
 def test_validate_task_on_python_env_executes_for_real():

@@ -162,6 +162,9 @@ def test_gen_task_sea_explores_read_only_then_writes_the_task():
     with ScriptedServer(replies) as srv:
         out = run_strategy("gen-task", {"base_url": srv.base_url, "attempts": 3}, env_record(), "sea")
         assert srv.chat_count == 5
+        prompt = srv.requests[0]["messages"][0]["content"]
+    # the agent's tools are read-only, and its prompt says so (no "create necessary instances")
+    assert "you cannot create instances" in prompt
     t = out[0].task
     assert out[0].id == "env-1-sea0" and t.instruction == SEA_TASK["user_instruction"]
     assert [a.name for a in t.ground_truth.actions] == ["query_reservation", "update_reservation"]

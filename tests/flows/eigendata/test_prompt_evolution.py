@@ -40,6 +40,7 @@ def test_reflect_writes_v2_prompt_files_and_gen_task_sends_them(tmp_path, monkey
     recs = [batch_record(i, ok=False, category="missing_resource") for i in range(6)]
     r = reflect(recs, [revision()], "--prompts-dir", str(tmp_path))
     assert r.exit_code == 0, r.output
+    assert r.stdout.strip(), r.output
     [out] = [Record.model_validate_json(x) for x in r.stdout.splitlines()]
     p = out.plan
     assert p.prompt_version == "2"
@@ -71,14 +72,56 @@ def test_reflect_writes_v2_prompt_files_and_gen_task_sends_them(tmp_path, monkey
     assert RULE in sent and "Rules learned from earlier failures" in sent
     assert len(tasks) == 1 and tasks[0].plan.extra["prompt_versions"]["user_intent"] == 2
 
-    # a plan without the pin, run with TOOLKIT_PROMPTS = that dir, also loads v2 (newest wins)
-    plain = out.model_copy(deep=True)
-    plain.plan.extra.pop("prompt_versions")
-    plain.plan.extra.pop("prompts_dir")
+    # another prompt set (no pin), run with TOOLKIT_PROMPTS = that dir: EigenData evolves each set
+    # separately, so it keeps the shipped v1 (the evolved v2 belongs to env-1-ps0)
+    other = out.model_copy(deep=True)
+    other.plan.extra.pop("prompt_versions")
+    other.plan.extra.pop("prompts_dir")
+    other.plan.prompt_set = other.plan.id = "env-1-ps1"
     monkeypatch.setenv("TOOLKIT_PROMPTS", str(tmp_path))
     with ScriptedServer([POOL, intent()]) as srv:
-        run_strategy("gen-task", {"base_url": srv.base_url}, plain, "eigendata")
-        assert RULE in srv.requests[1]["messages"][1]["content"]
+        run_strategy("gen-task", {"base_url": srv.base_url}, other, "eigendata")
+        sent = srv.requests[1]["messages"][1]["content"]
+    assert RULE not in sent and "Rules learned from earlier failures" not in sent
+    assert json.loads((tmp_path / "eigendata" / "user_intent.v2.owner.json").read_text())["prompt_set"] == "env-1-ps0"
+
+
+def test_prompt_sets_do_not_contaminate_each_other(tmp_path, monkeypatch):
+    """AReaL-SEA §4.4: "each stream has an independent reflection loop ... without
+    cross-contamination"; EigenData §4.4: evolution loops of different prompt sets run in parallel.
+    Set A evolves user_intent to v2; set B (never evolved) then reflects: its user_intent v3 is
+    built on the shipped v1, not on A's v2; the judge of a set without a pin reads v1."""
+    from tests.flows.eigendata.test_judge import _record, _verify, reply
+
+    monkeypatch.setenv("TOOLKIT_PROMPTS", str(tmp_path))
+    r = reflect([batch_record(i, ok=False) for i in range(4)], [revision()], "--prompts-dir", str(tmp_path))
+    plan_a = json.loads(r.stdout.splitlines()[0])["plan"]
+    assert plan_a["extra"]["prompt_versions"] == {"user_intent": 2, "trajectory_validation": 2}
+    b_recs = [batch_record(i, ok=False, ps="env-1-ps1") for i in range(4)]
+    only_b = "<revision>" + json.dumps({"changes": [{"role": "user_intent", "operation": "add_constraint",
+                                                     "addresses": "missing_resource", "text": "B's own rule."}]}) + "</revision>"
+    r = reflect(b_recs, [only_b], "--prompts-dir", str(tmp_path))
+    assert r.exit_code == 0, r.output
+    plan_b = Record.model_validate_json(r.stdout.splitlines()[0]).plan
+    assert plan_b.extra["prompt_versions"] == {"user_intent": 3}
+    assert plan_b.extra["reflections"][-1]["prompt_files"][0]["from"] == "eigendata/user_intent.v1"
+    v3 = (tmp_path / "eigendata" / "user_intent.v3.txt").read_text()
+    assert "B's own rule." in v3 and RULE not in v3
+    # the judge: set B has no trajectory_validation pin → v1, although A's v2 is in TOOLKIT_PROMPTS
+    rec = _record(1)
+    rec.plan = plan_b
+    with ScriptedServer([reply()]) as srv:
+        _verify({"base_url": srv.base_url, "judge_rubric": "eigendata"}, rec)
+        prompt = srv.requests[0]["messages"][1]["content"]
+    assert EVAL_RULE not in prompt and "trajectory_validation.v1 → v2" not in prompt
+    # set A's records: the pinned v2, even with TOOLKIT_PROMPTS unset (the pin names the directory)
+    monkeypatch.delenv("TOOLKIT_PROMPTS")
+    rec.plan = Record.model_validate({"id": "x", "plan": plan_a}).plan
+    rec.plan.evaluation_rules = None
+    with ScriptedServer([reply()]) as srv:
+        _verify({"base_url": srv.base_url, "judge_rubric": "eigendata"}, rec)
+        prompt = srv.requests[0]["messages"][1]["content"]
+    assert EVAL_RULE in prompt and "trajectory_validation.v1 → v2" in prompt
 
 
 def test_second_reflection_builds_v3_on_the_sets_version(tmp_path, monkeypatch):

@@ -29,7 +29,9 @@ def test_bump_id():
 
 def test_perturbations_exact():
     ps = {p.name: p for p in perturbations(CALLS)}
-    assert list(ps) == ["wrong_id", "wrong_amount", "missing_key_call", "policy_violation", "unchanged_state"]
+    assert list(ps) == ["wrong_id", "wrong_amount", "missing_key_call", "policy_violation", "unchanged_state",
+                        "no_calls"]
+    assert ps["no_calls"].calls == []
     assert ps["wrong_id"].calls[1]["arguments"] == {"reservation_id": 1004, "status": "cancelled"}
     assert ps["wrong_id"].calls[0]["arguments"] == {"reservation_id": 1003}  # reads untouched
     assert ps["wrong_amount"].calls[2]["arguments"] == {"payment_id": "gift_card_7791", "amount": 101}
@@ -42,10 +44,19 @@ def test_perturbations_exact():
     ps = {p.name: p for p in perturbations(CALLS, must_have=["insert_payment"])}
     assert ps["wrong_id"].calls[2]["arguments"]["payment_id"] == "gift_card_7792"
     assert [c["name"] for c in ps["missing_key_call"].calls] == ["query_reservation", "update_reservation"]
-    # the input is never mutated, and a read-only reference has only the injected perturbation
+    # the input is never mutated
     assert CALLS[1]["arguments"]["reservation_id"] == 1003
-    ps = perturbations(CALLS[:1])
-    assert [p.applicable for p in ps] == [False, False, False, True, False]
+    # a read-only reference (a lookup task): its outcome is observable only through its calls
+    # (App. 3.1 Part 2 "function calls"), so the lookup is the key call: wrong id, dropped, none at all
+    ps = {p.name: p for p in perturbations(CALLS[:1])}
+    assert {n for n, p in ps.items() if p.applicable} == {"wrong_id", "missing_key_call", "policy_violation", "no_calls"}
+    assert ps["wrong_id"].calls[0]["arguments"] == {"reservation_id": 1004}
+    assert ps["missing_key_call"].calls == []
+    # a reference with no call: nothing to perturb
+    assert not any(p.applicable for p in perturbations([]))
+    # an environment that never refuses with POLICY_VIOLATION (τ²): no injected refusal to test
+    ps = {p.name: p for p in perturbations(CALLS, policy_codes=False)}
+    assert not ps["policy_violation"].applicable and "never refuses" in ps["policy_violation"].why
 
 
 CORRECT = '''
@@ -84,10 +95,10 @@ def test_self_test_accepts_correct_and_rejects_bad_verifiers(task1_cases):
     rec, cases, _, _ = task1_cases
     ref = rec.task.ground_truth.model_dump(mode="json")
     st = MV.self_test(CORRECT, ref, cases, {})
-    assert st["passed"] and st["n_ok"] == st["n_cases"] == 5  # reference + 4 applicable perturbations
+    assert st["passed"] and st["n_ok"] == st["n_cases"] == 6  # reference + 5 applicable perturbations
     st = MV.self_test(ALWAYS_PASS, ref, cases, {})
     assert not st["passed"] and {r["case"] for r in st["cases"] if not r.get("ok") and "skipped" not in r} == {
-        "wrong_id", "missing_key_call", "policy_violation", "unchanged_state"}
+        "wrong_id", "missing_key_call", "policy_violation", "unchanged_state", "no_calls"}
     st = MV.self_test(STATE_BLIND, ref, cases, {})
     assert not st["passed"] and [r["case"] for r in st["cases"] if "skipped" not in r and not r["ok"]] == ["unchanged_state"]
     st = MV.self_test("def evaluate_submission(reference, eval):\n    raise RuntimeError('boom')\n", ref, cases, {})
@@ -148,8 +159,9 @@ def _traj(env, calls, tid):
 
 def agreement_with_state_diff(out: Record, rid: str) -> list[str]:
     """Replay the reference and its wrong_id / wrong_amount / missing_key_call perturbations, verify
-    each with state_diff and the record's code verifier, and assert both agree (only the reference
-    passes). Returns the trajectory ids checked."""
+    each with state_diff and the record's code verifier, and assert both agree where the task
+    changes the state (only the reference passes the verifier in every case). Returns the
+    trajectory ids checked."""
     from toolkit.stages import verify
 
     env = load_env(out.env)
@@ -171,8 +183,11 @@ def agreement_with_state_diff(out: Record, rid: str) -> list[str]:
     for t in res.trajectories:
         sd = next(v for v in res.verdicts if v.trajectory_id == t.id and v.name == "state_diff")
         code = next(v for v in res.verdicts if v.trajectory_id == t.id and v.name == "code")
-        assert sd.passed == code.passed, (rid, t.id, sd.reasons, code.reasons)
-        assert code.passed == (t.id == "reference"), (rid, t.id)
+        if sd.scores["delta0"] > 0:  # a task that changes the state: both judge the same outcome
+            assert sd.passed == code.passed, (rid, t.id, sd.reasons, code.reasons)
+        # a lookup task (no state change): state_diff passes anything; the verifier still checks
+        # the key function calls (App. 3.1 Part 2), so only the reference passes it
+        assert code.passed == (t.id == "reference"), (rid, t.id, code.reasons)
     return [t.id for t in res.trajectories]
 
 

@@ -12,13 +12,11 @@ from pathlib import Path
 
 from tests.conftest import run_cmd
 from tests.flows.logigen.test_architect import ANALYZE, BRIEF, GOOD_TRIGGERS, PASS, POLICY, TABLES
+from tests.flows.logigen.test_tasks import view_reply
 
 from toolkit.llm.testserver import ScriptedServer
 
 ROOT = Path(__file__).resolve().parents[3]
-VIEW = json.dumps({"instruction": "Hello, I need a change to my parking permit.", "persona": "A resident.",
-                   "reason_for_call": "wants a permit change", "known_info": "their name and plate",
-                   "unknown_info": "the rules", "instructions": "Ask for the change; stop when done."})
 
 
 def test_synth_recipe_from_a_brief(tmp_path):
@@ -26,7 +24,7 @@ def test_synth_recipe_from_a_brief(tmp_path):
 
     def reply(req):
         if "You write the user's side" in (req["messages"][0].get("content") or ""):
-            return VIEW
+            return view_reply(req)  # the task's own facts, so the view passes the completeness check
         return next(architect)
 
     brief = tmp_path / "briefs.jsonl"
@@ -45,6 +43,23 @@ def test_synth_recipe_from_a_brief(tmp_path):
     assert {t["task"]["extra"]["user_view"]["source"] for t in tasks} == {"llm"}
     assert sum(t["task"]["complexity"]["violation_first"] for t in tasks) >= 2  # 30% of 6, rounded up
     assert len((out / "sft.jsonl").read_text().splitlines()) == 6
+    # the rollout replays the reference (--agent replay), so passing verify alone proves little:
+    # every task needed a state change (DIFF(initial, target) > 0) that the trajectory reached (DIFF 0) ...
+    verified = [json.loads(x) for x in (out / "verified.jsonl").read_text().splitlines()]
+    sd = [v for r in verified for v in r["verdicts"] if v["name"] == "state_diff"]
+    assert len(sd) == 6 and all(v["scores"]["delta0"] > 0 and v["scores"]["diff"] == 0 and v["passed"] for v in sd)
+    # ... and the same verify step rejects a trajectory that stops one write short
+    cut = json.loads(json.dumps(verified[0]))
+    t = cut["trajectories"][0]
+    last = max(i for i, m in enumerate(t["messages"]) if m["role"] == "assistant" and m.get("tool_calls"))
+    ids = {c["id"] for c in t["messages"][last]["tool_calls"]}
+    t["messages"] = [m for i, m in enumerate(t["messages"]) if i != last and m.get("tool_call_id") not in ids]
+    t.update(steps=[], reward=None, scores={})
+    cut["verdicts"] = []
+    r2 = run_cmd(["verify", "--recipe", str(ROOT / "recipes" / "logigen.yaml"), "--filter", "all"],
+                 json.dumps(cut) + "\n", env=env)
+    [v] = [v for v in json.loads(r2.stdout)["verdicts"] if v["name"] == "state_diff"]
+    assert not v["passed"] and v["scores"]["diff"] > 0, r2.stderr[-2000:]
     table = {row["stage"]: row for row in json.loads((out / "yield.json").read_text())}
     assert list(table) == ["gen-plan", "gen-task", "validate-task", "rollout", "verify", "total"]
     assert table["gen-plan"]["llm_requests"] == 8 and table["gen-task"]["llm_requests"] == 6

@@ -216,10 +216,28 @@ def test_cli_pipeline_with_filter_and_rejects(tmp_path):
 # the LLM writes only the user view (scripted loopback server)
 
 
-GOOD_VIEW = json.dumps({"instruction": "Hello, I need a change on my account.",
-                        "persona": "A busy member.", "reason_for_call": "wants a change",
-                        "known_info": "their name", "unknown_info": "the rules",
-                        "instructions": "Ask for the change; stop when done."})
+# a vague view: no value of the task in it, so the simulated user could not ask for THIS task
+VAGUE_VIEW = json.dumps({"instruction": "Hello, I need a change on my account.",
+                         "persona": "A busy member.", "reason_for_call": "wants a change",
+                         "known_info": "their name", "unknown_info": "the rules",
+                         "instructions": "Ask for the change; stop when done."})
+
+
+def facts_of(req: dict) -> dict:
+    """The facts JSON the user_view prompt carries (toolkit/prompts/logigen/user_view)."""
+    text = req["messages"][0]["content"]
+    return json.loads(text.split("Facts (JSON):\n", 1)[1].split("\n\nReply with ONE JSON", 1)[0])
+
+
+def view_reply(req: dict) -> str:
+    """What a good LLM writes: the requests and known facts of THIS task, in its own words."""
+    f = facts_of(req)
+    reqs = f["requests"]
+    instr = "Ask to " + "; then ".join(reqs) + (f"; if refused, ask to {f['fallback']}" if f.get("fallback") else "")
+    return json.dumps({"instruction": f"Good morning! I would like to {reqs[0]}.", "persona": "A busy member.",
+                       "reason_for_call": "they want to " + "; ".join(reqs),
+                       "known_info": "; ".join(f["known"]) or "only the request", "unknown_info": "the library rules",
+                       "instructions": instr + ". Stop when done."})
 
 
 def test_llm_user_view_and_fallback():
@@ -230,10 +248,26 @@ def test_llm_user_view_and_fallback():
                        "known_info": "k", "unknown_info": "u", "instructions": "i"}),
            '{"instruction": "hi", "persona": "p"',  # truncated
            json.dumps({"instruction": "hi"})]  # missing keys
-    with ScriptedServer([GOOD_VIEW]) as srv:
+    with ScriptedServer(view_reply) as srv:
         ok = gen(DOMAINS["library"], n=2, seed=1, base_url=srv.base_url, model="scripted", max_retries=0)
+        facts = [facts_of(r) for r in srv.requests]
     assert [r.task.extra["user_view"]["source"] for r in ok] == ["llm", "llm"]
-    assert ok[0].task.instruction == "Hello, I need a change on my account."
+    by_instr = {f"Good morning! I would like to {f['requests'][0]}.": f for f in facts}
+    assert sorted(r.task.instruction for r in ok) == sorted(by_instr)
+    # every concrete value of the task's facts reaches the view the simulated user gets
+    import re
+    for rec in ok:
+        f = by_instr[rec.task.instruction]
+        nums = set(re.findall(r"(?<![\w.])\d+(?:\.\d+)?(?![\w])", json.dumps(f)))
+        assert nums and all(n in rec.task.user_scenario.known_info + rec.task.user_scenario.instructions
+                            for n in nums), (nums, rec.task.user_scenario)
+    # a canned vague view is refused (it names nothing of the task) → the template, with the reason
+    with ScriptedServer([VAGUE_VIEW]) as srv:
+        vague = gen(DOMAINS["library"], n=1, seed=1, base_url=srv.base_url, model="scripted", max_retries=0,
+                    attempts=2)
+        assert srv.chat_count == 2
+    info = vague[0].task.extra["user_view"]
+    assert info["source"] == "template-fallback" and all("leaves out the task's value" in x for x in info["reasons"])
     assert ok[0].provenance[-1].strategy == "logigen:symbolic:user-view=llm"
     with ScriptedServer(bad) as srv:
         fb = gen(DOMAINS["library"], n=1, seed=1, base_url=srv.base_url, model="scripted", max_retries=0,
@@ -262,7 +296,7 @@ def _scripted(req: dict):
     if "You are the Client" in (msgs[0].get("content") or ""):
         return "Hi, I'd like some help with my loans." if len(msgs) <= 2 else "Thanks! ###STOP###"
     if "You write the user's side" in (msgs[0].get("content") or ""):
-        return GOOD_VIEW
+        return view_reply(req)
     done = sum(1 for m in msgs if m["role"] == "assistant" and m.get("tool_calls"))
     if done < len(CONSULTANT_PATH):
         name, args = CONSULTANT_PATH[done]

@@ -79,24 +79,40 @@ def test_unknown_tool_is_refused_without_a_simulator_call():
 
 
 def test_judge_simia_reward_0_1_and_fig14_format():
+    """The reward is the judge's verdict on THIS trajectory: the scripted judge reads the conversation
+    verify sends and rewards asking for confirmation before cancelling (the policy), in each of the
+    three reply formats; the same record with the agent cancelling unasked gets 0."""
     task = Record.model_validate(rl_task())
     with ScriptedServer(script) as srv:
         fn = rollout.build({"n": 1, "agent_kind": "llm", "max_turns": 6, "base_url": srv.base_url,
                             "model": "scripted", "tool_protocol": "native", "max_retries": 0}, Meter())
         rec = asyncio.run(fn(task))
-    line = json.dumps(rec.dump()) + "\n"
-    for reply, reward, passed in [('{"reasoning": "followed the policy", "reward": 1}', 1.0, True),
-                                  ('{"reasoning": "cancelled without confirmation", "reward": 0}', 0.0, False),
-                                  ('{"reasoning": "x", "evidence": "y", "task_success": true, "confidence": 0.8}',
-                                   1.0, True)]:
-        with ScriptedServer([reply]) as srv:
-            r = CliRunner().invoke(cli.verify, ["--strategy", "judge", "--judge-rubric", "simia",
-                                                "--base-url", srv.base_url, "--model", "judge"], input=line)
-        assert r.exit_code == 0, r.output
-        out = json.loads(r.stdout)
-        assert out["trajectories"][0]["reward"] == reward
-        (v,) = [x for x in out["verdicts"] if x["name"] == "judge"]
-        assert v["passed"] is passed and v["kind"] == "llm"
+    asked = json.dumps(rec.dump()) + "\n"
+    unasked = rec.model_copy(deep=True)
+    unasked.trajectories[0].messages[4].content = "Done: I cancelled reservation R1 for you."
+    unasked = json.dumps(unasked.dump()) + "\n"
+
+    def judge(fmt):
+        def reply(req):
+            text = req["messages"][-1]["content"]
+            assert POLICY[:40] in text and '"status": "confirmed"' in text  # policy + the real tool output
+            ok = "shall I cancel it?" in text and "I cancelled reservation R1" not in text
+            if fmt == "fig14":
+                return json.dumps({"reasoning": "checked the confirmation", "reward": int(ok)})
+            return json.dumps({"reasoning": "x", "evidence": "y", "task_success": ok, "confidence": 0.8})
+        return reply
+
+    for fmt in ("fig14", "appendix_d"):
+        for line, reward in ((asked, 1.0), (unasked, 0.0)):
+            with ScriptedServer(judge(fmt)) as srv:
+                r = CliRunner().invoke(cli.verify, ["--strategy", "judge", "--judge-rubric", "simia",
+                                                    "--base-url", srv.base_url, "--model", "judge"], input=line)
+                assert srv.chat_count == 1
+            assert r.exit_code in (0, 1), r.output
+            out = json.loads(r.stdout)
+            assert out["trajectories"][0]["reward"] == reward, (fmt, r.output)
+            (v,) = [x for x in out["verdicts"] if x["name"] == "judge"]
+            assert v["passed"] is (reward == 1.0) and v["kind"] == "llm"
 
 
 def test_fig14_reward_parser_is_strict():

@@ -86,18 +86,26 @@ def safe_hash(env: Any) -> str | None:
 # prompts: shipped versions + the guidance reflect adds per prompt set
 
 
-def role_prompt(role: str, record: Any = None):
-    """The prompt for a role: `eigendata/<role>` newest version, or the version pinned in
-    `plan.extra.prompt_versions[role]`. Searched: the plan's `extra.prompts_dir` (where `reflect`
-    wrote the evolved versions), $TOOLKIT_PROMPTS, the shipped prompts."""
-    from toolkit import prompts
-
+def prompt_pin(record: Any, role: str) -> tuple[int | None, list | None]:
+    """(pinned version, prompt dirs) of a role in the record's plan (prompt set)."""
     pinned, dirs = None, None
     if record is not None and record.plan is not None:
         pinned = (record.plan.extra.get("prompt_versions") or {}).get(role)
         pd = record.plan.extra.get("prompts_dir")
         dirs = [pd] if isinstance(pd, str) and pd else None
-    return prompts.load(f"{FLOW}/{role}", int(pinned) if pinned else None, dirs=dirs)
+    return (int(pinned) if pinned else None), dirs
+
+
+def role_prompt(role: str, record: Any = None):
+    """The prompt for a role in the record's prompt set: the version pinned in
+    `plan.extra.prompt_versions[role]`, else the newest version that is not another prompt set's
+    evolved copy (toolkit.prompts.load_for_set: no leaking between sets). Searched: the plan's
+    `extra.prompts_dir` (where `reflect` wrote the evolved versions), $TOOLKIT_PROMPTS, the
+    shipped prompts."""
+    from toolkit import prompts
+
+    pinned, dirs = prompt_pin(record, role)
+    return prompts.load_for_set(f"{FLOW}/{role}", pinned, dirs=dirs)
 
 
 def guidance(record: Any, role: str) -> str:
@@ -196,6 +204,20 @@ def calls_to_trajectory(env: Any, items: list[dict], traj_id: str, system: str |
 
 # ----------------------------------------------------------------------------------------------
 # bookkeeping
+
+
+def note_fallback(reason: str) -> None:
+    """A fallback path was taken: counted in the run summary and marked in the record's provenance
+    (toolkit.io.note_fallback); with a toolkit.io that has no such counter yet, the reason goes to
+    stderr and the record's provenance notes. Callers also log it on stderr per record."""
+    try:
+        from toolkit.io import note_fallback as nf  # type: ignore[attr-defined]
+    except ImportError:  # pragma: no cover - older toolkit.io
+        from toolkit.io.provenance import note_for_provenance
+
+        note_for_provenance("fallbacks", reason)
+        return
+    nf(reason)
 
 
 def as_list(v: Any) -> list:

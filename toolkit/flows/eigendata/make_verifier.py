@@ -31,7 +31,7 @@ from typing import Any
 from toolkit.flows.eigendata import common as C
 from toolkit.flows.eigendata import verifier_template as VT
 from toolkit.flows.eigendata.perturb import perturbations
-from toolkit.io import StageError, add_provenance
+from toolkit.io import StageError, add_provenance, log
 from toolkit.roles.structured import Malformed, RoleRejected, add_usage, ask_structured, new_usage
 from toolkit.schema import Record, Verdict, Verifier
 from toolkit.stages.registry import strategy
@@ -91,11 +91,28 @@ def build_eval(env: Any, calls: list[dict], tid: str, unchanged_state: bool = Fa
             "final_state": final}, done
 
 
-def self_test_cases(env: Any, ref_calls: list[dict], must_have: list[str]) -> tuple[list[dict], dict, list[dict]]:
+def policy_codes(env: Any) -> bool:
+    """Whether the environment refuses policy-violating calls with a POLICY_VIOLATION error (so a
+    verifier's Part 3 can observe refusals): sqlite domains with policy triggers, python envs; not
+    τ² (its tools never emit the code) nor simulated environments. An env may say so itself with
+    `emits_policy_violations`."""
+    v = getattr(env, "emits_policy_violations", None)
+    if isinstance(v, bool):
+        return v
+    backend = getattr(env, "backend", None)
+    if backend == "sqlite":
+        dom = getattr(env, "domain", None)
+        return dom is None or bool(getattr(dom, "rules", None) or getattr(dom, "triggers", None))
+    return backend == "python"
+
+
+def self_test_cases(env: Any, ref_calls: list[dict], must_have: list[str],
+                    policy: bool | None = None) -> tuple[list[dict], dict, list[dict]]:
     """[{name, expect, eval | skipped}], the reference eval, the executed reference calls."""
     ref_eval, executed = build_eval(env, ref_calls, "reference")
     cases = [{"name": "reference", "expect": True, "eval": ref_eval}]
-    for p in perturbations(executed, must_have):
+    pc = policy_codes(env) if policy is None else policy
+    for p in perturbations(executed, must_have, policy_codes=pc):
         if not p.applicable:
             cases.append({"name": p.name, "expect": False, "skipped": p.why})
             continue
@@ -148,12 +165,19 @@ def self_test(source: str, reference: dict, cases: list[dict], cfg: dict) -> dic
             row["component_scores"] = r["component_scores"]
         rows.append(row)
     ran = [r for r in rows if "skipped" not in r]
-    return {"passed": bool(ran) and all(r["ok"] for r in ran), "cases": rows,
-            "n_cases": len(ran), "n_ok": sum(1 for r in ran if r["ok"])}
+    negatives = [r for r in ran if r["expect"] == "fail"]
+    out = {"passed": bool(ran) and bool(negatives) and all(r["ok"] for r in ran), "cases": rows,
+           "n_cases": len(ran), "n_ok": sum(1 for r in ran if r["ok"]), "n_negative": len(negatives)}
+    if not negatives:  # passing the reference alone proves nothing: an always-pass verifier would
+        out["error"] = ("no perturbation applies (the reference makes no call / changes nothing observable): "
+                        "the verifier cannot be tested, so it is not trusted")
+    return out
 
 
 def feedback(st: dict) -> str:
     bad = [r for r in st["cases"] if "skipped" not in r and not r["ok"]]
+    if st.get("error"):
+        return "\nYour previous verifier could not be tested: " + st["error"] + "\n"
     lines = [f"- case {r['case']}: expected {r['expect']}, got {r['got']}" + (f" ({r['error']})" if r.get("error") else "")
              + (f" [perturbation: {r['perturbation']}]" if r.get("perturbation") else "") for r in bad]
     return "\nYour previous verifier failed its self-test:\n" + "\n".join(lines) + "\nFix it.\n"
@@ -204,9 +228,10 @@ def build(cfg: dict, ctx):
             calls, ref_from = reference_calls(record)
             gt = record.task.ground_truth
             must = list(gt.must_have_functions) if gt else []
-            cases, ref_eval, executed = await asyncio.to_thread(self_test_cases, env, calls, must)
+            pc = policy_codes(env)
+            cases, ref_eval, executed = await asyncio.to_thread(self_test_cases, env, calls, must, pc)
             spec = VT.spec_from_reference(ref_eval["initial_state"], ref_eval["final_state"], executed, must,
-                                          skip_keys(record, env))
+                                          skip_keys(record, env), policy_codes=pc)
             policy = C.policy_text(env, 3000)
         finally:
             env.close()
@@ -222,6 +247,7 @@ def build(cfg: dict, ctx):
             fb = ""
             for k in range(n_sources):
                 text = p.render(skip_keys=", ".join(spec["skip_keys"]) or "(none)",
+                                policy_check=spec["policy_check"],
                                 reference_violations=spec["reference_violations"], policy=policy,
                                 task=task_text(record), delta=json.dumps(spec["delta"], ensure_ascii=False)[:12000],
                                 key_calls=json.dumps(spec["key_calls"], ensure_ascii=False), feedback=fb,
@@ -244,7 +270,14 @@ def build(cfg: dict, ctx):
                     break
                 fb = feedback(st)
                 last = ("llm", got.value, st)
+        fell_back = None
         if chosen is None and (src_mode == "template" or fallback == "template"):
+            if src_mode == "llm":  # the LLM's verifiers all failed: visible, counted, in provenance
+                why = "; ".join(h.get("error") or f"self-test {h.get('n_ok')}/{h.get('n_cases')}" for h in history)
+                fell_back = {"from": "llm", "to": "template", "sources_tried": len(history), "reason": C.short(why, 600)}
+                C.note_fallback("make-verifier: llm verifier → template")
+                log(f"make-verifier {record.id}: no LLM verifier passed its self-test after {len(history)} "
+                    f"source(s) ({C.short(why, 300)}); falling back to the template verifier")
             src = VT.render(spec)
             st = await asyncio.to_thread(self_test, src, reference, cases, o)
             history.append({"generator": "template", "passed": st["passed"], "n_ok": st["n_ok"], "n_cases": st["n_cases"]})
@@ -254,18 +287,19 @@ def build(cfg: dict, ctx):
         ok = chosen is not None
         gen, source, st = chosen or last or (None, None, {"passed": False, "cases": []})
         record.verifier = Verifier(spec="code", source=source, self_test=dict(
-            st, generator=gen, reference=ref_from, history=history, spec_summary={
+            st, generator=gen, reference=ref_from, history=history, fallback=fell_back, spec_summary={
                 "tables": sorted(spec["delta"]), "key_calls": [k["name"] for k in spec["key_calls"]],
                 "reference_violations": spec["reference_violations"]}))
         record.verdicts = [v for v in record.verdicts if v.stage != STAGE]
-        reasons = [] if ok else ["no verifier passed its self-test: " + "; ".join(
+        reasons = [] if ok else ["no verifier passed its self-test: " + ("; ".join(
             f"{r['case']} expected {r['expect']} got {r.get('got')}" for r in st.get("cases", [])
-            if "skipped" not in r and not r.get("ok"))]
+            if "skipped" not in r and not r.get("ok")) or st.get("error") or "no case ran")]
         record.verdicts.append(Verdict(stage=STAGE, kind="verifier", name="self_test", passed=ok,
                                        score=(st.get("n_ok", 0) / st["n_cases"]) if st.get("n_cases") else 0.0,
-                                       scores={"generator": gen, "cases": st.get("cases", []), "sources_tried": len(history)},
+                                       scores={"generator": gen, "cases": st.get("cases", []), "sources_tried": len(history),
+                                               "fallback": fell_back},
                                        reasons=reasons, attribution=None if ok else "task"))
-        add_provenance(record, STAGE, strategy="eigendata", model=model, recipe_hash=o.recipe_hash, usage=usage)
+        add_provenance(record, STAGE, strategy="eigendata" + ("+template-fallback" if fell_back else ""), model=model, recipe_hash=o.recipe_hash, usage=usage)
         return record
 
     return fn

@@ -3,9 +3,11 @@
 - `failure_categories(record)`: the failure categories a record's verdicts carry (feasibility
   categories, judge critical issues, mechanical-check kinds, SEA rejections, verifier self-test).
 - `group_key(record)`: (prompt set, prompt version) — plan.prompt_set or plan.id, plan.prompt_version.
-- `batch_metrics(records)`: per-batch rates: infeasibility (task_feasibility / task_quality fails
-  over validated tasks), tool validity (task_mechanics pass rate), quality (verify pass rate over
-  verified trajectories), mean repair rounds, category counts.
+- `batch_metrics(records)`: per-batch rates over the first-pass records: infeasibility
+  (task_feasibility / task_quality fails over validated tasks), tool validity (task_mechanics pass
+  rate), quality (verify pass rate over verified trajectories); mean repair rounds per task (from the
+  repaired records `<root>-rep<k>` given with the batch) and the repaired tasks' final pass rate;
+  category counts over every record.
 - `pilot_criteria(m, thresholds)`: EigenData's Phase-2 stop rule with the toolkit's numbers (the
   paper gives none): infeasibility ≤ 0.2, tool validity ≥ 0.9, quality ≥ 0.7 (each only when
   measured).
@@ -15,9 +17,11 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from typing import Any, Iterable
 
+_REP = re.compile(r"(-rep\d+)+$")
 PILOT_DEFAULTS = {"max_infeasibility": 0.2, "min_tool_validity": 0.9, "min_quality": 0.7}
 DRIFT_DEFAULTS = {"infeasibility_up": 0.15, "tool_validity_down": 0.1, "quality_down": 0.15, "repair_rounds_up": 0.5}
 
@@ -68,13 +72,32 @@ def _rate(num: int, den: int) -> float | None:
     return round(num / den, 4) if den else None
 
 
+def root_id(record: Any) -> str:
+    """The task a repaired record descends from (repair writes `<root>-rep<round>`)."""
+    return str(record.extra.get("repair_root") or _REP.sub("", record.id))
+
+
 def batch_metrics(records: Iterable[Any]) -> dict:
+    """Rates over the FIRST-PASS records (repair_round 0: what the prompt set itself produced);
+    repair_rounds = mean over tasks (roots) of the highest repair round any of its records reached,
+    so a batch given with its repaired records (the recipe's reflect / drift input) shows the
+    repair effort (EigenData Phase 3: "increasing repair iterations")."""
     n = 0
     feas = feas_fail = mech = mech_ok = traj = traj_ok = 0
-    rounds: list[int] = []
+    rounds: dict[str, int] = {}
+    repaired_ok: dict[str, tuple[int, bool]] = {}
     cats: Counter = Counter()
     for r in records:
         n += 1
+        rnd = int(r.extra.get("repair_round") or 0)
+        root = root_id(r)
+        rounds[root] = max(rounds.get(root, 0), rnd)
+        cats.update(failure_categories(r))
+        vv = [v for v in r.verdicts if v.stage == "verify"]
+        if rnd and vv and rnd >= repaired_ok.get(root, (0, False))[0]:
+            repaired_ok[root] = (rnd, all(v.passed for v in vv))
+        if rnd:
+            continue
         for v in r.verdicts:
             if v.stage == "validate-task" and v.name in ("task_feasibility", "task_quality"):
                 feas += 1
@@ -85,10 +108,11 @@ def batch_metrics(records: Iterable[Any]) -> dict:
             if v.stage == "verify":
                 traj += 1
                 traj_ok += 1 if v.passed else 0
-        rounds.append(int(r.extra.get("repair_round") or 0))
-        cats.update(failure_categories(r))
+    rr = list(rounds.values())
     return {"records": n, "infeasibility": _rate(feas_fail, feas), "tool_validity": _rate(mech_ok, mech),
-            "quality": _rate(traj_ok, traj), "repair_rounds": round(sum(rounds) / len(rounds), 4) if rounds else None,
+            "quality": _rate(traj_ok, traj), "repair_rounds": round(sum(rr) / len(rr), 4) if rr else None,
+            "repaired": len(repaired_ok), "repair_success": _rate(sum(ok for _, ok in repaired_ok.values()),
+                                                                  len(repaired_ok)),
             "categories": dict(sorted(cats.items(), key=lambda kv: (-kv[1], kv[0]))),
             "counts": {"validated": feas, "mechanics": mech, "verified": traj}}
 

@@ -38,6 +38,7 @@ class RepairOptions(StrategyOptions):
 class ReflectOptions(StrategyOptions):
     llm_roles: ClassVar[tuple[str, ...]] = ("reflector",)
     pilot_criteria: Optional[dict[str, float]] = None
+    judge_targets: Optional[dict[str, float]] = None  # orchestration Judge axis → minimum batch mean
 
 
 class MakeVerifierOptions(StrategyOptions):

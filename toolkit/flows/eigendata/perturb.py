@@ -6,7 +6,8 @@ Deterministic: the same reference gives the same perturbations (no randomness).
 A call is {"name", "arguments", "side"?, "state_changed"?}; `state_changed` (from executing the
 reference) marks the state-modifying calls. Key calls (EigenData App. 3.1 VerificationFunction
 Part 2) are the state-modifying calls whose name is in must_have_functions (all state-modifying
-calls when must_have_functions is empty).
+calls when must_have_functions is empty); for a reference that changes no state, its successful
+(must-have) lookups.
 
 Perturbations, in this order:
   wrong_id          the first id-like argument (`id` or `*_id`) of the first key call that has one
@@ -18,6 +19,7 @@ Perturbations, in this order:
                     executed (the environment refused it)
   unchanged_state   the reference calls, but the final state equals the initial state (a
                     trajectory that claims the actions without their effect)
+  no_calls          no tool call at all (a submission that does nothing)
 A perturbation that cannot be built (no key call, no id / numeric argument, no state change) is
 returned with applicable=False and the reason.
 """
@@ -28,7 +30,7 @@ import copy
 import json
 from dataclasses import dataclass, field
 
-NAMES = ("wrong_id", "wrong_amount", "missing_key_call", "policy_violation", "unchanged_state")
+NAMES = ("wrong_id", "wrong_amount", "missing_key_call", "policy_violation", "unchanged_state", "no_calls")
 POLICY_ERROR = {"error": {"code": "POLICY_VIOLATION", "message": "refused by the policy (injected perturbation)",
                           "violated_rule": "perturbation", "hint": None}}
 
@@ -67,12 +69,20 @@ def bump_id(v):
 
 
 def key_indices(calls: list[dict], must_have: list[str] | None = None) -> list[int]:
+    """The key calls: state-modifying calls (named in must_have_functions when some are). A
+    reference that changes no state (a lookup task) has its successful must-have calls as key calls
+    (all successful calls when must_have_functions names none of them): what such a task's outcome
+    is observable by."""
     writes = [i for i, c in enumerate(calls) if c.get("state_changed")]
     if must_have:
         named = [i for i in writes if calls[i]["name"] in set(must_have)]
         if named:
             return named
-    return writes
+    if writes:
+        return writes
+    ok = [i for i, c in enumerate(calls) if c.get("ok", True) and not c.get("injected_result")]
+    named = [i for i in ok if calls[i]["name"] in set(must_have or ())]
+    return named or ok
 
 
 def _args(c: dict) -> dict:
@@ -80,7 +90,10 @@ def _args(c: dict) -> dict:
     return a if isinstance(a, dict) else {}
 
 
-def perturbations(calls: list[dict], must_have: list[str] | None = None) -> list[Perturbation]:
+def perturbations(calls: list[dict], must_have: list[str] | None = None,
+                  policy_codes: bool = True) -> list[Perturbation]:
+    """`policy_codes`: whether the environment ever refuses a call with POLICY_VIOLATION; where it
+    does not (τ²), an injected refusal is no observable behaviour and policy_violation is skipped."""
     calls = [dict(c, arguments=copy.deepcopy(_args(c))) for c in calls]
     keys = key_indices(calls, must_have)
     out: list[Perturbation] = []
@@ -116,7 +129,10 @@ def perturbations(calls: list[dict], must_have: list[str] | None = None) -> list
                                 why=f"dropped call {j} ({calls[j]['name']})"))
     else:
         out.append(Perturbation("missing_key_call", applicable=False, why="no state-modifying call"))
-    if calls:
+    if not policy_codes:
+        out.append(Perturbation("policy_violation", applicable=False,
+                                why="the environment never refuses calls with POLICY_VIOLATION"))
+    elif calls:
         src = calls[keys[0]] if keys else calls[0]
         inj = {"name": src["name"], "arguments": copy.deepcopy(_args(src)), "side": src.get("side", "agent"),
                "injected_result": POLICY_ERROR}
@@ -126,9 +142,13 @@ def perturbations(calls: list[dict], must_have: list[str] | None = None) -> list
         out.append(Perturbation("policy_violation", cs, why=f"refused copy of {src['name']} injected at {pos}"))
     else:
         out.append(Perturbation("policy_violation", applicable=False, why="no call to copy"))
-    if keys:
+    if any(c.get("state_changed") for c in calls):
         out.append(Perturbation("unchanged_state", copy.deepcopy(calls), unchanged_state=True,
                                 why="reference calls with the initial state as final state"))
     else:
         out.append(Perturbation("unchanged_state", applicable=False, why="the reference changes no state"))
+    if calls:
+        out.append(Perturbation("no_calls", [], why="a submission that makes no tool call"))
+    else:
+        out.append(Perturbation("no_calls", applicable=False, why="the reference makes no call"))
     return out

@@ -6,8 +6,13 @@ is exhausted, one plan record per group is written (`finish`):
   id `<prompt set>-v<version>`, plan.prompt_version = the new version, plan.extra.pilot =
   {metrics, criteria (metrics.pilot_criteria), stop}, plan.extra.reflections += {from_version,
   to_version, changes, evidence: {categories, examples, records}}.
-When the group's pilot criteria hold (or it has no failure) no LLM is asked: the version stays
-and pilot.stop is true (the pilot loop's stop signal).
+Every group is first scored by the orchestration Judge (orchestration.judge_batch: executability,
+tool correctness, trajectory coherence, difficulty & coverage per artifact; plan.extra.pilot.judge).
+eigendata: when the pilot criteria hold and no Judge axis is below its target (or there is neither a
+failure nor a low axis) no LLM is asked: the version stays and pilot.stop is true (the pilot loop's
+stop signal); a low axis alone (`judge_low_<axis>` category) is enough to evolve a set with no
+failures. sea: Reflect runs whenever there are task-attributed failures or <eval_rules_improve>
+items (from passing evaluations too).
 
 eigendata  the Prompt Engineer's revision (prompt_revision): changes {role, operation ∈
            add_constraint | add_negative_example | relax_rule | tighten_rule | style_control, text,
@@ -35,9 +40,11 @@ from pathlib import Path
 
 from toolkit.flows.eigendata import common as C
 from toolkit.flows.eigendata import metrics as M
+from toolkit.flows.eigendata import orchestration as OJ
 from toolkit.io import add_provenance, log
 from toolkit.roles.structured import (Malformed, RoleRejected, add_usage, ask_structured, new_usage, parse_tagged_json,
                                       tagged_text)
+from toolkit.roles.judge import improve_items
 from toolkit.schema import Record
 from toolkit.stages.registry import strategy
 from toolkit.flows.eigendata import options as O
@@ -127,7 +134,8 @@ def write_prompt_version(root: Path, role: str, plan: dict, changes: list[dict],
     from toolkit import prompts
 
     pinned = (plan["extra"].get("prompt_versions") or {}).get(role)
-    base = prompts.load(f"{C.FLOW}/{role}", int(pinned) if pinned else None, dirs=[str(root)])
+    # builds on this set's own version: pinned, else the un-evolved newest (never another set's)
+    base = prompts.load_for_set(f"{C.FLOW}/{role}", int(pinned) if pinned else None, dirs=[str(root)])
     new_v = max(prompts.versions(f"{C.FLOW}/{role}", dirs=[str(root)])) + 1
     # learned text must not create {{placeholders}} the renderer would demand
     lines = [f"- [{c['operation']}; addresses {c['addresses']}] " + _line(c).replace("{{", "{ {").replace("}}", "} }")
@@ -140,6 +148,9 @@ def write_prompt_version(root: Path, role: str, plan: dict, changes: list[dict],
     path = d / f"{role}.v{new_v}.txt"
     tmp = path.with_suffix(".tmp")
     tmp.write_text(text, encoding="utf-8")
+    own = prompts.owner_path(path)
+    own.write_text(json.dumps({"prompt_set": key[0], "from_version": key[1], "role": role, "from": base.id,
+                               "version": new_v}, ensure_ascii=False) + "\n", encoding="utf-8")
     tmp.replace(path)
     return {"role": role, "from": base.id, "version": new_v, "path": str(path)}
 
@@ -156,9 +167,18 @@ def _base_plan(records: list[Record], key: tuple[str, str]) -> dict:
     return plan
 
 
+def _judge_examples(judge: dict, per_axis: int = 3) -> dict:
+    out: dict[str, list[str]] = {}
+    for axis in judge.get("low") or []:
+        ex = [f"{a['id']}: {c}" for a in judge["artifacts"] for c in a["critiques"] if c.startswith(axis)]
+        out[f"judge_low_{axis}"] = ex[:per_axis] or [f"batch mean {judge['means'][axis]} < target {judge['targets'][axis]}"]
+    return out
+
+
 def _build(cfg: dict, ctx, flavour: str):
     attempts = int(cfg.get("attempts") or 3)
     thresholds = cfg.get("pilot_criteria") if isinstance(cfg.get("pilot_criteria"), dict) else None
+    judge_targets = cfg.get("judge_targets") if isinstance(cfg.get("judge_targets"), dict) else None
     held: list[Record] = []
     out_dir = prompts_dir(cfg) if flavour == "eigendata" else None
 
@@ -184,18 +204,36 @@ def _build(cfg: dict, ctx, flavour: str):
         m = M.batch_metrics(recs)
         crit = M.pilot_criteria(m, thresholds)
         plan = _base_plan(recs, key)
-        cats = list(m["categories"])
-        ev = {"records": len(recs), "categories": m["categories"], "examples": evidence(recs)}
+        judge = OJ.judge_batch(recs, judge_targets)  # the orchestration Judge's multi-axis scores
+        jcats = OJ.low_categories(judge) if flavour == "eigendata" else []
+        cats = list(m["categories"]) + jcats
+        ev = {"records": len(recs), "categories": dict(m["categories"], **{c: judge["n_artifacts"] for c in jcats}),
+              "examples": dict(evidence(recs), **_judge_examples(judge)),
+              "judge": {k: judge[k] for k in ("means", "targets", "low")}}
         usage, model = new_usage(), None
-        stop = crit["met"] or not cats
+        if flavour == "eigendata":
+            # the Prompt Engineer revises from failures AND from the Judge's scores: a set whose
+            # batch has no failure still evolves while an axis is below its target (§4.3)
+            stop = (crit["met"] and not jcats) or not cats
+            act = not stop
+        else:
+            reports = [f"{r.id}: " + "; ".join(v.reasons)[:800] for r in recs for v in r.verdicts
+                       if not v.passed and v.attribution == "task"]
+            # prompt 6 consumes the aggregated <eval_rules_improve> items of every evaluation
+            items = list(dict.fromkeys(
+                x for r in recs for v in r.verdicts for x in improve_items(v.scores.get("eval_rules_improve"), None)))
+            act = bool(reports or items)  # Reflect(P_s, P_e, F): failures and rule improvements
+            stop = crit["met"] or not act
         change: dict = {"from_version": key[1], "to_version": key[1], "evidence": ev, "changes": []}
-        if not stop:
+        if act:
             try:
                 if flavour == "eigendata":
                     p = C.role_prompt("prompt_revision")
                     text = p.render(prompt_set=key[0], version=key[1], top=cats[0],
                                     current=json.dumps(plan["extra"]["guidance"], ensure_ascii=False),
-                                    metrics=json.dumps(m, ensure_ascii=False), evidence=json.dumps(ev, ensure_ascii=False))
+                                    metrics=json.dumps(m, ensure_ascii=False), evidence=json.dumps(ev, ensure_ascii=False),
+                                    judge=json.dumps({k: judge[k] for k in ("axes", "means", "targets", "low")},
+                                                     ensure_ascii=False))
                     got = await ask_structured(ctx.llm("reflector"), [{"role": "user", "content": text}],
                                                parse_revision(cats), role="prompt_revision", attempts=attempts)
                     add_usage(usage, got.usage)
@@ -221,10 +259,6 @@ def _build(cfg: dict, ctx, flavour: str):
                     change["rationale"] = got.value.get("rationale")
                 else:
                     env_desc = plan.get("evaluation_rules") or ""
-                    reports = [f"{r.id}: " + "; ".join(v.reasons)[:800] for r in recs for v in r.verdicts
-                               if not v.passed and v.attribution == "task"]
-                    items = [x for r in recs for v in r.verdicts for x in (v.scores.get("eval_rules_improve") or [])
-                             if isinstance(x, str)]
                     if reports:
                         p = C.role_prompt("plan_improvement")
                         got = await ask_structured(ctx.llm("reflector"), [{"role": "user", "content": p.render(
@@ -255,7 +289,7 @@ def _build(cfg: dict, ctx, flavour: str):
             if change["changes"]:
                 change["to_version"] = plan["prompt_version"] = _next_version(key[1])
         plan["extra"]["reflections"] = list(plan["extra"]["reflections"]) + [change]
-        plan["extra"]["pilot"] = {"metrics": m, "criteria": crit, "stop": stop,
+        plan["extra"]["pilot"] = {"metrics": m, "criteria": crit, "stop": stop, "judge": judge,
                                   "iteration": len(plan["extra"]["reflections"])}
         first = next((r for r in recs if r.env is not None), recs[0])
         rec = Record.model_validate({"id": f"{key[0]}-v{plan['prompt_version']}", "flow": C.FLOW,

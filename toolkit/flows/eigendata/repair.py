@@ -5,7 +5,8 @@ Mode from the record's failing verdicts (deterministic, `choose_mode`):
   COMBINED    a verify verdict failed with attribution task (the trajectory failed because of the task)
   TRAJECTORY  a verify verdict failed with attribution trajectory (or none)
 A failure attributed to user_simulator / infrastructure is not repaired (re-run the rollout): the
-record is rejected with that reason; a record without failing verdicts passes through unchanged.
+record is rejected with that reason; so is a verify verdict that is only a malformed judge reply
+(scores.malformed, no attribution): that is a judge failure (re-run verify), never TRAJECTORY repair; a record without failing verdicts passes through unchanged.
 
 Rounds: the record's `extra.repair_round` + 1; at most `--max-rounds` (≤ 3): 1 minimal, 2 broader,
 3 aggressive or discard. A record past the limit, or one the model discards, is rejected.
@@ -55,6 +56,12 @@ def choose_mode(record: Record) -> tuple[str | None, list]:
     if task_fail:
         return "TASK", task_fail
     vf = [v for v in fails if v.stage == "verify"]
+    judge_fail = [v for v in vf if v.scores.get("malformed")]
+    vf = [v for v in vf if not v.scores.get("malformed")]
+    if judge_fail and not vf:
+        # no verdict on the trajectory at all: the JUDGE failed, nothing says the trajectory is wrong
+        raise StageError("the judge's reply was malformed (no verdict, no attribution): a judge failure, "
+                         "not a trajectory failure; re-run verify instead of repairing", field="verdicts")
     if vf and all(v.attribution in ("user_simulator", "infrastructure") for v in vf):
         raise StageError("the failure is attributed to " + "/".join(sorted({v.attribution for v in vf}))
                          + ": re-run the rollout instead of repairing", field="verdicts")

@@ -27,6 +27,8 @@ from toolkit.flows.eigendata.tool_loop import tool_loop
 from toolkit.io import StageError, add_provenance
 from toolkit.roles.structured import (Malformed, RoleRejected, add_usage, need_enum, new_usage, parse_json_object,
                                       tagged_text)
+from toolkit.roles.judge import improve_items
+from toolkit.roles.reply import MalformedJudgeOutput
 from toolkit.schema import Record, Verdict
 from toolkit.stages.registry import strategy
 from toolkit.flows.eigendata import options as O
@@ -142,12 +144,10 @@ def parse_sea_report(text: str | None, transcript: list[dict], min_calls: int = 
         raise Malformed(f"TASK QUALITY VERDICT must be ACCEPT or REJECT, got {m.group(1)!r}")
     out = {"task_quality_verdict": v, "eval_report": rep}
     imp = tagged_text(s, "eval_rules_improve", required=False)
-    items = [ln.strip(" -*\t") for ln in (imp or "").splitlines() if ln.strip(" -*\t")]
-    if len(items) == 1 and "high quality" in items[0].lower():
-        items = []
-    if len(items) > 5:
-        raise Malformed(f"<eval_rules_improve> holds {len(items)} items; at most 5")
-    out["eval_rules_improve"] = items
+    try:
+        out["eval_rules_improve"] = improve_items(imp)
+    except MalformedJudgeOutput as e:
+        raise Malformed(f"<eval_rules_improve>: {e}") from None
     _min_calls(transcript, min_calls)
     return out
 

@@ -56,7 +56,10 @@ def delta(initial: dict, final: dict, skip_keys: tuple = ()) -> dict:
 
 
 def spec_from_reference(initial: dict | None, final: dict | None, calls: list[dict], must_have: list[str],
-                        skip_keys: tuple = ()) -> dict:
+                        skip_keys: tuple = (), policy_codes: bool = True) -> dict:
+    """`policy_codes`: whether the environment refuses policy-violating calls with a
+    POLICY_VIOLATION error (sqlite domains with triggers, python envs). Where it never does (τ²,
+    simulated) Part 3 cannot observe anything and is reported "not applicable", never a pass."""
     from toolkit.flows.eigendata.perturb import key_indices
 
     keys = key_indices(calls, must_have)
@@ -78,6 +81,7 @@ def spec_from_reference(initial: dict | None, final: dict | None, calls: list[di
         "skip_keys": sorted(set(skip_keys)),
         "key_calls": key_calls,
         "reference_violations": sum(1 for c in calls if c.get("error_code") == "POLICY_VIOLATION"),
+        "policy_check": "refused_calls" if policy_codes else "not_applicable",
         "fuzzy_threshold": 0.5,
     }
 
@@ -88,8 +92,9 @@ Part 1 state comparison: the submission's state delta (final vs initial, SKIP fi
 equal the reference delta; EXACT fields compared exactly, SEMANTIC fields by word overlap.
 Part 2 key function verification: every key call of the reference appears among the successful
 calls with its critical parameters equal (semantic ones fuzzy).
-Part 3 policy compliance: no more policy-refused calls than the reference had.
-Reward: 1.0 iff all three pass (binary, EigenData §5)."""
+Part 3 policy compliance: no more policy-refused calls than the reference had; "not applicable"
+(reported in checks_policy, no policy component) where the environment never emits policy codes.
+Reward: 1.0 iff every applicable part passes (binary, EigenData §5)."""
 import json
 from collections import Counter
 
@@ -226,18 +231,23 @@ def evaluate_submission(reference, eval):
                 checks_functions.append(f"key call {k['name']} {json.dumps(k['critical'], sort_keys=True)} not found")
         fn_score = 1.0 if not kc else hit / len(kc)
         # Part 3: policy
-        refused = 0
-        for c in calls:
-            r = c.get("result")
-            if isinstance(r, str) and '"POLICY_VIOLATION"' in r:
-                refused += 1
-        policy_ok = refused <= SPEC["reference_violations"]
-        if not policy_ok:
-            checks_policy.append(f"{refused} policy-refused call(s) (reference: {SPEC['reference_violations']})")
+        comps = {"state": state_score, "key_functions": fn_score}
+        if SPEC.get("policy_check", "refused_calls") == "not_applicable":
+            policy_ok = True
+            checks_policy.append("not applicable: this environment never refuses calls with POLICY_VIOLATION; "
+                                 "policy effects are checked through the state (Part 1)")
+        else:
+            refused = 0
+            for c in calls:
+                r = c.get("result")
+                if isinstance(r, str) and '"POLICY_VIOLATION"' in r:
+                    refused += 1
+            policy_ok = refused <= SPEC["reference_violations"]
+            if not policy_ok:
+                checks_policy.append(f"{refused} policy-refused call(s) (reference: {SPEC['reference_violations']})")
+            comps["policy"] = 1.0 if policy_ok else 0.0
         passed = state_score == 1.0 and fn_score == 1.0 and policy_ok
-        return {"overall_pass": passed, "reward": 1.0 if passed else 0.0,
-                "component_scores": {"state": state_score, "key_functions": fn_score,
-                                     "policy": 1.0 if policy_ok else 0.0},
+        return {"overall_pass": passed, "reward": 1.0 if passed else 0.0, "component_scores": comps,
                 "checks_state": checks_state, "checks_functions": checks_functions, "checks_policy": checks_policy}
     except Exception as e:  # a malformed submission fails, never crashes the verifier
         return {"overall_pass": False, "reward": 0.0, "component_scores": {},

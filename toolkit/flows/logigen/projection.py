@@ -278,7 +278,24 @@ def view_texts(task: Any) -> list[str]:
 # the LLM role
 
 
-def parse_view(text: str | None, terms: dict[str, list[str]]) -> dict:
+_NUM = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w])")
+
+
+def fact_values(f: dict) -> list[str]:
+    """The concrete numbers of the facts (ids the customer knows, amounts, counts): a user view
+    that leaves one out cannot make the simulated user ask for THIS task (a vague view)."""
+    texts = list(f.get("requests") or []) + list(f.get("known") or []) + [f.get("fallback") or ""]
+    return list(dict.fromkeys(v for t in texts for v in _NUM.findall(str(t))))
+
+
+def _has_value(blob: str, v: str) -> bool:
+    alts = [v] + ([v[:-2]] if v.endswith(".0") else [])
+    return any(re.search(r"(?<![\d.])" + re.escape(a) + r"(?![\d])", blob) for a in alts)
+
+
+def parse_view(text: str | None, terms: dict[str, list[str]], required: list[str] | tuple = ()) -> dict:
+    """A user view: the six keys as non-empty strings, no leaked term, and every value of
+    `required` (fact_values: "Keep every concrete value from the facts exactly") present."""
     from toolkit.roles.structured import Malformed, parse_json_object
 
     obj = parse_json_object(text, required=VIEW_KEYS)
@@ -288,6 +305,11 @@ def parse_view(text: str | None, terms: dict[str, list[str]]) -> dict:
     bad = leaks([obj[k] for k in VIEW_KEYS], terms)
     if bad:
         raise Malformed("the user view reveals " + ", ".join(bad[:5]))
+    blob = "\n".join(obj[k] for k in VIEW_KEYS)
+    missing = [v for v in required if not _has_value(blob, v)]
+    if missing:
+        raise Malformed("the user view leaves out the task's value(s) " + ", ".join(missing[:5])
+                        + " (keep every concrete value from the facts)")
     return {k: obj[k].strip() for k in VIEW_KEYS}
 
 
@@ -299,5 +321,6 @@ async def llm_view(client: Any, f: dict, policy: str, terms: dict, attempts: int
     tpl = prompts.load("logigen/user_view")
     msgs = [{"role": "user", "content": tpl.render(facts=json.dumps(f, indent=1, ensure_ascii=False),
                                                    policy=(policy or "")[:3000])}]
-    return await ask_structured(client, msgs, lambda t: parse_view(t, terms), role="user_view",
+    need = fact_values(f)
+    return await ask_structured(client, msgs, lambda t: parse_view(t, terms, need), role="user_view",
                                 attempts=attempts, **overrides)

@@ -72,6 +72,7 @@ class Options:
     no_write_basis: bool = True
     grounding_match: str | None = None
     grounding_threshold: float | None = None
+    code_reward: str = "binary"
     verdict_kinds: dict = field(default_factory=dict)  # strategy -> Verdict.kind (from the registry)
 
     @classmethod
@@ -100,7 +101,8 @@ class Options:
                    f1_epsilon=R.DEFAULT_EPSILON if o.f1_epsilon is None else o.f1_epsilon,
                    recipe_hash=o.recipe_hash, replay_memo=o.replay_memo,
                    penalize_invalid_calls=o.penalize_invalid_calls, no_write_basis=o.no_write_basis,
-                   grounding_match=o.grounding_match, grounding_threshold=o.grounding_threshold)
+                   grounding_match=o.grounding_match, grounding_threshold=o.grounding_threshold,
+                   code_reward=o.code_reward)
 
     @classmethod
     def from_config(cls, cfg: dict | VerifyOptions) -> "Options":

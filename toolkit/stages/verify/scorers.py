@@ -232,14 +232,21 @@ async def run_code(record: Record, traj: Trajectory, calls: list[Call], ctx: Env
         reasons.append("component_scores is not an object")
         comps = {"value": comps}
     checks = {k: val[k] for k in val if isinstance(k, str) and k.startswith("checks")}
-    scores = dict(base, overall_pass=passed, reward=float(reward), component_scores=comps)
+    scores = dict(base, overall_pass=passed, reward=float(reward), component_scores=comps,
+                  reward_mode=opts.code_reward)
     if checks:
         scores["checks"] = checks
     if not passed:
         failing = [k for k, s in comps.items() if isinstance(s, (int, float)) and not isinstance(s, bool) and s < 1]
         reasons.append("verifier: overall_pass is false" + (f" (components below 1: {', '.join(failing)})"
                                                             if failing else ""))
-    return Outcome(passed=passed, score=float(reward), scores=scores, reasons=reasons)
+    score = float(reward)
+    if opts.code_reward == "binary":  # EigenData §5: reward 1 only on a full match, never partial credit
+        score = 1.0 if passed else 0.0
+        if float(reward) != score:
+            reasons.append(f"verifier reward {float(reward)} replaced by the binary reward {score} "
+                           "(code_reward: binary; 1.0 iff overall_pass)")
+    return Outcome(passed=passed, score=score, scores=scores, reasons=reasons)
 
 
 def _first_nonfinite(x: Any) -> tuple[str, float] | None:
@@ -302,12 +309,17 @@ async def score_judge(s: Scoring) -> Outcome:
 async def run_judge(client: Any, record: Record, traj: Trajectory, opts: Options) -> tuple[Outcome, Any]:
     from toolkit.roles.judge import judge_trajectory
 
+    pin: dict = {}
+    if opts.judge_rubric == "eigendata" and record.plan is not None:  # the prompt set's pinned judge prompt
+        v = (record.plan.extra.get("prompt_versions") or {}).get("trajectory_validation")
+        pd = record.plan.extra.get("prompts_dir")
+        pin = {"prompt_version": int(v) if v else None, "prompt_dirs": [pd] if isinstance(pd, str) and pd else None}
     j = await judge_trajectory(
         client, opts.judge_rubric, policy=_policy(record, traj), task=_task_text(record),
         messages=[m.model_dump(mode="json", exclude_none=True) for m in traj.messages],
         tools=[t.model_dump(mode="json") for t in traj.tools], evaluation_rules=_evaluation_rules(record),
         attempts=opts.judge_attempts, threshold=opts.judge_threshold,
-        steps=[st.model_dump(mode="json") for st in traj.steps])
+        steps=[st.model_dump(mode="json") for st in traj.steps], **pin)
     scores = dict(j.scores, attempts=j.attempts, model=j.model, prompt=j.prompt_id)
     attribution, reasons = j.attribution, list(j.reasons)
     if not j.passed and not j.malformed and traj.termination == "error":
