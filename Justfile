@@ -62,6 +62,11 @@ cluster-local n="3":
     for i in $(seq 0 $(({{n}} - 1))); do SHARD=$i NSHARDS={{n}} INPUT=out/cluster/tasks.jsonl OUT_DIR=out/cluster bash recipes/cluster/shard_body.sh; done
     python recipes/cluster/merge.py --input out/cluster/tasks.jsonl --parts out/cluster --nshards {{n}} > out/cluster/merged.jsonl
 
+# the same sharded flow over a local Ray cluster (the `cluster` extra): toolkit ray-shard
+ray-local n="3":
+    mkdir -p out/ray && toolkit tasks airline > out/ray/tasks.jsonl
+    toolkit ray-shard -n {{n}} -i out/ray/tasks.jsonl -o out/ray/merged.jsonl --parts-dir out/ray/parts -- bash -c 'rollout --agent replay | verify'
+
 # LOGIGEN synthesis: domain briefs (JSONL → gen-plan) or an existing domain (bundled id / path) →
 # tasks → validate → rollout → verify → SFT-ready rows + per-stage yield/cost table (out/logigen-synth)
 logigen-synth brief="airline" n="10":
@@ -97,7 +102,7 @@ grpo flow="logigen" domain="airline" model="" out="ckpt/grpo" *ARGS:
 
 # GRPO on a cluster node (vLLM server on GPU 0, 7 training GPUs): just grpo-slurm /models/ckpt-sft tasks.jsonl logigen
 grpo-slurm model tasks flow="logigen" variant="ta-grpo":
-    sbatch recipes/cluster/grpo-vllm.sbatch {{model}} {{tasks}} recipes/{{flow}}.yaml {{variant}}
+    mkdir -p logs && sbatch recipes/cluster/grpo-vllm.sbatch {{model}} {{tasks}} recipes/{{flow}}.yaml {{variant}}
 
 # CPU demo of the whole training path on a tiny model built offline (no GPU, no download)
 train-demo:
