@@ -103,6 +103,8 @@ class ConfigOpts(Options):
     sandbox_isolation: Optional[Literal["namespaces", "docker", "none-unsafe"]] = None
     # the operator's limits for generated code: a mapping or a JSON object string (toolkit.sandbox.parse_limits)
     sandbox_limits: Optional[Any] = None
+    # the operator's MCP servers: an mcpServers JSON file (toolkit.envs.mcp.servers)
+    mcp_servers: Optional[str] = None
     recipe_hash: Optional[str] = None  # set by the merge (provenance)
 
 

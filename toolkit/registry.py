@@ -74,6 +74,7 @@ BUILTINS: tuple[tuple[str, str, str], ...] = (
     ("backends", "python", "toolkit.envs.python"),
     ("backends", "simulated", "toolkit.envs.simulated"),
     ("backends", "tau2", "toolkit.envs.tau2"),
+    ("backends", "mcp", "toolkit.envs.mcp"),
     ("domains", "bundled", "toolkit.domains"),
     ("domains", "tau2", "toolkit.envs.tau2"),
     ("rubrics", "core", "toolkit.roles.judge"),

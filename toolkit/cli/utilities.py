@@ -219,7 +219,8 @@ def tools_group() -> None:
 
 \b
 FILE: OpenAI function schemas, an MCP tools/list result, an OpenAPI 3 document (JSON, YAML or
-      JSONL), or tau2:<domain> / sqlite:<domain> for the real environments' tools.
+      JSONL), tau2:<domain> / sqlite:<domain> for the real environments' tools, or mcp:<id> for a
+      live MCP server the operator registered (--mcp-servers): its tools/list, env backend mcp.
 Writes one server record per kept server (JSONL on stdout; `gen-plan --strategy astra` reads it);
 every dropped tool or server is reported on stderr with its reason (and in --report).""")
 @click.argument("files", nargs=-1, required=True)
@@ -229,19 +230,33 @@ every dropped tool or server is reported on stderr with its reason (and in --rep
 @click.option("--fault-rate", type=float, default=0.2, show_default=True,
               help="Injected-failure rate of the emulator env for doc-only servers.")
 @click.option("--report", metavar="FILE", help="Write {servers, drops} as JSON here.")
+@click.option("--mcp-servers", metavar="FILE", default=None,
+              help="mcpServers JSON naming the servers of mcp:<id> (default $TOOLKIT_MCP_SERVERS).")
+@click.option("--workdir", metavar="DIR", default=None,
+              help="mcp:<id>: the directory the server starts in (a copy of it) and the env ref's workdir.")
 def tools_import(files: tuple[str, ...], min_tools: int, min_description_words: int, fault_rate: float,
-                 report: str | None) -> None:
+                 report: str | None, mcp_servers: str | None, workdir: str | None) -> None:
     from toolkit.flows.astra import tooldocs as T
 
+    live = [f for f in files if f.startswith("mcp:")]
     try:
-        res = T.import_paths(list(files), min_tools=min_tools, min_description_words=min_description_words)
-    except (T.ToolDocError, KeyError, ImportError) as e:
+        res = T.import_paths([f for f in files if not f.startswith("mcp:")], min_tools=min_tools,
+                             min_description_words=min_description_words)
+        if live:
+            from toolkit.cli.mcp_import import import_live
+
+            import_live(live, res, mcp_servers=mcp_servers, workdir=workdir, min_tools=min_tools,
+                        min_description_words=min_description_words)
+    except (T.ToolDocError, KeyError, ImportError, ValueError, RuntimeError) as e:
         log(f"tools import: {e}")
         sys.exit(1)
     for d in res.drops:
         log(d.line())
     for s in res.servers:
-        click.echo(json.dumps(s.record(fault_rate), ensure_ascii=False))
+        rec = s.record(fault_rate)
+        if getattr(s, "annotations", None):  # mcp:<id>: the live tools' annotations (readOnlyHint ...)
+            rec["extra"]["astra"]["annotations"] = s.annotations
+        click.echo(json.dumps(rec, ensure_ascii=False))
     if report:
         with open(report, "w", encoding="utf-8") as f:
             json.dump(res.report(), f, indent=2, ensure_ascii=False)
