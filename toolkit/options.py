@@ -220,6 +220,7 @@ class RolloutOptions(StreamOpts):
     max_tool_errors: int = 5
     max_context_tokens: int = 16000
     first_message: Literal["auto", "instruction", "simulate"] = "auto"
+    user_simulator: str = "auto"  # a registered user simulator (kind "users"): auto | llm | scripted
     distractor_tools: int = Field(0, ge=0)
     distractor_mode: str = "random"  # a registered distractor source (kind "distractors")
     distractor_pool: Optional[list[Any]] = None

@@ -132,21 +132,38 @@ def serve(stop: bool, status_: bool) -> None:
     click.echo(embedded.ensure_embedded_server())
 
 
-@toolkit_group.command("tasks", help="Print a bundled domain's hand-checked task records (JSONL).")
+@toolkit_group.command("tasks", help="""Print a bundled domain's hand-checked task records (JSONL), or
+bfcl:<category> for BFCL's multi-turn entries (multi_turn_base, multi_turn_miss_func,
+multi_turn_miss_param, multi_turn_long_context; needs the extra `bfcl`).""")
 @click.argument("domain", required=False)
 @click.option("--list", "list_", is_flag=True, help="List bundled domains.")
-def tasks(domain: str | None, list_: bool) -> None:
+@click.option("--limit", type=int, default=None, help="At most this many records.")
+def tasks(domain: str | None, list_: bool, limit: int | None) -> None:
     from toolkit import domains
 
     if list_ or not domain:
         for d in domains.list_domains():
             click.echo(d)
         return
+    if domain.startswith("bfcl:"):
+        from toolkit import bfcl
+
+        try:
+            recs = bfcl.task_records(domain.split(":", 1)[1], limit=limit)
+        except ValueError as e:
+            raise click.UsageError(str(e)) from None
+        except bfcl.BfclUnavailable as e:
+            log(f"tasks: {e}")
+            sys.exit(1)
+        for rec in recs:
+            click.echo(json.dumps(rec, ensure_ascii=False))
+        log(f"tasks: {len(recs)} {domain} record(s)")
+        return
     if domain not in domains.list_domains():
         raise click.UsageError(f"unknown domain {domain!r}; bundled: {', '.join(domains.list_domains())}")
     from toolkit.schema import Record
 
-    for rec in domains.load_tasks(domain):
+    for rec in domains.load_tasks(domain)[:limit]:
         click.echo(Record.model_validate(rec).model_dump_json(by_alias=True))
 
 
