@@ -199,3 +199,30 @@ def test_validate_arguments():
     assert "object" in validate_arguments(schema, ["a"])
     assert validate_arguments({"type": "object", "properties": {"a": {}},
                                "additionalProperties": True}, {"b": 1}) is None
+
+
+def test_error_values_are_failed_steps():
+    """error_values: a returned {"error": ...} (BFCL's style) is a failed step, the state unchanged;
+    without it, the same return is a success."""
+    src = ("def withdraw(state, amount):\n"
+           "    if amount > state['balance']:\n"
+           "        return {'error': 'insufficient funds'}\n"
+           "    state['balance'] -= amount\n"
+           "    return {'balance': state['balance']}\n")
+    tools = [{"type": "function", "function": {"name": "withdraw", "description": "Withdraw money.",
+                                               "parameters": {"type": "object",
+                                                              "properties": {"amount": {"type": "integer"}},
+                                                              "required": ["amount"]}}}]
+    ref = {"backend": "python", "config": {"tools": tools, "source": src, "error_values": True},
+           "state": {"balance": 10}}
+    with load_env(ref) as env:
+        env.reset()
+        r = env.call("withdraw", {"amount": 50})
+        assert not r.ok and r.error["code"] == "TOOL_ERROR" and r.error["message"] == "insufficient funds"
+        assert env.snapshot() == {"balance": 10}
+        assert env.call("withdraw", {"amount": 4}).ok and env.snapshot() == {"balance": 6}
+    plain = dict(ref, config=dict(ref["config"], error_values=False))
+    with load_env(plain) as env:
+        env.reset()
+        r = env.call("withdraw", {"amount": 50})
+        assert r.ok and r.content == {"error": "insufficient funds"}
