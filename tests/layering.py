@@ -16,7 +16,7 @@ from pathlib import Path
 # lowest first; the names are the first component under `toolkit.` ("" is toolkit/__init__.py)
 LAYERS: list[tuple[str, ...]] = [
     ("", "registry", "schema", "io", "config", "options", "prompts", "scoring", "formats", "stats", "yieldtable"),
-    ("envs", "llm", "sandbox", "roles", "domains", "tau2"),
+    ("envs", "llm", "sandbox", "roles", "domains", "tau2", "bfcl"),
     ("stages", "pipeline"),
     ("flows",),
     ("train",),

@@ -226,3 +226,19 @@ def test_error_values_are_failed_steps():
         env.reset()
         r = env.call("withdraw", {"amount": 50})
         assert r.ok and r.content == {"error": "insufficient funds"}
+
+
+def test_validate_types_false_checks_names_only():
+    src = "def close(state, ticket_id):\n    state['closed'] = ticket_id\n    return 'closed'\n"
+    tools = [{"type": "function", "function": {"name": "close", "description": "Close a ticket.", "parameters": {
+        "type": "object", "properties": {"ticket_id": {"type": "integer"}}, "required": ["ticket_id"]}}}]
+    ref = {"backend": "python", "config": {"tools": tools, "source": src}, "state": {}}
+    with load_env(ref) as env:
+        env.reset()
+        assert env.call("close", {"ticket_id": "t1"}).error["code"] == "INVALID_ARGUMENTS"
+    ref["config"]["validate_types"] = False
+    with load_env(ref) as env:
+        env.reset()
+        assert env.call("close", {"ticket_id": "t1"}).ok and env.snapshot() == {"closed": "t1"}
+        assert env.call("close", {}).error["code"] == "INVALID_ARGUMENTS"  # names are still checked
+        assert env.call("close", {"ticket_id": 1, "x": 2}).error["code"] == "INVALID_ARGUMENTS"

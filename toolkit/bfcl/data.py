@@ -208,7 +208,7 @@ def task_records(category: str, limit: int | None = None) -> list[dict]:
             "id": entry["id"], "flow": "bfcl", "tags": ["bfcl", cat],
             "env": {"backend": "python", "id": f"bfcl:{cat}",
                     "config": {"tools": tools, "source": env_source([t["function"]["name"] for t in tools]),
-                               "error_values": True,
+                               "error_values": True, "validate_types": False,  # BFCL's tools decide
                                "policy": "Tools of: " + ", ".join(classes)},
                     "state": {"bfcl": {"classes": classes, "initial_config": entry.get("initial_config") or {},
                                        "long_context": "long_context" in cat, "history": []}}},

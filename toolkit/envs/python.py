@@ -15,7 +15,9 @@ Env ref (a record's `env` field)::
                 "limits": {"wall_seconds": 5, "cpu_seconds": 5, "memory_mb": 512},  # optional: may
                                               # only narrow the operator's (docs/sandbox.md)
                 "sandbox": "auto",            # ignored: the operator picks the backend
-                "error_values": false},       # true: a returned {"error": ...} is a failed step
+                "error_values": false,        # true: a returned {"error": ...} is a failed step
+                "validate_types": true},      # false: only required / unknown argument names are
+                                              # checked before the call (BFCL: the tool decides)
      "state": {<initial state>}}
 
 A directory `path` holds tools.json, tools.py, policy.md, state.json (and optionally
@@ -142,7 +144,7 @@ def _type_ok(value: Any, types: Any) -> bool:
     return False
 
 
-def validate_arguments(schema: dict, args: Any) -> str | None:
+def validate_arguments(schema: dict, args: Any, types: bool = True) -> str | None:
     """Check `args` against a tool's JSON-schema parameters. Returns an error message or None.
 
     Checks: object-ness, required params, unknown params (unless additionalProperties is true),
@@ -161,7 +163,7 @@ def validate_arguments(schema: dict, args: Any) -> str | None:
         if unknown:
             return (f"unknown argument(s): {', '.join(unknown)}; expected: "
                     f"{', '.join(sorted(props))}")
-    for k, v in args.items():
+    for k, v in args.items() if types else ():
         spec = props.get(k)
         if not isinstance(spec, dict):
             continue
@@ -228,8 +230,9 @@ class PythonEnvironment(Environment):
     def __init__(self, tools: list[dict], source: str, policy: str = "",
                  state: dict | None = None, user_tools: list[dict] | None = None,
                  limits: SandboxLimits | dict | None = None, sandbox: str = "auto",
-                 error_values: bool = False) -> None:
+                 error_values: bool = False, validate_types: bool = True) -> None:
         self.error_values = bool(error_values)
+        self.validate_types = bool(validate_types)
         self._tools = [_normalize_tool(t) for t in (tools or [])]
         self._user_tools = [_normalize_tool(t) for t in (user_tools or [])]
         self._source = source or ""
@@ -292,7 +295,8 @@ class PythonEnvironment(Environment):
         return cls(tools=data["tools"], source=data["source"], policy=data.get("policy", ""),
                    state=data.get("state"), user_tools=data.get("user_tools"),
                    limits=data.get("limits"), sandbox=_data_backend(data.get("sandbox")),
-                   error_values=data.get("error_values") is True)
+                   error_values=data.get("error_values") is True,
+                   validate_types=data.get("validate_types") is not False)
 
     # -- protocol
     def tools(self, side: str = "agent") -> list[dict]:
@@ -330,7 +334,7 @@ class PythonEnvironment(Environment):
                 return ToolResult.fail("INVALID_ARGUMENTS", f"arguments are not valid JSON: {e}")
         if args is None:
             args = {}
-        problem = validate_arguments(fn.get("parameters") or {}, args)
+        problem = validate_arguments(fn.get("parameters") or {}, args, types=self.validate_types)
         if problem:
             return ToolResult.fail("INVALID_ARGUMENTS", f"{name}: {problem}",
                                    hint="check the tool's parameter schema")
