@@ -226,3 +226,74 @@ def test_tools_import_live(repo, servers_file):
     names = {t["function"]["name"] for t in rec["extra"]["astra"]["tools"]}
     assert {"git_status", "git_add", "git_commit"} <= names
     assert rec["extra"]["astra"]["annotations"]["git_reset"]["destructiveHint"] is True
+
+
+HTTP_SERVER = '''
+import sys
+from mcp.server.mcpserver import MCPServer
+
+app = MCPServer("notes")
+NOTES = []
+
+
+@app.tool(name="notes.add", description="Add a note to the shared list.")
+def add(text: str) -> str:
+    NOTES.append(text)
+    return "added %d" % len(NOTES)
+
+
+@app.tool(description="Always fails.")
+def broken() -> str:
+    raise ValueError("broken on purpose")
+
+
+app.run(transport="streamable-http", host="127.0.0.1", port=int(sys.argv[1]))
+'''
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_streamable_http_server_by_url(tmp_path):
+    """A server the operator runs, reached by URL: live tools/list (a dotted name sanitized, the
+    original used for the call), tools/call, isError → a failed step, stateless without a state command."""
+    import socket
+
+    from toolkit.envs import load_env
+    from toolkit.envs.mcp import set_servers
+
+    script = tmp_path / "notes_server.py"
+    script.write_text(HTTP_SERVER)
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, str(script), str(port)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.time() > deadline or proc.poll() is not None:
+                    pytest.fail(f"the test server did not start: {proc.stderr.read() if proc.poll() is not None else ''}")
+                time.sleep(0.2)
+        set_servers({"mcpServers": {"notes": {"url": f"http://127.0.0.1:{port}/mcp"}}})
+        with load_env({"backend": "mcp", "id": "notes"}) as env:
+            env.reset()
+            names = {t["function"]["name"] for t in env.tools()}
+            assert names == {"notes_add", "broken"}
+            assert env.tool_meta()["notes_add"]["name"] == "notes.add"
+            r = env.call("notes_add", {"text": "hi"})
+            assert r.ok and r.content == {"result": "added 1"}  # structuredContent wins over the text block
+            bad = env.call("broken", {})
+            assert not bad.ok and bad.error["code"] == "TOOL_ERROR" and "broken on purpose" in bad.error["message"]
+            assert env.snapshot() == {}
+    finally:
+        set_servers(None)
+        proc.terminate()
+        proc.wait(timeout=10)
