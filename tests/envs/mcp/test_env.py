@@ -297,3 +297,23 @@ def test_streamable_http_server_by_url(tmp_path):
         set_servers(None)
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_server_dies_with_a_killed_toolkit_process(repo, servers_file, marker):
+    """SIGKILL of the process holding the episode (no cleanup code runs) still ends the server."""
+    code = ("import sys, time\nfrom toolkit.envs import load_env\n"
+            f"env = load_env({{'backend': 'mcp', 'id': 'git', 'config': {{'workdir': {str(repo)!r}}}}})\n"
+            "env.reset()\nprint(env.server_pid, flush=True)\ntime.sleep(120)\n")
+    env = {**os.environ, "TOOLKIT_MCP_SERVERS": str(servers_file), "PYTHONPATH": str(Path(__file__).parents[3])}
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                         text=True, env=env)
+    try:
+        pid = int(p.stdout.readline())
+        assert _servers_with_marker(marker) == [pid]
+    finally:
+        p.kill()
+        p.wait()
+    deadline = time.time() + 10
+    while _servers_with_marker(marker) and time.time() < deadline:
+        time.sleep(0.1)
+    assert _servers_with_marker(marker) == []

@@ -8,7 +8,8 @@ RLIMIT_FSIZE, RLIMIT_NOFILE, no core dumps), enters a fresh network namespace wh
 say network: false (a user namespace too when not root), writes what it could do to the status
 file ({"network": "isolated" | "unavailable: <why>" | "allowed", "limits": ...}), then execs
 COMMAND in the current directory (the episode's copy of the workdir) with the environment it got.
-The caller started it in a new session, so the whole process group is killed at episode end.
+The caller started it in a new session, so the whole process group is killed at episode end; the
+server also gets SIGKILL when the toolkit process dies (PR_SET_PDEATHSIG).
 """
 
 import ctypes
@@ -16,10 +17,12 @@ import json
 import math
 import os
 import resource
+import signal
 import sys
 
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
+PR_SET_PDEATHSIG = 1
 
 
 def _setl(res, soft, hard):
@@ -77,6 +80,12 @@ def main(argv):
         sys.stderr.write("usage: launch.py CONFIG_JSON COMMAND [ARGS...]\n")
         return 2
     cfg = json.loads(argv[1])
+    try:  # die with the toolkit process (the thread that started us), even when it is SIGKILLed
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() == 1:  # the parent is already gone
+        return 1
     lim = cfg.get("limits") or {}
     status = {"pid": os.getpid(), "pgid": os.getpgid(0),
               "network": "allowed" if lim.get("network") else _no_network()}

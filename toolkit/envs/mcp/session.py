@@ -10,16 +10,26 @@ the process group) and then kills the process group itself, so nothing outlives 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import json
 import os
 import signal
 import sys
 import threading
+import weakref
 from pathlib import Path
 from typing import Any
 
 LAUNCHER = str(Path(__file__).with_name("launch.py"))
+_LIVE: "weakref.WeakSet[McpSession]" = weakref.WeakSet()
+
+
+@atexit.register
+def _kill_all() -> None:
+    """At interpreter exit: no server outlives the toolkit process."""
+    for s in list(_LIVE):
+        s._kill_group()
 
 
 class McpUnavailable(RuntimeError):
@@ -54,6 +64,7 @@ class McpSession:
     def start(self) -> list[dict]:
         """Start the server, initialize, list its tools (every page); returns the raw tools."""
         self._thread.start()
+        _LIVE.add(self)
         ready: concurrent.futures.Future = concurrent.futures.Future()
         self._main = asyncio.run_coroutine_threadsafe(self._serve(ready), self._loop)
         try:
