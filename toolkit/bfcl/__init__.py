@@ -16,8 +16,16 @@ numpy; the multi-turn API classes and checker need nothing else).
   checks), run inside the sandbox.
 """
 
-from toolkit.bfcl.data import (CATEGORIES, BfclUnavailable, available, call_string, load_entries,
-                               openai_tools, parse_call, task_records)
+from toolkit.bfcl.data import (
+                               CATEGORIES,
+                               BfclUnavailable,
+                               available,
+                               call_string,
+                               load_entries,
+                               openai_tools,
+                               parse_call,
+                               task_records,
+)
 
 __all__ = ["CATEGORIES", "BfclUnavailable", "available", "call_string", "load_entries", "openai_tools",
            "parse_call", "task_records"]

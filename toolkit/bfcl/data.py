@@ -67,7 +67,9 @@ def stateless_classes() -> tuple[str, ...]:
 
 @functools.lru_cache(maxsize=None)
 def func_docs(cls: str) -> list[dict]:
-    from bfcl_eval.constants.executable_backend_config import MULTI_TURN_FUNC_DOC_FILE_MAPPING
+    from bfcl_eval.constants.executable_backend_config import (
+        MULTI_TURN_FUNC_DOC_FILE_MAPPING,
+    )
 
     return _jsonl(_root() / "data" / "multi_turn_func_doc" / MULTI_TURN_FUNC_DOC_FILE_MAPPING[cls])
 

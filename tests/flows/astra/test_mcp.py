@@ -7,7 +7,13 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from tests.envs.mcp.test_env import FULL, _servers_with_marker, marker, repo, servers_file  # noqa: F401
+from tests.envs.mcp.test_env import (  # noqa: F401
+    FULL,
+    _servers_with_marker,
+    marker,
+    repo,
+    servers_file,
+)
 from toolkit import cli
 from toolkit.llm.testserver import ScriptedServer
 
@@ -34,7 +40,6 @@ def test_git_chain_rolls_out_on_the_live_server_and_verifies_by_state(tmp_path, 
     query = {"valid": True, "query": "In the repository at '.', check the status, stage the file b.txt and "
                                      "commit it with the message 'add b'.",
              "arguments": [{"tool": n, "args": a} for n, a in FULL]}
-    wrong_commit = {"n": 0}
 
     def reply(req):
         msgs = req["messages"]
