@@ -134,3 +134,41 @@ def test_final_states_equal_bfcl_executor_all():
     recs = _records()
     same = _compare(recs)
     assert len(same) >= 199, sorted({r["id"] for r in recs} - set(same))
+
+
+def test_served_model_path_with_scripted_server():
+    """rollout with an LLM agent (the loopback scripted OpenAI-compatible server answering BFCL's
+    ground truth turn by turn, one call per step) | verify --strategy bfcl; a model that skips a
+    call fails."""
+    from click.testing import CliRunner
+
+    from toolkit import cli
+    from toolkit.llm.testserver import ScriptedServer
+
+    recs = _records("multi_turn_miss_func", limit=2)
+    gts = {r["task"]["user_turns"][0][0]["content"]: r["task"]["ground_truth"]["turns"] for r in recs}
+    offered: list[set] = []
+
+    def reply(req):
+        msgs = req["messages"]
+        users = [i for i, m in enumerate(msgs) if m["role"] == "user"]
+        gt = gts[msgs[users[0]]["content"]]
+        turn = len(users) - 1
+        done = sum(1 for m in msgs[users[-1]:] if m["role"] == "assistant" and m.get("tool_calls"))
+        offered.append({t["function"]["name"] for t in req["tools"]})
+        if turn == 2 and gt is gts[recs[1]["task"]["user_turns"][0][0]["content"]]:
+            done += 1  # the second task's model skips the first call of turn 2 (its cd)
+        if done < len(gt[turn]):
+            a = gt[turn][done]
+            return {"tool_calls": [{"name": a["name"], "arguments": a["arguments"]}]}
+        return "Done."
+
+    with ScriptedServer(reply) as srv:
+        r = CliRunner().invoke(cli.rollout, ["--base-url", srv.base_url, "--model", "scripted", "--max-turns", "60"],
+                               input=jsonl(recs))
+        assert r.exit_code == 0, r.output
+        v = CliRunner().invoke(cli.verify, ["--strategy", "bfcl"], input=r.stdout)
+    out = {json.loads(x)["id"]: json.loads(x) for x in v.stdout.splitlines()}
+    assert out["multi_turn_miss_func_0"]["trajectories"][0]["reward"] == 1.0
+    assert out["multi_turn_miss_func_1"]["trajectories"][0]["reward"] == 0.0
+    assert any("sort" not in o for o in offered) and any("sort" in o for o in offered)  # held back, then offered
