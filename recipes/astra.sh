@@ -9,8 +9,9 @@
 #         QS, before any code) → make-verifier astra (sandboxed python envs) → rollout --agent replay
 #         | verify f1 (self-check: F1 = 1) → rollout (LLM agent) | verify f1 → rl.jsonl
 #   N: plans / tasks / samples per input (default 2). Prints a yield/cost table per pipeline.
-# Env: OUT (out/astra), RECIPE (recipes/astra.yaml), DOCS (tool docs / tau2:<d> / sqlite:<d>;
-#      default recipes/astra/*.json), KB (recipes/astra/kb.jsonl), LLM_ARGS (e.g. "--base-url URL
+# Env: OUT (out/astra), RECIPE (recipes/astra.yaml), DOCS (tool docs / tau2:<d> / sqlite:<d> / mcp:<id>;
+#      default recipes/astra/*.json; mcp:<id> = a live MCP server from TOOLKIT_MCP_SERVERS, started in a
+#      copy of MCP_WORKDIR per episode, its chain tasks also verified by state: docs/astra.md), KB (recipes/astra/kb.jsonl), LLM_ARGS (e.g. "--base-url URL
 #      --model M"; default: the embedded CPU model), ROLLOUT_ARGS, TOOLKIT_PYTHON, QA_ENV_DIR (write the
 #      generated python environments there as directories, env.path, instead of inline env.config).
 set -euo pipefail
@@ -49,7 +50,7 @@ if [ "$which" = tools ] || [ "$which" = both ]; then
   export TOOLKIT_STAGE_LOG="$out/tools.stages.jsonl"; : > "$TOOLKIT_STAGE_LOG"
   # shellcheck disable=SC2086
   toolkit tools import ${DOCS:-recipes/astra/notes.mcp.json recipes/astra/petstore.openapi.json} \
-    --report "$out/import.json" > "$out/servers.jsonl"
+    ${MCP_WORKDIR:+--workdir "$MCP_WORKDIR"} --report "$out/import.json" > "$out/servers.jsonl"
   stage "gen-plan" "$out/servers.jsonl" "$out/plans.jsonl" \
     gen-plan --strategy astra --recipe "$recipe" -n "$n" --out-dir "$out/graphs" $LLM
   # T = T_chain ∪ T_server (§2.1.3): the chain plans give chain-conditioned tasks, the server records
@@ -63,6 +64,12 @@ if [ "$which" = tools ] || [ "$which" = both ]; then
     rollout --recipe "$recipe" -n 1 --max-turns 6 ${ROLLOUT_ARGS:-} $LLM
   stage "verify judge" "$out/trajectories.jsonl" "$out/sft.jsonl" \
     verify --recipe "$recipe" --strategy judge --judge-rubric astra --require judge --filter passed $LLM
+  case " ${DOCS:-} " in *" mcp:"*)
+    # live MCP servers: chain tasks whose arguments are all literals carry reference actions; replay them
+    # against a fresh server and compare states (tasks without actions are rejected here, with the reason)
+    stage "verify state" "$out/trajectories.jsonl" "$out/state.jsonl" \
+      verify --recipe "$recipe" --strategy state_diff --require state_diff ;;
+  esac
   table tools "$out/sft.jsonl"
 fi
 

@@ -17,7 +17,7 @@ from pathlib import Path
 LAYERS: list[tuple[str, ...]] = [
     ("", "registry", "schema", "io", "config", "options", "prompts", "scoring", "formats", "stats", "yieldtable",
      "cluster"),
-    ("envs", "llm", "sandbox", "roles", "domains", "tau2", "quality"),
+    ("envs", "llm", "sandbox", "roles", "domains", "tau2", "quality", "bfcl"),
     ("stages", "pipeline"),
     ("flows",),
     ("train",),

@@ -104,6 +104,8 @@ class ConfigOpts(Options):
     sandbox_isolation: Optional[Literal["namespaces", "docker", "none-unsafe"]] = None
     # the operator's limits for generated code: a mapping or a JSON object string (toolkit.sandbox.parse_limits)
     sandbox_limits: Optional[Any] = None
+    # the operator's MCP servers: an mcpServers JSON file (toolkit.envs.mcp.servers)
+    mcp_servers: Optional[str] = None
     recipe_hash: Optional[str] = None  # set by the merge (provenance)
 
 
@@ -220,6 +222,7 @@ class RolloutOptions(StreamOpts):
     max_tool_errors: int = 5
     max_context_tokens: int = 16000
     first_message: Literal["auto", "instruction", "simulate"] = "auto"
+    user_simulator: str = "auto"  # a registered user simulator (kind "users"): auto | llm | scripted
     distractor_tools: int = Field(0, ge=0)
     distractor_mode: str = "auto"  # a registered distractor source (kind "distractors"); auto: by flow
     distractor_pool: Optional[list[Any]] = None

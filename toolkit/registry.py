@@ -54,11 +54,12 @@ KINDS: dict[str, str] = {
     "variants": "GRPO variants (grpo --variant)",
     "exporters": "training-row export formats (sft --export)",
     "distractors": "distractor-tool sources (rollout --distractor-mode)",
+    "users": "user simulators (rollout --user-simulator)",
 }
 
 _SINGULAR = {"strategies": "strategy", "scorers": "verify scorer", "backends": "environment backend",
              "domains": "domain", "rubrics": "judge rubric", "variants": "GRPO variant",
-             "exporters": "export format", "distractors": "distractor source"}
+             "exporters": "export format", "distractors": "distractor source", "users": "user simulator"}
 
 # (kind, entry-point name, module): the toolkit's own plugin modules. pyproject.toml declares
 # exactly these under [project.entry-points."toolkit.<kind>"] (tests/test_plugins.py checks).
@@ -74,6 +75,7 @@ BUILTINS: tuple[tuple[str, str, str], ...] = (
     ("backends", "python", "toolkit.envs.python"),
     ("backends", "simulated", "toolkit.envs.simulated"),
     ("backends", "tau2", "toolkit.envs.tau2"),
+    ("backends", "mcp", "toolkit.envs.mcp"),
     ("domains", "bundled", "toolkit.domains"),
     ("domains", "tau2", "toolkit.envs.tau2"),
     ("rubrics", "core", "toolkit.roles.judge"),
@@ -81,6 +83,8 @@ BUILTINS: tuple[tuple[str, str, str], ...] = (
     ("exporters", "core", "toolkit.formats.rows"),
     ("distractors", "core", "toolkit.stages.rollout"),
     ("distractors", "astra", "toolkit.flows.astra.mixing"),
+    ("users", "core", "toolkit.stages.users"),
+    ("scorers", "bfcl", "toolkit.stages.verify.bfcl"),
 )
 
 

@@ -191,6 +191,9 @@ class GroundTruth(_Open):
     communicate_info: list[str] = Field(default_factory=list)
     nl_assertions: list[str] = Field(default_factory=list)
     final_answer: Any = None
+    turns: list[list[Action]] | None = Field(
+        None, description="reference actions per scripted user turn (task.user_turns; BFCL multi-turn): the "
+                          "replay agent answers turn k with turns[k], then ends its reply")
 
 
 class Task(_Open):
@@ -199,6 +202,11 @@ class Task(_Open):
     ground_truth: GroundTruth | None = None
     difficulty: str | None = None
     complexity: dict[str, Any] = Field(default_factory=dict)
+    user_turns: list[list[dict[str, Any]]] | None = Field(
+        None, description="scripted user turns (BFCL multi-turn): turn k's user messages; rollout's `scripted` "
+                          "user simulator sends turn k+1 when the agent ends its reply")
+    held_out_tools: dict[str, list[str]] = Field(
+        default_factory=dict, description="tool names offered only from the given turn index on (BFCL miss_func)")
 
 
 # ---------------------------------------------------------------------------------------------

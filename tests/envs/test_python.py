@@ -199,3 +199,46 @@ def test_validate_arguments():
     assert "object" in validate_arguments(schema, ["a"])
     assert validate_arguments({"type": "object", "properties": {"a": {}},
                                "additionalProperties": True}, {"b": 1}) is None
+
+
+def test_error_values_are_failed_steps():
+    """error_values: a returned {"error": ...} (BFCL's style) is a failed step, the state unchanged;
+    without it, the same return is a success."""
+    src = ("def withdraw(state, amount):\n"
+           "    if amount > state['balance']:\n"
+           "        return {'error': 'insufficient funds'}\n"
+           "    state['balance'] -= amount\n"
+           "    return {'balance': state['balance']}\n")
+    tools = [{"type": "function", "function": {"name": "withdraw", "description": "Withdraw money.",
+                                               "parameters": {"type": "object",
+                                                              "properties": {"amount": {"type": "integer"}},
+                                                              "required": ["amount"]}}}]
+    ref = {"backend": "python", "config": {"tools": tools, "source": src, "error_values": True},
+           "state": {"balance": 10}}
+    with load_env(ref) as env:
+        env.reset()
+        r = env.call("withdraw", {"amount": 50})
+        assert not r.ok and r.error["code"] == "TOOL_ERROR" and r.error["message"] == "insufficient funds"
+        assert env.snapshot() == {"balance": 10}
+        assert env.call("withdraw", {"amount": 4}).ok and env.snapshot() == {"balance": 6}
+    plain = dict(ref, config=dict(ref["config"], error_values=False))
+    with load_env(plain) as env:
+        env.reset()
+        r = env.call("withdraw", {"amount": 50})
+        assert r.ok and r.content == {"error": "insufficient funds"}
+
+
+def test_validate_types_false_checks_names_only():
+    src = "def close(state, ticket_id):\n    state['closed'] = ticket_id\n    return 'closed'\n"
+    tools = [{"type": "function", "function": {"name": "close", "description": "Close a ticket.", "parameters": {
+        "type": "object", "properties": {"ticket_id": {"type": "integer"}}, "required": ["ticket_id"]}}}]
+    ref = {"backend": "python", "config": {"tools": tools, "source": src}, "state": {}}
+    with load_env(ref) as env:
+        env.reset()
+        assert env.call("close", {"ticket_id": "t1"}).error["code"] == "INVALID_ARGUMENTS"
+    ref["config"]["validate_types"] = False
+    with load_env(ref) as env:
+        env.reset()
+        assert env.call("close", {"ticket_id": "t1"}).ok and env.snapshot() == {"closed": "t1"}
+        assert env.call("close", {}).error["code"] == "INVALID_ARGUMENTS"  # names are still checked
+        assert env.call("close", {"ticket_id": 1, "x": 2}).error["code"] == "INVALID_ARGUMENTS"

@@ -137,6 +137,8 @@ Example:
                                       "user simulator write the opening (tau2 style).")
 @click.option("--distractor-tools", type=int, show_default=True,
               help="Mix in this many irrelevant tools from other bundled domains (bands: up to this many per band).")
+@click.option("--user-simulator", type=RegistryChoice("users"), default=None,
+              help="Who plays the user: auto (scripted when the task has task.user_turns, else llm), llm, scripted.")
 @click.option("--distractor-mode", type=RegistryChoice("distractors"),
               show_default=True, help="auto (default): bands for ASTRA records, random otherwise; random: N tools; "
                                       "astra-random: 5-9 tools (ASTRA baseline); bands: ASTRA similarity bands "

@@ -57,6 +57,9 @@ def config_options(f: Callable) -> Callable:
                      help='Operator limits for generated code, e.g. \'{"memory_mb": 1024, "wall_seconds": 20}\' '
                      "(keys cpu_seconds, wall_seconds, memory_mb, file_size_mb, max_processes, network); "
                      "a record may only narrow them."),
+        click.option("--mcp-servers", metavar="FILE", default=None,
+                     help='MCP servers records may name (env backend mcp): an {"mcpServers": {id: {command, args, '
+                     'env, state_command, state_excludes, limits} | {url}}} JSON file (also TOOLKIT_MCP_SERVERS).'),
     )(f)
 
 
@@ -196,6 +199,12 @@ def stage_command(fn: Callable[[Any], int]) -> Callable:
                 sandbox.set_operator_limits(opts.sandbox_limits)
             except ValueError as e:
                 raise click.UsageError(f"sandbox_limits: {e}") from None
+        if opts.mcp_servers is not None:
+            from toolkit.envs.mcp.servers import McpConfigError, set_servers
+            try:
+                set_servers(opts.mcp_servers)
+            except McpConfigError as e:
+                raise click.UsageError(f"mcp_servers: {e}") from None
         try:
             code = fn(opts)
         except UsageError as e:

@@ -304,21 +304,38 @@ def models_list() -> None:
                                "path": d, "materialized": os.path.isfile(os.path.join(d, MARKER))}))
 
 
-@toolkit_group.command("tasks", help="Print a bundled domain's hand-checked task records (JSONL).")
+@toolkit_group.command("tasks", help="""Print a bundled domain's hand-checked task records (JSONL), or
+bfcl:<category> for BFCL's multi-turn entries (multi_turn_base, multi_turn_miss_func,
+multi_turn_miss_param, multi_turn_long_context; needs the extra `bfcl`).""")
 @click.argument("domain", required=False)
 @click.option("--list", "list_", is_flag=True, help="List bundled domains.")
-def tasks(domain: str | None, list_: bool) -> None:
+@click.option("--limit", type=int, default=None, help="At most this many records.")
+def tasks(domain: str | None, list_: bool, limit: int | None) -> None:
     from toolkit import domains
 
     if list_ or not domain:
         for d in domains.list_domains():
             click.echo(d)
         return
+    if domain.startswith("bfcl:"):
+        from toolkit import bfcl
+
+        try:
+            recs = bfcl.task_records(domain.split(":", 1)[1], limit=limit)
+        except ValueError as e:
+            raise click.UsageError(str(e)) from None
+        except bfcl.BfclUnavailable as e:
+            log(f"tasks: {e}")
+            sys.exit(1)
+        for rec in recs:
+            click.echo(json.dumps(rec, ensure_ascii=False))
+        log(f"tasks: {len(recs)} {domain} record(s)")
+        return
     if domain not in domains.list_domains():
         raise click.UsageError(f"unknown domain {domain!r}; bundled: {', '.join(domains.list_domains())}")
     from toolkit.schema import Record
 
-    for rec in domains.load_tasks(domain):
+    for rec in domains.load_tasks(domain)[:limit]:
         click.echo(Record.model_validate(rec).model_dump_json(by_alias=True))
 
 
@@ -391,8 +408,9 @@ def tools_group() -> None:
 
 \b
 FILE: OpenAI function schemas, an MCP tools/list result, an OpenAPI 3 document, BFCL/Gorilla
-      function docs (JSON, YAML or JSONL), or tau2:<domain> / sqlite:<domain> for the real
-      environments' tools.
+      function docs (JSON, YAML or JSONL), tau2:<domain> / sqlite:<domain> for the real
+      environments' tools, or mcp:<id> for a live MCP server the operator registered
+      (--mcp-servers): its tools/list, env backend mcp.
 Writes one server record per kept server (JSONL on stdout; `gen-plan --strategy astra` reads it);
 every dropped tool or server is reported on stderr with its reason (and in --report), every tool
 kept with a rewrite (renamed, recursion cut, oneOf flattened, BFCL type mapped ...) as a counted
@@ -409,14 +427,26 @@ note. Exit 1 when nothing is kept.""")
 @click.option("--notes/--no-notes", default=True, show_default=True,
               help="Print one stderr line per note (the counts are always printed).")
 @click.option("--report", metavar="FILE", help="Write {servers, drops, notes} as JSON here.")
+@click.option("--mcp-servers", metavar="FILE", default=None,
+              help="mcpServers JSON naming the servers of mcp:<id> (default $TOOLKIT_MCP_SERVERS).")
+@click.option("--workdir", metavar="DIR", default=None,
+              help="mcp:<id>: the directory the server starts in (a copy of it) and the env ref's workdir.")
 def tools_import(files: tuple[str, ...], min_tools: int | None, min_description_words: int, source: str,
-                 fault_rate: float, notes: bool, report: str | None) -> None:
+                 fault_rate: float, notes: bool, report: str | None, mcp_servers: str | None,
+                 workdir: str | None) -> None:
     from toolkit.flows.astra import tooldocs as T
 
+    live = [f for f in files if f.startswith("mcp:")]
     try:
-        res = T.import_paths(list(files), min_tools=min_tools, min_description_words=min_description_words,
+        res = T.import_paths([f for f in files if not f.startswith("mcp:")], min_tools=min_tools,
+                             min_description_words=min_description_words,
                              source=None if source == "auto" else source)
-    except (T.ToolDocError, KeyError, ImportError) as e:
+        if live:
+            from toolkit.cli.mcp_import import import_live
+
+            import_live(live, res, mcp_servers=mcp_servers, workdir=workdir, min_tools=min_tools,
+                        min_description_words=min_description_words)
+    except (T.ToolDocError, KeyError, ImportError, ValueError, RuntimeError) as e:
         log(f"tools import: {e}")
         sys.exit(1)
     for d in res.drops:

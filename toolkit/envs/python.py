@@ -14,7 +14,10 @@ Env ref (a record's `env` field)::
                 "user_tools": [...],          # optional, dual-control user side
                 "limits": {"wall_seconds": 5, "cpu_seconds": 5, "memory_mb": 512},  # optional: may
                                               # only narrow the operator's (docs/sandbox.md)
-                "sandbox": "auto"},           # ignored: the operator picks the backend
+                "sandbox": "auto",            # ignored: the operator picks the backend
+                "error_values": false,        # true: a returned {"error": ...} is a failed step
+                "validate_types": true},      # false: only required / unknown argument names are
+                                              # checked before the call (BFCL: the tool decides)
      "state": {<initial state>}}
 
 A directory `path` holds tools.json, tools.py, policy.md, state.json (and optionally
@@ -26,7 +29,9 @@ bare result keeps the (possibly mutated in place) state. Raising an exception is
 `ToolResult.fail(code, message, violated_rule, hint)` where code is the exception's `code`
 attribute if it has one, "POLICY_VIOLATION" for classes named PolicyViolation*, the exception class
 name for user-defined exceptions, or "TOOL_ERROR" for built-in exceptions; `hint` and
-`violated_rule` attributes are passed through. Other codes: UNKNOWN_TOOL, INVALID_ARGUMENTS,
+`violated_rule` attributes are passed through. With `error_values: true` (BFCL's style) a tool that
+returns a dict with an "error" key has failed too (code TOOL_ERROR, the error as the message),
+counted like a raised error. Other codes: UNKNOWN_TOOL, INVALID_ARGUMENTS,
 TIMEOUT (wall/CPU limit), RESOURCE_LIMIT (memory/file size), SANDBOX_ERROR. A failed call never
 changes the state.
 """
@@ -139,7 +144,7 @@ def _type_ok(value: Any, types: Any) -> bool:
     return False
 
 
-def validate_arguments(schema: dict, args: Any) -> str | None:
+def validate_arguments(schema: dict, args: Any, types: bool = True) -> str | None:
     """Check `args` against a tool's JSON-schema parameters. Returns an error message or None.
 
     Checks: object-ness, required params, unknown params (unless additionalProperties is true),
@@ -158,7 +163,7 @@ def validate_arguments(schema: dict, args: Any) -> str | None:
         if unknown:
             return (f"unknown argument(s): {', '.join(unknown)}; expected: "
                     f"{', '.join(sorted(props))}")
-    for k, v in args.items():
+    for k, v in args.items() if types else ():
         spec = props.get(k)
         if not isinstance(spec, dict):
             continue
@@ -224,7 +229,10 @@ class PythonEnvironment(Environment):
 
     def __init__(self, tools: list[dict], source: str, policy: str = "",
                  state: dict | None = None, user_tools: list[dict] | None = None,
-                 limits: SandboxLimits | dict | None = None, sandbox: str = "auto") -> None:
+                 limits: SandboxLimits | dict | None = None, sandbox: str = "auto",
+                 error_values: bool = False, validate_types: bool = True) -> None:
+        self.error_values = bool(error_values)
+        self.validate_types = bool(validate_types)
         self._tools = [_normalize_tool(t) for t in (tools or [])]
         self._user_tools = [_normalize_tool(t) for t in (user_tools or [])]
         self._source = source or ""
@@ -286,7 +294,9 @@ class PythonEnvironment(Environment):
             raise PythonEnvError("python env has no tool source (config.source or tools.py)")
         return cls(tools=data["tools"], source=data["source"], policy=data.get("policy", ""),
                    state=data.get("state"), user_tools=data.get("user_tools"),
-                   limits=data.get("limits"), sandbox=_data_backend(data.get("sandbox")))
+                   limits=data.get("limits"), sandbox=_data_backend(data.get("sandbox")),
+                   error_values=data.get("error_values") is True,
+                   validate_types=data.get("validate_types") is not False)
 
     # -- protocol
     def tools(self, side: str = "agent") -> list[dict]:
@@ -324,7 +334,7 @@ class PythonEnvironment(Environment):
                 return ToolResult.fail("INVALID_ARGUMENTS", f"arguments are not valid JSON: {e}")
         if args is None:
             args = {}
-        problem = validate_arguments(fn.get("parameters") or {}, args)
+        problem = validate_arguments(fn.get("parameters") or {}, args, types=self.validate_types)
         if problem:
             return ToolResult.fail("INVALID_ARGUMENTS", f"{name}: {problem}",
                                    hint="check the tool's parameter schema")
@@ -341,12 +351,17 @@ class PythonEnvironment(Environment):
             out = res.value if isinstance(res.value, dict) else {}
             if "error" in out:
                 return self._tool_error(out["error"] or {})
+            result = out.get("result")
+            if self.error_values and isinstance(result, dict) and "error" in result:
+                err = result["error"]
+                return ToolResult.fail("TOOL_ERROR", err if isinstance(err, str) else
+                                       json.dumps(err, ensure_ascii=False, default=str))
             new_state = out.get("state")
             if not isinstance(new_state, dict):
                 return ToolResult.fail("TOOL_ERROR", f"tool {name!r} returned a state that is "
                                        "not an object; state unchanged")
             self._state = new_state
-            return ToolResult.success(out.get("result"))
+            return ToolResult.success(result)
 
     async def acall(self, name: str, args: dict, side: str = "agent") -> ToolResult:
         return await asyncio.to_thread(self.call, name, args, side)

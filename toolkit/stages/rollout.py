@@ -198,6 +198,12 @@ class ReplayAgent:
         self.communicate = list(gt.communicate_info) if gt else []
         self.i = 0
         self.n_calls = 0
+        # per-turn reference actions (scripted multi-turn tasks, BFCL): turn k's actions answer the
+        # k-th user message, then the agent ends its reply and the scripted user goes on
+        self.turns: list[list[Any]] | None = gt.turns if gt is not None else None
+        self.turn_pos: dict[int, int] = {}
+        if self.turns is not None:
+            self.actions = []
 
     def next_user_actions(self) -> list:
         out = []
@@ -207,6 +213,18 @@ class ReplayAgent:
         return out
 
     async def act(self, messages: list[dict], tools: list[dict], usage: Usage) -> dict:
+        if self.turns is not None:
+            k = sum(1 for m in messages if m["role"] == "user") - 1
+            acts = self.turns[k] if 0 <= k < len(self.turns) else []
+            j = self.turn_pos.get(k, 0)
+            if j < len(acts):
+                self.turn_pos[k] = j + 1
+                self.n_calls += 1
+                a = acts[j]
+                return {"role": "assistant", "content": None, "tool_calls": [{
+                    "id": f"call_{self.n_calls}", "type": "function",
+                    "function": {"name": a.name, "arguments": json.dumps(a.arguments, ensure_ascii=False)}}]}
+            return {"role": "assistant", "content": "Done."}
         if self.i < len(self.actions) and self.actions[self.i].side == "agent":
             a = self.actions[self.i]
             self.i += 1
@@ -316,6 +334,8 @@ async def run_episode(record: Record, env: Environment, agent: Any, user: LLMUse
     offered = agent_tools + list(extra_tools or [])
     wire_tools = _wire_tools(offered)  # what the agent is sent: equal to `offered`, encoded once
     valid_agent = {t["function"]["name"] for t in agent_tools}
+    all_valid_agent = valid_agent
+    hidden: set[str] = set()  # tools a scripted user holds back until their turn (BFCL miss_func)
     valid_user = {t["function"]["name"] for t in user_tools}
     if hasattr(env, "agent_system_prompt"):  # tau2: τ²'s own LLMAgent prompt
         system = env.agent_system_prompt()
@@ -336,7 +356,9 @@ async def run_episode(record: Record, env: Environment, agent: Any, user: LLMUse
         initial_hash = env.state_hash()
         fresh["hash"] = initial_hash
         # ---- first user message
-        if isinstance(agent, ReplayAgent) or user is None or (
+        if getattr(user, "scripted", False):
+            messages.append({"role": "user", "content": user.first_message() or "Hello."})
+        elif isinstance(agent, ReplayAgent) or user is None or (
                 first_message == "instruction" and record.task and record.task.instruction):
             first = (record.task.instruction if record.task else None) or scenario_text(record) or "Hello."
             messages.append({"role": "user", "content": first})
@@ -372,6 +394,10 @@ async def run_episode(record: Record, env: Environment, agent: Any, user: LLMUse
                     content, st, _ = await _run_tool(env, a.name, a.arguments, "user", cid, valid_user, fresh)
                     steps.append(st)
                     messages.append({"role": "tool", "tool_call_id": cid, "content": content})
+            if user is not None and hasattr(user, "hidden_tools") and user.hidden_tools() != hidden:
+                hidden = user.hidden_tools()
+                wire_tools = _wire_tools([t for t in offered if t["function"]["name"] not in hidden])
+                valid_agent = all_valid_agent - hidden
             amsg = await agent.act(agent_view(messages), wire_tools, usage)
             messages.append(amsg)
             if amsg.get("tool_calls"):
@@ -398,7 +424,7 @@ async def run_episode(record: Record, env: Environment, agent: Any, user: LLMUse
                     termination = "max_errors"
                 continue
             # a text reply to the user
-            if isinstance(agent, ReplayAgent):
+            if isinstance(agent, ReplayAgent) and (user is None or agent.turns is None):
                 termination = "replay_done"
                 break
             if user is None:
@@ -409,6 +435,9 @@ async def run_episode(record: Record, env: Environment, agent: Any, user: LLMUse
             if umsg is None:
                 termination = "error"
                 error = "user simulator produced no message"
+                break
+            if getattr(user, "scripted", False) and umsg.strip() == STOP:  # the script's end, not a message
+                termination = "user_stop"
                 break
             messages.append({"role": "user", "content": umsg})
             termination = _stop_reason(umsg)
@@ -582,6 +611,9 @@ def build(cfg: dict | RolloutOptions, meter: Any):
     d_mode = o.distractor_mode
     if registry.lookup("distractors", d_mode) is None:
         raise UsageError(f"unknown --distractor-mode {d_mode!r}; choose from {', '.join(registry.names('distractors'))}")
+    user_kind = o.user_simulator
+    if registry.lookup("users", user_kind) is None:
+        raise UsageError(f"unknown --user-simulator {user_kind!r}; choose from {', '.join(registry.names('users'))}")
     first_message = o.first_message
     if first_message == "auto":
         first_message = "instruction"
@@ -648,15 +680,21 @@ def build(cfg: dict | RolloutOptions, meter: Any):
             env.reset(record.env.state if record.env and record.env.state else None)
             if hasattr(env, "bind_llm") and agent_client is not None:
                 env.bind_llm(_env_client(record))
+            def llm_user() -> LLMUser | None:
+                if kind == "replay" or not (record.task and record.task.user_scenario):
+                    return None
+                usp = env.user_simulator_system_prompt() if hasattr(env, "user_simulator_system_prompt") else None
+                return LLMUser(_user_client(), scenario_text(record), sample_index=idx,
+                               overrides=overrides, system_prompt=usp)
+
+            from toolkit.stages.users import UserContext
+
+            user = registry.lookup("users", user_kind).obj(
+                UserContext(record=record, llm_user=llm_user, env=env, sample_index=idx))
             if kind == "replay":
                 agent: Any = ReplayAgent(record)
-                user = None
             else:
                 agent = LLMAgent(agent_client, sample_index=idx, overrides=overrides)
-                has_scenario = bool(record.task and record.task.user_scenario)
-                usp = env.user_simulator_system_prompt() if hasattr(env, "user_simulator_system_prompt") else None
-                user = LLMUser(_user_client(), scenario_text(record), sample_index=idx,
-                               overrides=overrides, system_prompt=usp) if has_scenario else None
             extra = (distractor_tools(record, env.tools("agent"), n_distract, idx, mode=d_mode, cfg=cfg)
                      if n_distract > 0 or d_mode not in ("random", "auto") else [])
             return await run_episode(

@@ -17,6 +17,7 @@ import copy
 import json
 import unicodedata
 from collections import Counter
+from typing import Any
 
 from toolkit.io import StageError, add_provenance, log
 from toolkit.schema import GroundTruth, Record, Task
@@ -124,7 +125,9 @@ def build(cfg: dict, ctx: StageContext):
         out: list[Record] = []
         for k, (text, origin) in enumerate(base_tasks):
             tid = f"{record.id}-t{k}"
-            gt = GroundTruth(must_have_functions=list(chain)) if chain else None
+            gt = (GroundTruth(must_have_functions=list(chain),
+                              actions=literal_actions(chain, (record.plan.extra or {}).get("arguments")))
+                  if chain else None)
             lang = script_of(text)
             orig = Record(id=tid, parent_id=record.id, flow="astra",
                           tags=list(dict.fromkeys(list(record.tags) + ["astra", "task"])),
@@ -158,3 +161,30 @@ def build(cfg: dict, ctx: StageContext):
         return out
 
     return fn
+
+
+def _has_ref(v: Any) -> bool:
+    if isinstance(v, str):
+        return v.startswith("$")
+    if isinstance(v, dict):
+        return any(_has_ref(x) for x in v.values())
+    if isinstance(v, list):
+        return any(_has_ref(x) for x in v)
+    return False
+
+
+def literal_actions(chain: list[str], arguments: Any) -> list:
+    """The chain as reference actions when every argument is a literal (no "$k.field" reference to an
+    earlier call's output): then `rollout --agent replay` and `verify --strategy state_diff` can
+    replay it on a real backend (sqlite, tau2, mcp) — verification by state. [] otherwise."""
+    from toolkit.schema import Action
+
+    if not isinstance(arguments, list) or len(arguments) != len(chain):
+        return []
+    out = []
+    for name, step in zip(chain, arguments):
+        args = step.get("args") if isinstance(step, dict) else None
+        if not isinstance(args, dict) or (step.get("tool") not in (None, name)) or _has_ref(args):
+            return []
+        out.append(Action(name=name, arguments=args))
+    return out

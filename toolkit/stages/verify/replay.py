@@ -161,7 +161,8 @@ class EnvContext:
         """Give the environment back to the run's pool (every use starts with reset())."""
         if self._env is not None:
             env, self._env = self._env, None
-            if not self.cache.give_env(self._env_key(), env):
+            # an env holding a live process per episode (mcp) is never pooled: closing it ends that process
+            if not getattr(env, "poolable", True) or not self.cache.give_env(self._env_key(), env):
                 try:
                     env.close()
                 except Exception:  # pragma: no cover
