@@ -348,29 +348,44 @@ class RuleCoverage:
         out = []
         base = self.gx.base
         vals = {x for x in v.args.values() if isinstance(x, (str, int)) and not isinstance(x, bool)}
+        cells: list[tuple[str, str, Any]] = []
         for rc in (self.an.rules.get(rule, []) if self.an else []):
             for th in rc.thresholds:
                 ref = th.ref
                 if ref.startswith(("NEW.", "OLD.")) or "(" in ref or "." not in ref:
                     continue
                 tbl, _, col = ref.partition(".")
+                cells.append((tbl, col, th.boundary))
+            # `(SELECT col FROM t WHERE ...) <op> NEW.arg`: the cell at the call's own value (the
+            # last seats for this many passengers, the last units of stock)
+            for cond in rc.conditions:
+                if cond.kind != "compare" or cond.op not in ("<", "<=", ">", ">="):
+                    continue
+                sides = {getattr(x, "kind", None): x for x in (cond.lhs, cond.rhs)}
+                sub, new = sides.get("subquery"), sides.get("new")
+                arg = v.args.get(getattr(new, "column", None)) if new is not None else None
+                if sub is None or not isinstance(arg, int) or isinstance(arg, bool):
+                    continue
+                op = cond.op if cond.lhs is sub else {"<": ">", "<=": ">=", ">": "<", ">=": "<="}[cond.op]
+                cells.append((sub.table, sub.column, {"<": arg, "<=": arg + 1, ">": arg, ">=": arg - 1}[op]))
+        for tbl, col, value in cells:
                 t = self.view.tables.get(tbl)
-                if t is None or col not in t.colmap or not isinstance(th.boundary, (int, float)):
+                if t is None or col not in t.colmap or not isinstance(value, (int, float)):
                     continue
                 rows = base.get(tbl, [])
                 rows = sorted(range(len(rows)), key=lambda i: not any(rows[i].get(k) in vals for k in t.pk))
                 for i in rows[:3]:
-                    if base[tbl][i].get(col) == th.boundary:
+                    if base[tbl][i].get(col) == value:
                         continue
                     st = copy.deepcopy(base)
                     was = st[tbl][i].get(col)
-                    st[tbl][i][col] = th.boundary
+                    st[tbl][i][col] = value
                     try:
                         st = canonical_state(self.gx.env_base, st)
                     except Exception as e:  # noqa: BLE001 - a seed that does not load is skipped, counted
-                        self.errors.append(f"{rule}: cell seed {tbl}.{col}={th.boundary} does not load: {e}")
+                        self.errors.append(f"{rule}: cell seed {tbl}.{col}={value} does not load: {e}")
                         continue
-                    out.append((st, {"by": "state cell", "table": tbl, "column": col, "value": th.boundary,
+                    out.append((st, {"by": "state cell", "table": tbl, "column": col, "value": value,
                                      "was": was, "row": {k: base[tbl][i].get(k) for k in t.pk},
                                      "found_by": "trigger analysis"}))
         return out

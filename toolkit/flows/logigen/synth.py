@@ -104,16 +104,13 @@ class GoalDesigner:
         return out[:n]
 
     def drafts(self, n: int, max_tries: int) -> list:
-        from toolkit.flows.logigen.explorer import execute
-        from toolkit.flows.logigen.set_designer import STRATEGIES, apply_injection
-
-        env = self.env
         planned = self.plan(n)
         out: list = []
         seen: set = set()
         sigs: set = set()
         made = {"mismatch": 0, "edge": 0, "goal": 0}
         failed: dict[str, int] = {}
+        retries: dict = {}
         i = 0
         queue = list(planned)
         while len(out) < n and i < n * max_tries:
@@ -130,49 +127,66 @@ class GoalDesigner:
                     kind = "edge"
                 else:
                     kind = "goal"
-            d = self.draft(kind, rule, rng)
+            d = self._accept(kind, rule, rng, i, n, max_tries, seen, sigs, failed)
             if d is None:
-                failed[kind] = failed.get(kind, 0) + 1
-                if rule is not None and failed[kind] < 4 * len(planned) + 4:
+                retries[(kind, rule)] = retries.get((kind, rule), 0) + 1
+                if rule is not None and retries[(kind, rule)] < 6:
                     queue.append((kind, rule))  # try a covered rule again with another draw
                 continue
-            try:
-                _, d.results = execute(env, d.origin, d.actions)
-            except ValueError as e:
-                failed[f"{kind}: replay"] = failed.get(f"{kind}: replay", 0) + 1
-                d.notes.append(str(e))
-                continue
-            from toolkit.flows.logigen.explorer import canonical_state, probe_goals
-
-            d.goals = probe_goals(self.view, d.actions)
-            if d.goals and rng.random() < self.inject_share:
-                strat = STRATEGIES[(i + rng.randint(0, 3)) % len(STRATEGIES)]
-                apply_injection(self.view, env, d, strat, rng, self.volume)
-            d.origin = canonical_state(env, d.origin)
-            try:
-                d.target, d.results = execute(env, d.origin, d.actions)
-            except ValueError:
-                continue
-            if env.diff(d.origin, d.target)["total"] == 0:
-                continue
-            from toolkit.flows.logigen.validate import target_rule_violations
-
-            broken = target_rule_violations(env, d.origin, d.target)
-            if broken:
-                failed["target breaks a rule"] = failed.get("target breaks a rule", 0) + 1
-                continue
-            key = env.hash_state(d.target)
-            if key in seen:
-                continue
-            sig = tuple(a["name"] for a in d.actions)
-            if sig in sigs and i < n * max_tries // 2 and rule is None:
-                continue  # the same sequence of tools as an earlier task: draw another one
-            seen.add(key)
-            sigs.add(sig)
             out.append(d)
             made[kind] += 1
         self.failed = failed
         return out
+
+    def _accept(self, kind: str, rule: str | None, rng: random.Random, i: int, n: int, max_tries: int,
+                seen: set, sigs: set, failed: dict):
+        """One draft, executed, injected, replayed and checked; None (counted in `failed`) when
+        it does not make a task."""
+        from toolkit.flows.logigen.explorer import execute
+        from toolkit.flows.logigen.set_designer import STRATEGIES, apply_injection
+
+        env = self.env
+        d = self.draft(kind, rule, rng)
+        if d is None:
+            failed[kind] = failed.get(kind, 0) + 1
+            return None
+        try:
+            _, d.results = execute(env, d.origin, d.actions)
+        except ValueError as e:
+            failed[f"{kind}: replay"] = failed.get(f"{kind}: replay", 0) + 1
+            d.notes.append(str(e))
+            return None
+        from toolkit.flows.logigen.explorer import canonical_state, probe_goals
+
+        d.goals = probe_goals(self.view, d.actions)
+        if d.goals and rng.random() < self.inject_share:
+            strat = STRATEGIES[(i + rng.randint(0, 3)) % len(STRATEGIES)]
+            apply_injection(self.view, env, d, strat, rng, self.volume)
+        d.origin = canonical_state(env, d.origin)
+        try:
+            d.target, d.results = execute(env, d.origin, d.actions)
+        except ValueError:
+            failed["replay after injection"] = failed.get("replay after injection", 0) + 1
+            return None
+        if env.diff(d.origin, d.target)["total"] == 0:
+            failed["changes nothing"] = failed.get("changes nothing", 0) + 1
+            return None
+        from toolkit.flows.logigen.validate import target_rule_violations
+
+        broken = target_rule_violations(env, d.origin, d.target)
+        if broken:
+            failed["target breaks a rule"] = failed.get("target breaks a rule", 0) + 1
+            return None
+        key = env.hash_state(d.target)
+        if key in seen:
+            failed["same target as an earlier task"] = failed.get("same target as an earlier task", 0) + 1
+            return None
+        sig = tuple(a["name"] for a in d.actions)
+        if sig in sigs and i < n * max_tries // 2 and rule is None:
+            return None  # the same sequence of tools as an earlier task: draw another one
+        seen.add(key)
+        sigs.add(sig)
+        return d
 
     def coverage(self, drafts: list) -> dict:
         rep = self.cov.report()
