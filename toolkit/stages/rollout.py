@@ -677,7 +677,11 @@ def build(cfg: dict | RolloutOptions, meter: Any):
             return Trajectory(id=tid, messages=[], termination="error",
                               error=f"{_ENV_FAIL}{type(e).__name__}: {e}")
         try:
-            env.reset(record.env.state if record.env and record.env.state else None)
+            initial = record.env.state if record.env and record.env.state else None
+            if getattr(env, "blocking_reset", False):  # starts a process (mcp): off the event loop
+                await asyncio.to_thread(env.reset, initial)
+            else:
+                env.reset(initial)
             if hasattr(env, "bind_llm") and agent_client is not None:
                 env.bind_llm(_env_client(record))
             def llm_user() -> LLMUser | None:
@@ -703,7 +707,10 @@ def build(cfg: dict | RolloutOptions, meter: Any):
                 agent_model=("replay" if kind == "replay" else agent_name()),
                 user_model=user_name() if user is not None else None)
         finally:
-            env.close()
+            if getattr(env, "blocking_reset", False):
+                await asyncio.to_thread(env.close)
+            else:
+                env.close()
 
     async def fn(record: Record) -> Record:
         if record.env is None:

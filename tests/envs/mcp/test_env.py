@@ -310,6 +310,7 @@ def test_server_dies_with_a_killed_toolkit_process(repo, servers_file, marker):
     try:
         pid = int(p.stdout.readline())
         assert _servers_with_marker(marker) == [pid]
+        episode_dir = Path(os.readlink(f"/proc/{pid}/cwd")).parent  # nobody is left to delete it
     finally:
         p.kill()
         p.wait()
@@ -317,3 +318,4 @@ def test_server_dies_with_a_killed_toolkit_process(repo, servers_file, marker):
     while _servers_with_marker(marker) and time.time() < deadline:
         time.sleep(0.1)
     assert _servers_with_marker(marker) == []
+    shutil.rmtree(episode_dir, ignore_errors=True)

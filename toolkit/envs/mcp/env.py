@@ -92,6 +92,7 @@ def _result_content(res: dict) -> Any:
 class McpEnvironment(Environment):
     backend = "mcp"
     poolable = False  # a pooled env would keep its server alive past the episode
+    blocking_reset = True  # reset() starts a server: rollout runs it in a thread
 
     def __init__(self, entry: ServerEntry, workdir: str | None = None, policy: str = "",
                  exclude_keys: list[str] | None = None) -> None:

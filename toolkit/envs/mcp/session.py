@@ -191,6 +191,9 @@ class McpSession:
         if self._closed:
             return
         self._closed = True
+        # the episode is over and its state lives in the workdir: no grace period for the server
+        # (the SDK would close stdin and wait up to 2 s), then the session unwinds at once
+        self._kill_group()
         if self._thread.is_alive():
             if self._queue is not None:
                 self._loop.call_soon_threadsafe(self._queue.put_nowait, None)
