@@ -4,7 +4,9 @@ tool-list renderer for prompts (`tools_text`, also a filter in prompt templates)
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 
 TOOL_SCHEMAS = ("full", "compact")
 
@@ -115,3 +117,36 @@ def fit_tools_text(tools: list, level: int = 0, *, empty: str | None = None) -> 
     if step == "compact":
         return tools_text(tools, compact=True, empty=empty)
     return tools_text(tools, step, empty=empty)
+
+
+# --- tool names: one rule for every source (OpenAPI / MCP / BFCL import, live MCP servers) ---
+NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+
+def sanitize_name(name: str) -> str:
+    """One rule for every source: a valid OpenAI name is kept; otherwise runs of characters outside
+    [a-zA-Z0-9_-] become '_' (so `math.factorial` → `math_factorial`, as BFCL does, and
+    `fs/read.file` → `fs_read_file`), edges trimmed; a name over 64 characters keeps 55 and a hash."""
+    if NAME_RE.match(name):
+        return name
+    s = re.sub(r"[^a-zA-Z0-9_-]+", "_", name).strip("_") or "tool"
+    if len(s) > 64:
+        s = s[:55] + "_" + hashlib.sha1(name.encode("utf-8")).hexdigest()[:8]
+    return s
+
+
+def sanitize_names(names: list[str]) -> dict[str, str]:
+    """{original: OpenAI-safe name} by `sanitize_name`; collisions get a numeric suffix (the first
+    keeps the plain name)."""
+    out: dict[str, str] = {}
+    used: set[str] = set()
+    for n in names:
+        s = sanitize_name(n)
+        base, k = s, 2
+        while s in used:
+            suffix = f"_{k}"
+            s = base[:64 - len(suffix)] + suffix
+            k += 1
+        used.add(s)
+        out[n] = s
+    return out

@@ -212,9 +212,14 @@ def test_servers_file_errors(tmp_path):
 def test_sanitize_names():
     from toolkit.envs.mcp import sanitize_names
 
+    import hashlib
+
     got = sanitize_names(["files.read", "files/read", "ok_name", "x" * 70])
-    assert got == {"files.read": "files_read", "files/read": "files_read_2", "ok_name": "ok_name",
-                   "x" * 70: "x" * 64}
+    # the one rule of `tools import` (toolkit.formats.tools.sanitize_name): over 64 characters keeps
+    # 55 + "_" + 8 hex of the original's sha1; a collision gets "_2"
+    long = "x" * 55 + "_" + hashlib.sha1(("x" * 70).encode()).hexdigest()[:8]
+    assert got == {"files.read": "files_read", "files/read": "files_read_2", "ok_name": "ok_name", "x" * 70: long}
+    assert len(long) == 64
 
 
 def test_tools_import_live(repo, servers_file):

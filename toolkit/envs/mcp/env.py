@@ -29,7 +29,6 @@ import fnmatch
 import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import tempfile
@@ -47,27 +46,10 @@ from toolkit.envs.mcp.servers import (
 )
 from toolkit.envs.mcp.session import McpSession, McpUnavailable
 
-NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+from toolkit.formats.tools import NAME_RE, sanitize_names  # noqa: F401  (the same rule as tools import)
 _LOGGED: set[str] = set()
 # what the server process may see of the toolkit's environment (plus the entry's own env)
 INHERITED_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "TERM", "SYSTEMROOT")
-
-
-def sanitize_names(names: list[str]) -> dict[str, str]:
-    """{original: OpenAI-safe name}: characters outside [a-zA-Z0-9_-] become "_", at most 64
-    characters, collisions get a numeric suffix (the first keeps the plain name)."""
-    out: dict[str, str] = {}
-    used: set[str] = set()
-    for n in names:
-        s = re.sub(r"[^a-zA-Z0-9_-]", "_", n)[:64] or "tool"
-        base, k = s, 2
-        while s in used:
-            suffix = f"_{k}"
-            s = base[:64 - len(suffix)] + suffix
-            k += 1
-        used.add(s)
-        out[n] = s
-    return out
 
 
 def _log_once(msg: str) -> None:

@@ -14,12 +14,11 @@
 from __future__ import annotations
 
 import copy
-import hashlib
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+from toolkit.formats.tools import NAME_RE, sanitize_name  # noqa: F401  (one name rule for every source)
 JSON_TYPES = {"string", "integer", "number", "boolean", "array", "object", "null"}
 PLACEHOLDERS = {"todo", "tbd", "n/a", "na", "none", "null", "no description", "description",
                 "desc", "test", "xxx", "...", "-", "placeholder", "undefined", "fixme"}
@@ -115,18 +114,6 @@ class ImportResult:
 def slug(name: str) -> str:
     s = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-._")
     return (s or "server")[:200]
-
-
-def sanitize_name(name: str) -> str:
-    """One rule for every source: a valid OpenAI name is kept; otherwise runs of characters outside
-    [a-zA-Z0-9_-] become '_' (so `math.factorial` → `math_factorial`, as BFCL does, and
-    `fs/read.file` → `fs_read_file`), edges trimmed; a name over 64 characters keeps 55 and a hash."""
-    if NAME_RE.match(name):
-        return name
-    s = re.sub(r"[^a-zA-Z0-9_-]+", "_", name).strip("_") or "tool"
-    if len(s) > 64:
-        s = s[:55] + "_" + hashlib.sha1(name.encode("utf-8")).hexdigest()[:8]
-    return s
 
 
 # ----------------------------------------------------------------------------------------------
