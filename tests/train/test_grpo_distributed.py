@@ -128,7 +128,9 @@ def test_distributed_one_vs_two_processes_same_loss_and_update(tiny_model, tmp_p
     for k in w0:
         d1, d2 = w1[k] - w0[k], w2[k] - w0[k]
         moved = max(moved, float(d1.abs().max()))
-        assert float((d1 - d2).abs().max()) <= 1e-5 + 1e-3 * float(d1.abs().max()), k
+        # Adam divides by sqrt(v): a coordinate whose gradient is ~1e-9 turns the all-reduce's different
+        # summation order into a visible update difference, so the update is compared as a whole tensor
+        assert float((d1 - d2).norm()) <= 1e-7 + 2e-3 * float(d1.norm()), k
     assert moved > 1e-5
 
 
