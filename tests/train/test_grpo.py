@@ -327,3 +327,22 @@ def test_strict_tool_calls_never_repair_malformed_json(tiny_model, tmp_path):
     strict = make_run(tiny_model, tmp_path, recs, dict(scripts), num_generations=2, strict_tool_calls=True)
     g, _ = asyncio.run(strict.rollouts.group(recs[0], 0))
     assert g.rewards == [0.0, 0.0] and all(e.format_errors == 1 and not e.traj.steps for e in g.items)
+
+
+def test_async_behaviour_copy_samples_its_own_weights(tiny_model, tmp_path):
+    """max_staleness > 0: the behaviour copy must not share TRL's patched forward with the training
+    model (its closure would sample from the live weights while they are being updated)."""
+    import torch
+
+    from toolkit.train import grpo as G
+
+    run = G.GRPORun({**CPU, "max_steps": 1, "max_staleness": 1}, ticket_tasks(tmp_path, ["red"]), tiny_model,
+                    str(tmp_path / "out"))
+    ids = torch.tensor([[5, 6, 7, 8]])
+    with torch.no_grad():
+        before = run.behaviour(input_ids=ids).logits.clone()
+        for p in run.unwrapped.parameters():
+            p.add_(0.5)
+        assert torch.equal(run.behaviour(input_ids=ids).logits, before)  # untouched by the training weights
+        run.behaviour.load_state_dict(run.behaviour_snapshot())  # the prefetch loads a snapshot when it starts
+        assert torch.allclose(run.behaviour(input_ids=ids).logits, run.unwrapped(input_ids=ids).logits, atol=1e-5)

@@ -128,7 +128,9 @@ def test_distributed_one_vs_two_processes_same_loss_and_update(tiny_model, tmp_p
     for k in w0:
         d1, d2 = w1[k] - w0[k], w2[k] - w0[k]
         moved = max(moved, float(d1.abs().max()))
-        assert float((d1 - d2).abs().max()) <= 1e-5 + 1e-3 * float(d1.abs().max()), k
+        # Adam divides by sqrt(v): a coordinate whose gradient is ~1e-9 turns the all-reduce's different
+        # summation order into a visible update difference, so the update is compared as a whole tensor
+        assert float((d1 - d2).norm()) <= 1e-7 + 2e-3 * float(d1.norm()), k
     assert moved > 1e-5
 
 
@@ -241,9 +243,13 @@ def test_distributed_resume_restores_buffer_and_data_position(tiny_model, tmp_pa
     resumed = make_run(tiny_model, tmp_path / "b", recs, dict(scripts), max_steps=4, resume_from_checkpoint="auto", **kw)
     assert resumed.batcher.buffer == [] and resumed.drawn == 0
     resumed.train()
-    strip = ("rollout_s", "train_s", "trained_tokens_per_s", "gen_tokens_per_s")
+    # timings, and what async prefetching changes by design: the resumed first step re-rolls the
+    # in-flight tasks synchronously (staleness 0), and tokens are counted when generated
+    strip = ("rollout_s", "train_s", "trained_tokens_per_s", "gen_tokens_per_s", "staleness", "rollout_wait_s",
+             "generated_tokens")
     same = lambda m: {k: v for k, v in m.items() if k not in strip}
-    assert [same(m) for m in resumed.history] == [same(m) for m in full.history[2:]]
+    for a, b in zip([same(m) for m in resumed.history], [same(m) for m in full.history[2:]], strict=True):
+        assert a == b, {k: (a.get(k), b.get(k)) for k in set(a) | set(b) if a.get(k) != b.get(k)}
     wa = load_file(tmp_path / "a" / "out" / "model.safetensors")
     wb = load_file(tmp_path / "b" / "out" / "model.safetensors")
     assert all(float((wa[k] - wb[k]).abs().max()) < 1e-6 for k in wa)

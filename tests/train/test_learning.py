@@ -40,7 +40,7 @@ def test_sft_then_grpo_raises_reward(tiny_model, tmp_path):
     red = [r for r in recs if r.id == "tk-red"]
     cfg = {"use_cpu": True, "learning_rate": 2e-3, "max_new_tokens": 40, "max_turns": 1, "tool_schema": "compact",
            "system_prompt": "drop", "num_generations": 8, "tasks_per_step": 2, "max_steps": 15, "variant": "grpo",
-           "temperature": 1.0, "seed": 0}
+           "temperature": 1.0, "seed": 0, "max_staleness": 0}  # synchronous: see docs/training.md (async curve)
     res = G.GRPORun(cfg, red, str(tmp_path / "sft"), str(tmp_path / "grpo")).train()
     with open(tmp_path / "grpo" / "metrics.jsonl") as f:
         rewards = [json.loads(x)["reward_mean"] for x in f]

@@ -31,8 +31,10 @@ this module is the `grpo` command.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import sys
 
 from toolkit.io import IOOptions, RecordStream, StageError, UsageError, log
 from toolkit.schema import Record
@@ -124,7 +126,10 @@ def main(cfg: dict) -> int:
     if not recs:
         log("grpo: no task records")
         return 1
-    run = GRPORun(cfg, recs, cfg["model"], cfg["output_dir"])
-    res = run.train()
+    # stdout carries no records here: libraries that log to stdout at import or during training
+    # (deepspeed's accelerator probe, transformers' log printer) go to stderr
+    with contextlib.redirect_stdout(sys.stderr):
+        run = GRPORun(cfg, recs, cfg["model"], cfg["output_dir"])
+        res = run.train()
     log(f"grpo: {json.dumps(res)}")
     return stream.exit_code()

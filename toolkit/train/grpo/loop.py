@@ -155,6 +155,14 @@ class GRPORun:
             gen = TRLVLLMGenerator(self.trainer.vllm_generation, o)
         else:
             self.behaviour = copy.deepcopy(self.unwrapped).eval()
+            # TRL patches `forward` with a fused-LM-head wrapper whose closure calls the ORIGINAL model's
+            # forward; a deep copy keeps that closure, so the copy would sample from the live training
+            # weights. Drop the patch: the copy runs its class forward on its own weights.
+            for m in self.behaviour.modules():
+                fwd = m.__dict__.get("forward")
+                code = getattr(getattr(fwd, "__func__", None), "__code__", None)
+                if code is not None and code.co_name == "_fused_forward":
+                    del m.__dict__["forward"]
             for p in self.behaviour.parameters():
                 p.requires_grad_(False)
             gen = HFGenerator(self.behaviour, self.tok, o.temperature, o.top_p,
