@@ -348,7 +348,9 @@ def test_code_verifier_in_sandbox(mini_env):
     assert v.scores["component_scores"] == {"state": 1.0}
     assert v.scores["checks"] == {"checks_functions": ["update_account"]}
     failing = run(cfg, rec(PASSING, CALLS[:1]))
-    assert not failing.verdicts[0].passed and failing.trajectories[0].reward == 0.25
+    # EigenData §5 binary reward: partial credit (0.25) is kept in scores, the reward is 0
+    assert not failing.verdicts[0].passed and failing.trajectories[0].reward == 0.0
+    assert failing.verdicts[0].scores["reward"] == 0.25
     crash = run(cfg, rec(CRASHING, CALLS[:1]))
     assert not crash.verdicts[0].passed and "ZeroDivisionError" in crash.verdicts[0].reasons[0]
     loop = run(cfg, rec(LOOPING, CALLS[:1]))

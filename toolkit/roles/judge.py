@@ -51,7 +51,7 @@ MALFORMED = "malformed judge output"
 # AReaL-SEA prompts 3/4: "<eval_rules_improve>: identify 0-5 items ... to relax, or say that the
 # evaluation rules are of high quality" — that answer is zero items, never an item to apply.
 _NO_CHANGE = re.compile(r"(\brules?\b[^.;]*\b(is|are)\b[^.;]*\bhigh[- ]quality\b|^(none|n/?a|no (changes?|improvements?|"
-                        r"items?)( (are )?(needed|required|proposed))?)\.?$)", re.I)
+                        r"items?)( (are )?(needed|required|proposed))?)\.?$)", re.IGNORECASE)
 _BULLET = re.compile(r"^\s*(?:[-*\u2022]|\d+[.)]|\(\d+\))\s*")
 
 

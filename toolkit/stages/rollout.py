@@ -151,7 +151,12 @@ def user_system_prompt(scenario: str, max_turns: int | None = None) -> tuple[obj
     """(template, rendered) user-simulator system prompt: the scenario, the knowledge bounds and,
     with max_turns, the turn budget (EigenData App. 3.1: Current Turn / Max Turns)."""
     tpl = prompts.cached("user_simulator")
-    return tpl, tpl.render(scenario=scenario, max_turns=max_turns)
+    budget = ("\n## Turn Budget\n"
+              f"- The conversation is cut after {max_turns} agent turns (every agent message or tool call is one "
+              f"turn). Each agent message you see starts with \"[agent turn t of {max_turns}]\".\n"
+              "- Work towards your goal within that budget; when it is reached, or cannot be reached, end the "
+              "conversation with the right token instead of dragging it on.\n") if max_turns else ""
+    return tpl, tpl.render(scenario=scenario, turn_budget=budget)
 
 
 def turn_prefix(t: int, max_turns: int | None) -> str:

@@ -29,7 +29,6 @@ from toolkit.formats.chat import arguments_dict, chat_messages, plain_message
 from toolkit.formats.tools import prepare_tools
 from toolkit.io import StageError
 from toolkit.schema import Record, Trajectory
-from toolkit import prompts
 from toolkit.stages.rollout import GREETING, agent_view, scenario_text, turn_prefix, user_system_prompt
 
 ROLES = ("assistant", "user")

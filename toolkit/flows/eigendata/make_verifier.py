@@ -213,6 +213,16 @@ def parse_source(text: str | None) -> str:
     return src
 
 
+def _policy_part(spec: dict) -> str:
+    if spec["policy_check"] == "not_applicable":
+        return ("Part 3 - policy compliance: NOT APPLICABLE in this environment (its tools never refuse a call "
+                "with POLICY_VIOLATION, so refusals are not observable). Do not count POLICY_VIOLATION results and "
+                "do not report a policy score: put one line \"not applicable\" in checks_policy; policy effects show "
+                "in the state (Part 1). Policy, for reference:")
+    return ("Part 3 - policy compliance: the submission must not have more policy-refused calls (results with "
+            f"POLICY_VIOLATION) than the reference ({spec['reference_violations']}); policy rules to respect:")
+
+
 @strategy("make-verifier", "eigendata", options=O.MakeVerifierOptions, help="EigenData VerificationFunctionAgent + sandbox self-test against automatic perturbations")
 def build(cfg: dict, ctx):
     from toolkit.options import typed_options
@@ -247,7 +257,9 @@ def build(cfg: dict, ctx):
             fb = ""
             for k in range(n_sources):
                 text = p.render(skip_keys=", ".join(spec["skip_keys"]) or "(none)",
-                                policy_check=spec["policy_check"],
+                                policy_part=_policy_part(spec), overall_rule=(
+                                    "Parts 1 and 2 pass" if spec["policy_check"] == "not_applicable"
+                                    else "all three parts pass"),
                                 reference_violations=spec["reference_violations"], policy=policy,
                                 task=task_text(record), delta=json.dumps(spec["delta"], ensure_ascii=False)[:12000],
                                 key_calls=json.dumps(spec["key_calls"], ensure_ascii=False), feedback=fb,

@@ -30,7 +30,8 @@ style controls to improve realism").
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 AXES = ("executability", "tool_correctness", "trajectory_coherence", "difficulty_coverage")
 JUDGE_TARGETS = {"executability": 0.8, "tool_correctness": 0.9, "trajectory_coherence": 0.6,
