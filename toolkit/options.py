@@ -339,6 +339,8 @@ class GRPOCommandOptions(TrainOptions, LLMOpts):
     # who opens an episode: instruction (task.instruction verbatim) | simulate (the user simulator,
     # as rollout's first_message); read by the episode engine
     first_message: Optional[Literal["instruction", "simulate"]] = None
+    # ASTRA irrelevant-tool mixing: a registered distractor source (auto: similarity bands for ASTRA records)
+    distractor_mode: Optional[str] = None
     max_new_tokens: Optional[int] = None
     verify_strategy: Optional[list[str]] = None
     rollouts: Optional[str] = None

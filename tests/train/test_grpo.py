@@ -124,7 +124,14 @@ def test_ta_grpo_turn_penalty_token_by_token(tiny_model, tmp_path):
                                    "I am sorry, it cannot be cancelled.<|im_end|>"],
                f"{rec.id}-s0-g1": [call_text("query_reservation", {"reservation_id": 1002}),
                                    "It is basic economy: no cancellation.<|im_end|>"]}
-    run = make_run(tiny_model, tmp_path, [rec], scripts, num_generations=2, variant="ta-grpo")
+    # verify's default no-write basis (a task whose reference only reads passes only without an
+    # attempted write): the violating sample scores 0 even though its write was rolled back
+    run0 = make_run(tiny_model, tmp_path / "basis", [rec], scripts, num_generations=2, variant="ta-grpo")
+    group0, _ = asyncio.run(run0.rollouts.group(rec, 0))
+    assert group0.items[0].traj.steps[0].error_code == "POLICY_VIOLATION"
+    assert group0.rewards == [0.0, 1.0]
+    # the turn penalty in isolation: state alone (no_write_basis off) gives both samples 1.0
+    run = make_run(tiny_model, tmp_path, [rec], scripts, num_generations=2, variant="ta-grpo", no_write_basis=False)
     group, _ = asyncio.run(run.rollouts.group(rec, 0))
     viol, ok = group.items
     assert viol.traj.steps[0].error_code == "POLICY_VIOLATION"

@@ -82,12 +82,13 @@ class Rollouts:
                 usp = env.user_simulator_system_prompt() if hasattr(env, "user_simulator_system_prompt") else None
                 user = LLMUser(self.user_client(), scenario_text(record), sample_index=step * 1000 + k,
                                system_prompt=usp)
-            extra = (distractor_tools(record, env.tools("agent"), self.opts.distractor_tools, step * 1000 + k)
+            extra = (distractor_tools(record, env.tools("agent"), self.opts.distractor_tools, step * 1000 + k,
+                                      mode=self.opts.distractor_mode, cfg=self.side_cfg)
                      if self.opts.distractor_tools else [])
             limits = EpisodeLimits(max_turns=self.opts.max_turns, max_tool_errors=self.opts.max_tool_errors,
                                    max_context_tokens=10**9)
             traj = await run_episode(record, env, agent, user, key, limits, extra_tools=extra,
-                                     agent_model="policy", user_model="user-simulator" if user else None)
+                                     first_message=self.opts.first_message, agent_model="policy", user_model="user-simulator" if user else None)
         finally:
             env.close()
         if agent.truncated:

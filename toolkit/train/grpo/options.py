@@ -56,6 +56,7 @@ class GRPOOptions:
     temperature: float = 1.0
     top_p: float = 1.0
     max_turns: int = 8
+    first_message: str = "instruction"  # instruction (task.instruction verbatim) | simulate (the user simulator opens)
     max_tool_errors: int = 5
     max_new_tokens: int = 256          # per agent turn
     max_total_tokens: int = 4096       # per episode (context)
@@ -78,6 +79,7 @@ class GRPOOptions:
     tool_schema: str = "full"
     system_prompt: str = "keep"
     distractor_tools: int = 0          # ASTRA irrelevant-tool mixing from the rollout side
+    distractor_mode: str = "auto"      # a registered distractor source (auto: similarity bands for ASTRA records)
     generation: str = "transformers"   # transformers | vllm (TRL's VLLMGeneration) | scripted (replay a file)
     scripted_completions: str | None = None  # generation scripted: JSON {episode key: [turn texts]} or [texts]
     vllm_mode: str = "server"          # server (`trl vllm-serve`) | colocate (vLLM inside each training process)
