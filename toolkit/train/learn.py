@@ -4,6 +4,7 @@ summary.json, details.json and curves.
 
     python -m toolkit.train.learn split --heldout 0.3 --seed 7 --train T.jsonl --heldout-out H.jsonl < tasks.jsonl
     python -m toolkit.train.learn report --out DIR base=B.jsonl sft=S.jsonl grpo=G.jsonl [--curves sft=DIR ...]
+    (--curves last: it takes the NAME=DIR pairs after it)
 
 Split: each task's "keys" are its target (the target state's hash, or its reference actions when
 there is no target) and the entities its reference actions name (every `*_id` / `id` argument
