@@ -187,7 +187,7 @@ if [ -n "$eval_domain" ]; then
 fi
 toolkit serve --model "$base" --stop
 
-"$PY" -m toolkit.train.learn report --out "$out" --curves "${curves[@]}" "${evals[@]}" > /dev/null
+"$PY" -m toolkit.train.learn report --out "$out" "${evals[@]}" --curves "${curves[@]}" > /dev/null
 "$PY" -m toolkit.yieldtable "$out/stages.jsonl" --json "$out/yield.json" > "$out/yield.txt" || true
 "$PY" - "$out" "$scale" <<PY
 import json, sys

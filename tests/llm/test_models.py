@@ -120,9 +120,11 @@ def test_materialized_logits_match_llama_cpp(smollm2):
 @requires_train
 @needs_gguf
 def test_materialize_is_idempotent_and_cli_prints_the_dir_last(smollm2):
-    marker = json.loads(open(os.path.join(smollm2, M.MARKER)).read())
+    with open(os.path.join(smollm2, M.MARKER)) as f:
+        marker = json.load(f)
     assert marker["source_file"] == "SmolLM2-135M-Instruct.Q4_1.gguf" and len(marker["source_sha256"]) == 64
-    cfg = json.loads(open(os.path.join(smollm2, "config.json")).read())
+    with open(os.path.join(smollm2, "config.json")) as f:
+        cfg = json.load(f)
     assert "quantization_config" not in cfg
     t0, wall0 = time.monotonic(), time.time()
     r = run_cmd(["toolkit", "models", "materialize", "smollm2-135m-instruct"], timeout=120)
@@ -156,7 +158,7 @@ def test_hermes_tool_calls_round_trip_through_its_tokenizer(smollm2):
     ids, mask = list(out["input_ids"]), list(out["assistant_masks"])
     trained = tok.decode([i for i, m in zip(ids, mask) if m])
     assert trained.startswith("<tool_call>") and trained.endswith("<|im_end|>")
-    text, calls, _ = parse_tool_calls(trained.replace("<|im_end|>", ""))
+    _, calls, _ = parse_tool_calls(trained.replace("<|im_end|>", ""))
     assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == [
         ("query_reservation", args)]
     # the whole rendering survives encode → decode byte for byte

@@ -23,7 +23,14 @@ import time
 import urllib.error
 import urllib.request
 
-from toolkit.llm.embedded import _free_port, _log_tail, _pid_alive, _terminate, server_env, toolkit_home
+from toolkit.llm.embedded import (
+    _free_port,
+    _log_tail,
+    _pid_alive,
+    _terminate,
+    server_env,
+    toolkit_home,
+)
 from toolkit.llm.models import resolve_model
 
 __all__ = ["ServeError", "pick_backend", "serve_model", "served_status", "stop_served"]
@@ -161,10 +168,19 @@ def serve_model(model: str, backend: str = "auto", port: int | None = None, devi
     return st
 
 
+def _path_of(model: str) -> str:
+    """The checkpoint path a server of `model` was started for, without materializing anything."""
+    from toolkit.llm.models import known_model, models_dir
+
+    if not os.path.exists(model) and known_model(model):
+        return os.path.join(models_dir(), known_model(model).name)
+    return os.path.abspath(model)
+
+
 def stop_served(model: str | None = None) -> list[str]:
     """Stop the server of `model` (every served checkpoint when None); the paths stopped."""
     stopped = []
-    files = ([_state_file(os.path.abspath(resolve_model(model) or model))] if model
+    files = ([_state_file(_path_of(model))] if model
              else [os.path.join(_dir(), f) for f in os.listdir(_dir()) if f.endswith(".json")])
     for sf in files:
         try:

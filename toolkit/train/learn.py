@@ -4,6 +4,7 @@ summary.json, details.json and curves.
 
     python -m toolkit.train.learn split --heldout 0.3 --seed 7 --train T.jsonl --heldout-out H.jsonl < tasks.jsonl
     python -m toolkit.train.learn report --out DIR base=B.jsonl sft=S.jsonl grpo=G.jsonl [--curves sft=DIR ...]
+    (--curves last: it takes the NAME=DIR pairs after it)
 
 Split: each task's "keys" are its target (the target state's hash, or its reference actions when
 there is no target) and the entities its reference actions name (every `*_id` / `id` argument
@@ -33,18 +34,15 @@ MODELS = ("base", "sft", "grpo")
 
 
 def _read(path: str | None) -> list[dict]:
-    f = open(path, encoding="utf-8") if path and path != "-" else sys.stdin
-    try:
+    if not path or path == "-":
+        return [json.loads(line) for line in sys.stdin if line.strip()]
+    with open(path, encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
-    finally:
-        if f is not sys.stdin:
-            f.close()
 
 
 def _write(path: str, recs: Iterable[dict]) -> None:
     with open(path, "w", encoding="utf-8") as f:
-        for r in recs:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+        f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in recs)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -165,8 +163,8 @@ def _fmt_ci(ci) -> str:
 
 
 def table(details: dict, diffs: dict) -> str:
-    lines = ["| model | n | valid tool-call rate [95% CI] | mean reward [95% CI] | pass rate [95% CI] | "
-             "passes that changed nothing |",
+    lines = [("| model | n | valid tool-call rate [95% CI] | mean reward [95% CI] | pass rate [95% CI] | "
+              "passes that changed nothing |"),
              "|---|---|---|---|---|---|"]
     for m, d in details.items():
         lines.append(f"| {m} | {d['n']} | {d['valid_tool_call_rate']:.3f} {_fmt_ci(d['valid_ci'])} "
