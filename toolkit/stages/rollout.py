@@ -355,7 +355,7 @@ async def run_episode(record: Record, env: Environment, agent: Any, user: LLMUse
     begin = getattr(env, "begin_episode", None)
     if callable(begin):  # record id + sample index: per-episode randomness (fault injection) keys on it
         begin(traj_id)
-    if user is not None and user.max_turns is None:
+    if user is not None and getattr(user, "max_turns", 0) is None:  # an LLM user's turn budget (a scripted user has none)
         user.max_turns = limits.max_turns
     try:
         initial_hash = env.state_hash()
@@ -463,7 +463,7 @@ async def run_episode(record: Record, env: Environment, agent: Any, user: LLMUse
         id=traj_id, messages=msgs, tools=offered, steps=steps, initial_state_hash=initial_hash,
         final_state_hash=final_hash, termination=termination, error=error,
         agent_model=agent_model, user_model=user_model if user is not None else None, usage=usage)
-    if user is not None and not user.system_prompt and user.max_turns:
+    if user is not None and not getattr(user, "system_prompt", True) and getattr(user, "max_turns", None):
         traj.extra["user_max_turns"] = user.max_turns  # the user-model SFT rows render the same prompt
     return traj
 
