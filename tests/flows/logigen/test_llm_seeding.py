@@ -356,14 +356,14 @@ def test_on_automatically_with_the_llm_explorer():
     from tests.flows.logigen.test_tasks import DOMAINS, _scripted, gen
 
     def reply(req):
-        if "LOGIGEN boundary-adjacent seeding" in req["messages"][-1]["content"]:
+        if "(boundary-adjacent seeding)" in req["messages"][-1]["content"]:
             return "I do not know."
         return _scripted(req)
 
     with ScriptedServer(reply) as srv:
         recs = gen(DOMAINS["library"], n=1, seed=1, explorer="llm", base_url=srv.base_url, model="scripted",
                    max_retries=0, user_view="template", attempts=1)
-        seeder = [r for r in srv.requests if "LOGIGEN boundary-adjacent seeding" in r["messages"][-1]["content"]]
+        seeder = [r for r in srv.requests if "(boundary-adjacent seeding)" in r["messages"][-1]["content"]]
     rep = recs[0].task.extra["llm_boundary"]
     assert rep["asked"] and len(seeder) == len(rep["asked"]) == rep["rejected"]
     assert rep["verified"] == [] and recs[0].task.complexity["archetype"] == "Mismatch"

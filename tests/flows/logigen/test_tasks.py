@@ -293,7 +293,7 @@ CONSULTANT_PATH = [("query_loan", {"loan_id": 2}),
 
 def _scripted(req: dict):
     msgs = req["messages"]
-    if "You are the Client" in (msgs[0].get("content") or ""):
+    if "You are a customer talking to a service consultant" in (msgs[0].get("content") or ""):
         return "Hi, I'd like some help with my loans." if len(msgs) <= 2 else "Thanks! ###STOP###"
     if "You write the user's side" in (msgs[0].get("content") or ""):
         return view_reply(req)

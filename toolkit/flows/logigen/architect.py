@@ -54,14 +54,19 @@ import re
 from pathlib import Path
 from typing import Any
 
-from toolkit.io import StageError, add_provenance
+from toolkit.flows.logigen import options as O
+from toolkit.io import StageError, add_provenance, log
 from toolkit.schema import EnvRef, Plan, Record
 from toolkit.stages.registry import strategy
-from toolkit.flows.logigen import options as O
 
 STAGES = ("analyze", "policy", "tables", "triggers")
 RULE_KINDS = ("multi_variable", "state_dependent", "role_permission", "irreversible", "threshold")
 DEFAULT_MAX_ROUNDS = 3
+# toolkit defaults (the paper gives none): a stage's reply (a whole policy, DDL with its seed, every
+# trigger) runs to thousands of tokens, far past the client's default max_tokens of 512. Table 5's
+# averages per turn are ~2.3k (policy), ~2.2k (tables) and ~3.9k (triggers) completion tokens.
+# `architect_max_tokens` / `checker_max_tokens` (or the plain `max_tokens`) override them.
+ROLE_MAX_TOKENS = {"architect": 8192, "checker": 4096}
 DEFAULT_OUT_DIR = "logigen_domains"
 _ID_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
@@ -288,6 +293,22 @@ def _feedback(prev: str | None, report: dict | None) -> str:
             f"Previous draft:\n{prev}\n\nCheck report (JSON):\n{json.dumps(report, ensure_ascii=False, indent=1)}\n")
 
 
+class _CutWatch:
+    """The role's client, reporting every reply that ended at max_tokens."""
+
+    def __init__(self, client: Any, on_cut: Any):
+        self._client, self._on_cut = client, on_cut
+
+    async def chat(self, messages: list[dict], **kw: Any) -> Any:
+        res = await self._client.chat(messages, **kw)
+        if getattr(res, "finish_reason", None) == "length":
+            self._on_cut()
+        return res
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+
 class Architect:
     def __init__(self, cfg: dict, architect_llm: Any, checker_llm: Any | None):
         from toolkit.roles.structured import new_usage
@@ -302,13 +323,31 @@ class Architect:
         self.usage = new_usage()
         self.reports: list[dict] = []
         self.rounds: dict[str, int] = {}
+        self.max_tokens = {role: int(cfg.get(f"{role}_max_tokens") or cfg.get("max_tokens") or d)
+                           for role, d in ROLE_MAX_TOKENS.items()}
+        self.cut: dict[str, int] = {}  # replies cut at max_tokens (finish_reason=length), per role
+
+    def _note_cut(self, role: str) -> None:
+        """A reply cut at max_tokens: counted (plan.extra.cut_replies) and warned, never silent."""
+        self.cut[role] = self.cut.get(role, 0) + 1
+        msg = (f"gen-plan logigen: {role} reply cut at max_tokens ({self.max_tokens[role]}; finish_reason=length): "
+               f"raise {role}_max_tokens")
+        try:
+            from toolkit.io import (
+                note_warning,  # the run summary's warning counter, where present
+            )
+        except ImportError:  # pragma: no cover - older toolkit.io: the stderr line alone
+            log(msg)
+        else:
+            note_warning(msg)
 
     async def _ask(self, client: Any, prompt: str, parse: Any, role: str) -> Any:
         from toolkit.roles.structured import RoleRejected, add_usage, ask_structured
 
         try:
-            res = await ask_structured(client, [{"role": "user", "content": prompt}], parse, role=role,
-                                       attempts=self.attempts)
+            res = await ask_structured(_CutWatch(client, lambda: self._note_cut(role)),
+                                       [{"role": "user", "content": prompt}], parse, role=role,
+                                       attempts=self.attempts, max_tokens=self.max_tokens[role])
         except RoleRejected as e:
             add_usage(self.usage, e.usage)
             raise StageError(f"{role}: no reply in the expected format after {len(e.reasons)} attempt(s): "
@@ -441,7 +480,8 @@ def build(cfg: dict, ctx: Any):
                                     "rules": {k: {"provoked": v.get("provoked"), "call": v.get("call"),
                                                   "hint_found": v.get("hint_found")}
                                               for k, v in written.rules.items()}},
-                   "usage": dict(arch.usage)})
+                   "usage": dict(arch.usage), "max_tokens": dict(arch.max_tokens),
+                   "cut_replies": dict(arch.cut)})
         add_provenance(record, "gen-plan", strategy="logigen", model=ctx.model_name("architect"),
                        recipe_hash=cfg.get("recipe_hash"), usage=arch.usage)
         return record

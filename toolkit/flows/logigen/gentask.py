@@ -10,6 +10,9 @@ records per input (default 10), ids `<input id>-lg<k>`, parent_id = the input id
 - task.user_scenario / task.instruction: the user view (projection.py);
 - task.complexity: archetype, tags, level, injections, violation, boundary; task.difficulty = level;
 - task.extra.user_view: {"source": llm | template | template-fallback, "reasons": [...]};
+- the first task's task.extra.dropped: drafts rejected before they became tasks, by reason (an
+  LLM episode that does not replay, a user view of an LLM episode or an LLM-written view that
+  breaks the leak rule, ...);
 - verifier.spec = state_diff.
 
 Settings (recipe `gen-task:` section or CLI): explorer (symbolic | llm; --explorer), n (-n),
@@ -17,6 +20,8 @@ seed (--seed), user_view (auto | llm | template; auto = llm when a model or base
 else the deterministic template), violation_share (0.3: at least this share of tasks start with a
 policy-violating attempt when the domain has one), inject_share (0.5), inline_target (true),
 max_tries (8 drafts per wanted task), attempts (--attempts, LLM retries), max_turns (llm explorer),
+menu_size (3: goals in the llm explorer's option menu; its goals have 1..max_writes writes, default 3
+with --explorer llm), every task drawn by the goal machinery (synth.GoalDesigner),
 llm_boundary (auto | true | false; auto = on with --explorer llm: the Set Designer asks the LLM for
 boundary seeds of rules the trigger analysis cannot read, verified by execution — llm_seeder.py),
 llm_boundary_rules, llm_boundary_max_rules (6), llm_boundary_share (0.5); llm_inject (false: the
@@ -36,6 +41,7 @@ from toolkit.io import StageError, add_provenance, log
 from toolkit.schema import Action, GroundTruth, Record, Task, UserScenario, Verifier
 from toolkit.stages.registry import StageContext, strategy
 from toolkit.flows.logigen import options as O
+from toolkit.flows.logigen.llm_explorer import LLM_MAX_WRITES
 
 
 def _bool(v: Any, default: bool) -> bool:
@@ -61,7 +67,9 @@ def load_sqlite_env(record: Record):
 
 
 class Designer:
-    """Draws task drafts from one base state (symbolic exploration + Set Designer)."""
+    """The older symbolic probes of one base state (explorer.SymbolicExplorer): since the goal
+    machinery (goals.py) draws every task, they only feed the LLM boundary seeder
+    (llm_seeder.seed_boundaries reads the probes, the trigger analysis and the prober)."""
 
     def __init__(self, env: Any, base: dict, seed: int, cfg: dict):
         from toolkit.flows.logigen.explorer import SymbolicExplorer
@@ -71,43 +79,9 @@ class Designer:
         self.seed = seed
         self.explorer = SymbolicExplorer(env, base, seed)
         self.view = self.explorer.view
-        self.violation_share = float(cfg.get("violation_share", 0.3) if cfg.get("violation_share") is not None else 0.3)
-        self.inject_share = float(cfg.get("inject_share", 0.5) if cfg.get("inject_share") is not None else 0.5)
-        self.no_violations = not self.explorer.violating
 
     def close(self) -> None:
         self.explorer.close()
-
-    def kind(self, i: int, made: int, made_viol: int) -> str:
-        if not self.no_violations and made_viol < math.ceil(self.violation_share * (made + 1)):
-            return "mismatch"
-        return ("edge", "entangled", "plain", "edge", "plain", "mismatch")[i % 6]
-
-    def draft(self, i: int, kind: str):
-        from toolkit.flows.logigen.explorer import execute
-        from toolkit.flows.logigen.set_designer import STRATEGIES, apply_injection
-
-        rng = random.Random(f"{self.seed}:{i}")
-        d = getattr(self.explorer, kind)(rng)
-        if d is None:
-            return None
-        try:
-            _, d.results = execute(self.env, d.origin, d.actions)
-        except ValueError as e:
-            d.notes.append(str(e))
-            return None
-        if rng.random() < self.inject_share:
-            strat = STRATEGIES[(i + rng.randint(0, 3)) % len(STRATEGIES)]
-            apply_injection(self.view, self.env, d, strat, rng)
-        from toolkit.flows.logigen.explorer import canonical_state  # (lazy: keeps --help cheap)
-
-        d.origin = canonical_state(self.env, d.origin)
-        try:
-            d.target, d.results = execute(self.env, d.origin, d.actions)
-        except ValueError as e:
-            d.notes.append(str(e))
-            return None
-        return d
 
 
 async def project(d: Any, view: Any, env: Any, mode: str, client: Any, attempts: int, policy: str) -> tuple[dict, dict, dict]:
@@ -125,6 +99,15 @@ async def project(d: Any, view: Any, env: Any, mode: str, client: Any, attempts:
         return st.value, {"source": "llm", "reasons": st.errors, "model": st.model}, st.usage
     except RoleRejected as e:
         return (P.template_view(f), {"source": "template-fallback", "reasons": e.reasons[-3:]}, e.usage)
+
+
+def view_leaks(d: Any, view_: dict, dview: Any) -> list[str]:
+    """The projection's leak rule (projection.leaks) on a finished user view."""
+    from toolkit.flows.logigen import projection as P
+
+    allowed = {str(v) for g in d.goals for v in g.args.values()}
+    terms = P.forbidden_terms(dview, d.origin, d.target, allowed)
+    return P.leaks([view_.get(k) for k in P.VIEW_KEYS], terms)
 
 
 def to_record(parent: Record, k: int, d: Any, view_: dict, view_info: dict, explorer: str, seed: int,
@@ -196,30 +179,42 @@ def build(cfg: dict, ctx: StageContext):
             base = env.snapshot()
             rseed = zlib.crc32(f"{seed}:{record.id}".encode())
             coverage = None
-            if explorer == "symbolic" and not llm_boundary:
-                from toolkit.flows.logigen.synth import GoalDesigner
+            llm_dropped: dict = {}
+            from toolkit.flows.logigen.synth import GoalDesigner
 
-                designer = GoalDesigner(env, base, rseed, cfg)
-            else:
-                designer = Designer(env, base, rseed, cfg)
+            gcfg = cfg if explorer == "symbolic" else dict(cfg, max_writes=cfg.get("max_writes") or LLM_MAX_WRITES)
+            designer = GoalDesigner(env, base, rseed, gcfg)
+            # the older Designer's symbolic probes only feed the LLM boundary seeder (the rules the
+            # analysis cannot read); every goal comes from the goal machinery (goals.py)
+            seeder = Designer(env, base, rseed, cfg) if llm_boundary else None
             seeding = None
             try:
                 if llm_boundary:
-                    seeding = await _llm_seeding(designer, ctx, cfg, attempts, env.policy(), record)
-                if explorer == "symbolic" and not llm_boundary:
+                    seeding = await _llm_seeding(seeder, ctx, cfg, attempts, env.policy(), record)
+                edges = list(seeding.boundaries) if seeding is not None else []
+                if explorer == "symbolic":
                     drafts = designer.drafts(n, max_tries)
+                    if edges:
+                        from toolkit.flows.logigen.llm_explorer import llm_edge_drafts
+
+                        share = cfg.get("llm_boundary_share")
+                        k = max(1, math.ceil((float(share) if share is not None else 0.5) * n * designer.boundary_share))
+                        extra, llm_dropped = llm_edge_drafts(designer, edges, min(k, len(edges)), rseed)
+                        seen = {env.hash_state(d.target) for d in drafts}
+                        extra = [d for d in extra if env.hash_state(d.target) not in seen]
+                        drafts = drafts[:max(0, n - len(extra))] + extra
                     coverage = designer.coverage(drafts)
                     log(f"gen-task: {record.id}: rule coverage: violation-first {coverage['violation_covered']}, "
                         f"boundary {coverage['boundary_covered']}"
                         + (f"; no boundary for {', '.join(coverage['missing_boundary'])}" if coverage['missing_boundary'] else ""))
-                elif explorer == "symbolic":
-                    drafts = _symbolic_drafts(designer, n, max_tries)
                 else:
                     from toolkit.flows.logigen.llm_explorer import llm_drafts
 
-                    drafts = await llm_drafts(designer, n, max_tries, ctx, cfg, record)
+                    drafts, llm_dropped = await llm_drafts(designer, n, max_tries, ctx, cfg, record, edges)
             finally:
                 designer.close()
+                if seeder is not None:
+                    seeder.close()
             if not drafts:
                 raise StageError(f"no task could be drawn from this domain in {n * max_tries} tries "
                                  "(no successful write found from s_origin?)", field="env")
@@ -227,20 +222,35 @@ def build(cfg: dict, ctx: StageContext):
             client = ctx.llm("user_view") if mode == "llm" else None
             views = await asyncio.gather(*(project(d, designer.view, env, mode, client, attempts, env.policy())
                                            for d in drafts))
+            kept = []
+            for j, (d, pv) in enumerate(zip(drafts, views)):
+                # the leak rule on every view of an LLM episode and on every LLM-written view: a
+                # view that names a column, a tool, a hidden id, ... rejects the task (counted)
+                bad = view_leaks(d, pv[0], designer.view) if explorer == "llm" or pv[1]["source"] == "llm" else []
+                if bad:
+                    why = "user view leaks: " + ", ".join(b.split(" ", 1)[0] for b in bad[:3])
+                    llm_dropped[why] = llm_dropped.get(why, 0) + 1
+                    log(f"gen-task: {record.id}: task {j} rejected, its user view reveals " + ", ".join(bad[:5]))
+                    continue
+                kept.append((j, d, pv))
+            if not kept:
+                raise StageError(f"every drawn task was rejected: {llm_dropped}", field="env")
             out = []
             usage_total = {"prompt_tokens": 0, "completion_tokens": 0, "cost": 0.0}
-            for k, (d, (v, info, usage)) in enumerate(zip(drafts, views)):
+            for k, (j, d, (v, info, usage)) in enumerate(kept):
                 for key in usage_total:
                     usage_total[key] += usage.get(key, 0) or 0
                 rec = to_record(record, k, d, v, info, explorer, seed, inline_target, designer.view)
                 src = info["source"]
                 if d.exploration:
                     rec.task.extra["exploration"] = d.exploration
-                if k in injected:
-                    rec.task.extra["llm_inject"] = injected[k]
+                if j in injected:
+                    rec.task.extra["llm_inject"] = injected[j]
                 total = dict(usage if src != "template" else {})
                 if coverage is not None and k == 0:
                     rec.task.extra["rule_coverage"] = coverage
+                if llm_dropped and k == 0:
+                    rec.task.extra["dropped"] = dict(llm_dropped)  # drafts rejected before they became tasks
                 if seeding is not None and k == 0:
                     # the LLM boundary seeding ran once for this input: its report and usage go
                     # with the first task (so the yield table counts the requests once)
@@ -258,7 +268,7 @@ def build(cfg: dict, ctx: StageContext):
                     model = ctx.model_name("consultant")
                 if seeding is not None and k == 0 and seeding.asked and model is None:
                     model = seeding.model or ctx.model_name("boundary_seeder")
-                if injected.get(k, {}).get("applied") and model is None:
+                if injected.get(j, {}).get("applied") and model is None:
                     model = ctx.model_name("injection_designer")
                 add_provenance(rec, "gen-task", strategy=f"logigen:{explorer}:user-view={src}",
                                model=model, recipe_hash=cfg.get("recipe_hash"), usage=total or None)
@@ -326,31 +336,6 @@ async def _llm_injections(designer: Designer, drafts: list, ctx: Any, cfg: dict,
         log(f"gen-task: {record.id}: LLM injections: {applied}/{len(picked)} verified and applied, "
             f"{len(picked) - applied} discarded")
     return out
-
-
-def _symbolic_drafts(designer: Designer, n: int, max_tries: int) -> list:
-
-    drafts: list = []
-    seen: set[str] = set()
-    made_viol = 0
-    for i in range(n * max_tries):
-        if len(drafts) >= n:
-            break
-        kind = designer.kind(i, len(drafts), made_viol)
-        d = designer.draft(i, kind)
-        if d is None and kind != "plain":
-            d = designer.draft(i, "plain")
-        if d is None:
-            continue
-        if designer.env.diff(d.origin, d.target)["total"] == 0:
-            continue
-        key = designer.env.hash_state(d.target)  # distinct targets (a task differing only in s_origin is a near-duplicate)
-        if key in seen:
-            continue
-        seen.add(key)
-        drafts.append(d)
-        made_viol += d.attempt is not None
-    return drafts
 
 
 __all__ = ["build", "Designer", "load_sqlite_env", "project", "to_record"]

@@ -39,6 +39,7 @@ class GenTaskOptions(StrategyOptions):
     max_turns: Optional[int] = None   # llm explorer: Consultant turns (default 12)
     max_tool_errors: Optional[int] = None
     llm_tries: int = 3
+    menu_size: int = 3                # llm explorer: goals in the option menu O(s_0) the Client picks from
 
 
 class ValidateTaskOptions(StrategyOptions):

@@ -6,8 +6,8 @@ identifiers (snake_case table or column names), no column followed by one of its
 task itself creates), no literal target values nobody states (values the triggers compute), no
 procedure (tool-call order, "call the ... tool", "update the row"). `facts()` turns a draft into
 user-visible facts; `template_view()` writes the scenario deterministically; `llm_view()` asks the
-LLM (toolkit/prompts/logigen/user_view) to phrase it, with the same leak check as a hard parse
-rule. `leaks()` is the rule check validate-task runs.
+LLM (toolkit/prompts/logigen/user_view, given the facts and the policy, so the user knows what the
+policy requires them to give) to phrase it, with the same leak check as a hard parse rule. `leaks()` is the rule check validate-task runs.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import json
 import re
 from typing import Any
 
-from toolkit.flows.logigen.explorer import Draft, DomainView, Probe
+from toolkit.flows.logigen.explorer import DomainView, Draft, Probe
 
 VIEW_KEYS = ("instruction", "persona", "reason_for_call", "known_info", "unknown_info", "instructions")
 PERSONAS = {
@@ -313,14 +313,20 @@ def parse_view(text: str | None, terms: dict[str, list[str]], required: list[str
     return {k: obj[k].strip() for k in VIEW_KEYS}
 
 
+POLICY_CHARS = 16000  # toolkit default: the whole policy of any bundled domain (~4.5k characters)
+
+
 async def llm_view(client: Any, f: dict, policy: str, terms: dict, attempts: int = 3, **overrides: Any):
     """Structured (value = view dict) from the LLM, or raises RoleRejected."""
     from toolkit import prompts
     from toolkit.roles.structured import ask_structured
 
     tpl = prompts.load("logigen/user_view")
-    msgs = [{"role": "user", "content": tpl.render(facts=json.dumps(f, indent=1, ensure_ascii=False),
-                                                   policy=(policy or "")[:3000])}]
+    pol = policy or "(no policy)"
+    if len(pol) > POLICY_CHARS:
+        pol = pol[:POLICY_CHARS] + f"
+[... policy cut at {POLICY_CHARS} characters]"
+    msgs = [{"role": "user", "content": tpl.render(facts=json.dumps(f, indent=1, ensure_ascii=False), policy=pol)}]
     need = fact_values(f)
     return await ask_structured(client, msgs, lambda t: parse_view(t, terms, need), role="user_view",
                                 attempts=attempts, **overrides)
