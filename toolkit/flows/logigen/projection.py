@@ -324,8 +324,7 @@ async def llm_view(client: Any, f: dict, policy: str, terms: dict, attempts: int
     tpl = prompts.load("logigen/user_view")
     pol = policy or "(no policy)"
     if len(pol) > POLICY_CHARS:
-        pol = pol[:POLICY_CHARS] + f"
-[... policy cut at {POLICY_CHARS} characters]"
+        pol = pol[:POLICY_CHARS] + f"\n[... policy cut at {POLICY_CHARS} characters]"
     msgs = [{"role": "user", "content": tpl.render(facts=json.dumps(f, indent=1, ensure_ascii=False), policy=pol)}]
     need = fact_values(f)
     return await ask_structured(client, msgs, lambda t: parse_view(t, terms, need), role="user_view",
