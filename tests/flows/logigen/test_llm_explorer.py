@@ -15,10 +15,10 @@ from pathlib import Path
 from tests.conftest import jsonl, run_cmd
 from tests.flows.logigen.test_tasks import (
     DOMAINS,
-    GOOD_VIEW,
     gen,
     replay_rewards,
     validate,
+    view_reply,
 )
 from toolkit.envs import load_env
 from toolkit.llm.testserver import ScriptedServer
@@ -34,7 +34,7 @@ def _consultant(path: list[tuple[str, dict]], done_text: str = "All done."):
         if CLIENT in first:
             return "Hi, I have a few things to sort out." if len(msgs) <= 2 else "Thanks, that is all. ###STOP###"
         if "You write the user's side" in (msgs[-1].get("content") or ""):
-            return GOOD_VIEW
+            return view_reply(req)
         if "(boundary-adjacent seeding)" in (msgs[-1].get("content") or ""):
             return "no idea"
         done = sum(1 for m in msgs if m["role"] == "assistant" and m.get("tool_calls"))
@@ -146,7 +146,13 @@ def test_user_view_prompt_sees_the_policy_and_llm_views_pass_the_leak_rule():
 
     leaking = json.dumps({"instruction": "Please set copies_on_shelf to 4.", "persona": "p", "reason_for_call": "r",
                           "known_info": "k", "unknown_info": "u", "instructions": "i"})
-    with ScriptedServer([GOOD_VIEW, leaking, leaking]) as srv:
+    seen: list[int] = []
+
+    def replies(req: dict) -> str:  # the first view is a good one (this task's values), then two leaking ones
+        seen.append(1)
+        return view_reply(req) if len(seen) == 1 else leaking
+
+    with ScriptedServer(replies) as srv:
         recs = gen(DOMAINS["library"], n=2, seed=1, base_url=srv.base_url, model="scripted", max_retries=0,
                    attempts=2)
         prompts = [q["messages"][-1]["content"] for q in srv.requests]

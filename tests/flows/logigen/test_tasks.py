@@ -232,8 +232,12 @@ def facts_of(req: dict) -> dict:
 def view_reply(req: dict) -> str:
     """What a good LLM writes: the requests and known facts of THIS task, in its own words."""
     f = facts_of(req)
-    reqs = f["requests"]
-    instr = "Ask to " + "; then ".join(reqs) + (f"; if refused, ask to {f['fallback']}" if f.get("fallback") else "")
+    goals = f.get("goals") or []  # goal-explorer facts (want / fallback / mind_change) or the older requests list
+    reqs = f.get("requests") or [g["want"] for g in goals]
+    extra = [str(g[k]) for g in goals for k in ("fallback", "mind_change") if g.get(k)]
+    if f.get("fallback"):
+        extra.append(f["fallback"])
+    instr = "Ask to " + "; then ".join(reqs) + ("; if refused, ask to " + "; ".join(extra) if extra else "")
     return json.dumps({"instruction": f"Good morning! I would like to {reqs[0]}.", "persona": "A busy member.",
                        "reason_for_call": "they want to " + "; ".join(reqs),
                        "known_info": "; ".join(f["known"]) or "only the request", "unknown_info": "the library rules",
@@ -252,7 +256,8 @@ def test_llm_user_view_and_fallback():
         ok = gen(DOMAINS["library"], n=2, seed=1, base_url=srv.base_url, model="scripted", max_retries=0)
         facts = [facts_of(r) for r in srv.requests]
     assert [r.task.extra["user_view"]["source"] for r in ok] == ["llm", "llm"]
-    by_instr = {f"Good morning! I would like to {f['requests'][0]}.": f for f in facts}
+    by_instr = {f"Good morning! I would like to {(f.get('requests') or [g['want'] for g in f['goals']])[0]}.": f
+                for f in facts}
     assert sorted(r.task.instruction for r in ok) == sorted(by_instr)
     # every concrete value of the task's facts reaches the view the simulated user gets
     import re

@@ -285,6 +285,8 @@ def fact_values(f: dict) -> list[str]:
     """The concrete numbers of the facts (ids the customer knows, amounts, counts): a user view
     that leaves one out cannot make the simulated user ask for THIS task (a vague view)."""
     texts = list(f.get("requests") or []) + list(f.get("known") or []) + [f.get("fallback") or ""]
+    for g in f.get("goals") or []:  # goal-explorer facts: what the user wants, their fallback and mind change
+        texts += [str(g.get(k) or "") for k in ("want", "fallback", "mind_change")]
     return list(dict.fromkeys(v for t in texts for v in _NUM.findall(str(t))))
 
 
