@@ -39,6 +39,7 @@ class DomainView:
 
     def __init__(self, env: Any):
         self.env = env
+        self._refs: dict = {}
         dom = env.domain
         self.domain = dom
         self.tables = dom.tables
@@ -63,7 +64,16 @@ class DomainView:
         to = fk.get("to") or (rt.pk[0] if rt.pk else None)
         if to is None:
             return []
-        return list(dict.fromkeys(r.get(to) for r in state.get(rt.name, []) if r.get(to) is not None))
+        rows = state.get(rt.name, [])
+        # memoized per rows list (by identity and length, the list kept alive by the entry): the
+        # candidate generators ask for the same table's keys thousands of times per state
+        key = (id(rows), len(rows), to)
+        hit = self._refs.get(key)
+        if hit is None or hit[0] is not rows:
+            if len(self._refs) > 4096:
+                self._refs.clear()
+            hit = self._refs[key] = (rows, list(dict.fromkeys(r.get(to) for r in rows if r.get(to) is not None)))
+        return list(hit[1])
 
     def tool(self, name: str):
         return self.tools[name]

@@ -192,6 +192,7 @@ class GoalExplorer:
             policy = ""
         self.principal = choose_principal(self.view, policy)
         self._owners: dict = {}
+        self._owner_ids: dict = {}
         self.pk = None
         if self.principal and len(self.view.tables[self.principal].pk) == 1:
             self.pk = self.view.tables[self.principal].pk[0]
@@ -205,6 +206,18 @@ class GoalExplorer:
         Memoized per row content (ownership never changes within a chain: `owns`)."""
         if self.principal is None or depth > 2:
             return None
+        # the same row object is asked about again and again (every candidate scan of a state):
+        # an identity cache in front of the content memo (the entry keeps the row alive)
+        fast = self._owner_ids.get((id(row), table, depth))
+        if fast is not None and fast[0] is row and fast[1] == len(row):
+            return fast[2]
+        out = self._owner_of_memo(state, table, row, depth)
+        if len(self._owner_ids) > 200000:
+            self._owner_ids.clear()
+        self._owner_ids[(id(row), table, depth)] = (row, len(row), out)
+        return out
+
+    def _owner_of_memo(self, state: dict, table: str, row: dict, depth: int) -> Any:
         try:
             key = (table, tuple(sorted(row.items())))
             hit = self._owners.get(key, self)

@@ -351,9 +351,7 @@ class RuleCoverage:
 
     @staticmethod
     def _ckey(call: dict) -> str:
-        import json
-
-        return json.dumps([call["name"], call["arguments"]], sort_keys=True, default=str)
+        return repr((call["name"], sorted(call["arguments"].items(), key=lambda kv: str(kv[0]))))
 
     def _after_goal(self, origin: dict, goal: dict) -> bytes | None:
         """The checkpoint after `goal` on `origin` when it is accepted and changes the state hash."""
