@@ -260,6 +260,8 @@ class GoalExplorer:
             row = _row(state, p.table, {k: p.args.get(k) for k in t.pk})
             if row is None or self.owner_of(state, p.table, row) != who:
                 return False
+            if p.table != self.principal and not any(self.view.fk(p.table, k) for k in p.args):
+                return True  # no reference changes: the row stays whose it was
             new = {**row, **p.args}
             return self.owner_of(state, p.table, new) == who
         return self.owner_of(state, p.table, p.args) == who
