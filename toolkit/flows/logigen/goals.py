@@ -193,6 +193,7 @@ class GoalExplorer:
         self.principal = choose_principal(self.view, policy)
         self._owners: dict = {}
         self._owner_ids: dict = {}
+        self._owned: dict = {}
         self.pk = None
         if self.principal and len(self.view.tables[self.principal].pk) == 1:
             self.pk = self.view.tables[self.principal].pk[0]
@@ -250,6 +251,18 @@ class GoalExplorer:
                 if o is not None:
                     return o
         return None
+
+    def _owned_keys(self, state: dict, table: str, to: str, who: Any) -> list:
+        """`to` of the rows of `table` that `who` owns, memoized per rows list (by identity and
+        length; the entry keeps the list alive)."""
+        rows = state.get(table, [])
+        key = (id(rows), len(rows), table, to, who)
+        hit = self._owned.get(key)
+        if hit is None or hit[0] is not rows:
+            if len(self._owned) > 4096:
+                self._owned.clear()
+            hit = self._owned[key] = (rows, [r.get(to) for r in rows if self.owner_of(state, table, r) == who])
+        return list(hit[1])
 
     def owns(self, state: dict, p: Probe, who: Any) -> bool:
         """The write stays on the principal's own rows and never changes whose they are."""
@@ -324,8 +337,7 @@ class GoalExplorer:
                             rt = view.tables.get(fk.get("table"))
                             if rt is not None and any(f.get("table") == self.principal for f in rt.fks):
                                 to = fk.get("to") or (rt.pk[0] if rt.pk else None)
-                                own = [r.get(to) for r in state.get(rt.name, [])
-                                       if self.owner_of(state, rt.name, r) == who]
+                                own = self._owned_keys(state, rt.name, to, who)
                                 if own:
                                     args[k] = rng.choice(own)
                                 continue
