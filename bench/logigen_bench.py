@@ -12,6 +12,8 @@
   the merge-base with main: its `toolkit/` is extracted with `git archive` into a temporary
   directory and run in a subprocess), with tasks/s, writes per task and the ratio new/baseline.
   `--baseline-ref none` skips it.
+- wall time and CPU time (process_time) of each synthesis: on a shared, loaded machine the wall
+  figures follow the load; tasks per CPU-second compare the code.
 """
 
 from __future__ import annotations
@@ -53,12 +55,13 @@ def bench_symbolic(domains: list[str], repeat: int, n: int) -> list[dict]:
     rows = []
     for d in domains:
         env = {"backend": "sqlite", "path": d} if Path(d).exists() else {"backend": "sqlite", "id": d}
-        gen_t, val_t, out = [], [], []
+        gen_t, cpu_t, val_t, out = [], [], [], []
         for _ in range(repeat):
             fn = strategies.build("gen-task", {"strategy": "logigen", "explorer": "symbolic", "n": n, "seed": 7}, None)
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             out = asyncio.run(fn(Record.model_validate({"id": "bench", "env": env})))
             gen_t.append(time.perf_counter() - t0)
+            cpu_t.append(time.process_time() - c0)
             vfn = strategies.build("validate-task", {"strategy": "logigen"}, None)
             t0 = time.perf_counter()
 
@@ -74,6 +77,8 @@ def bench_symbolic(domains: list[str], repeat: int, n: int) -> list[dict]:
         rows.append({"bench": "symbolic_tasks", "domain": Path(d).name, "tasks": len(out),
                      "writes_mean": round(sum(writes) / max(len(writes), 1), 2),
                      "seconds_median": round(g, 3), "tasks_per_s": round(len(out) / g, 1),
+                     "cpu_seconds_median": round(statistics.median(cpu_t), 3),
+                     "tasks_per_cpu_s": round(len(out) / max(statistics.median(cpu_t), 1e-9), 1),
                      "validate_per_s": round(len(out) / statistics.median(val_t), 1),
                      "validate_passed": passed, "violation_first": viol,
                      "boundary": sum("boundary" in r.task.complexity for r in out)})
@@ -86,21 +91,31 @@ from pathlib import Path
 from toolkit.schema import Record
 from toolkit.stages import strategies
 d, n, repeat = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+import importlib, pkgutil, toolkit.flows.logigen as _lg, toolkit.envs.sqlite  # imports are not synthesis
+for _m in pkgutil.iter_modules(_lg.__path__):
+    try:
+        importlib.import_module("toolkit.flows.logigen." + _m.name)
+    except Exception:
+        pass
 env = {"backend": "sqlite", "path": d} if Path(d).exists() else {"backend": "sqlite", "id": d}
-ts, out = [], []
+ts, cs, out = [], [], []
 for _ in range(repeat):
     fn = strategies.build("gen-task", {"strategy": "logigen", "explorer": "symbolic", "n": n, "seed": 7}, None)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     out = asyncio.run(fn(Record.model_validate({"id": "bench", "env": env})))
     ts.append(time.perf_counter() - t0)
+    cs.append(time.process_time() - c0)
 reads = ("query_", "get_", "list_", "search_")
 w = [sum(1 for a in r.task.ground_truth.actions if not a.expect_error and not a.name.startswith(reads)) for r in out]
-print(json.dumps({"tasks": len(out), "seconds_median": statistics.median(ts), "writes_mean": sum(w) / max(len(w), 1)}))
+print(json.dumps({"tasks": len(out), "seconds_median": statistics.median(ts), "cpu_seconds_median": statistics.median(cs),
+                  "writes_mean": sum(w) / max(len(w), 1)}))
 """
 
 
 def bench_baseline(domains: list[str], repeat: int, n: int, ref: str) -> list[dict]:
-    """The symbolic synthesis of the baseline `ref`'s code, in a subprocess (same machine, same run)."""
+    """The symbolic synthesis of the baseline `ref`'s code and of this checkout's code, each in a
+    fresh subprocess with the flow's modules imported before the clock starts (same machine, same
+    run; rows `symbolic_baseline` and `symbolic_this`)."""
     import os
     import subprocess
     import tempfile
@@ -111,16 +126,18 @@ def bench_baseline(domains: list[str], repeat: int, n: int, ref: str) -> list[di
         arch = subprocess.run(["git", "-C", str(root), "archive", ref, "toolkit"], capture_output=True, check=True)
         subprocess.run(["tar", "-x", "-C", tmp], input=arch.stdout, check=True)
         for d in domains:
+          for bench, code in (("symbolic_baseline", tmp), ("symbolic_this", str(root))):
             p = subprocess.run([sys.executable, "-c", _BASE_SNIPPET, d, str(n), str(repeat)], capture_output=True,
-                               text=True, env=dict(os.environ, PYTHONPATH=tmp), cwd=tmp, timeout=1800, check=False)
+                               text=True, env=dict(os.environ, PYTHONPATH=code), cwd=code, timeout=1800, check=False)
             if p.returncode != 0:
-                rows.append({"bench": "symbolic_baseline", "domain": Path(d).name, "ref": ref,
+                rows.append({"bench": bench, "domain": Path(d).name, "ref": ref,
                              "error": p.stderr.strip().splitlines()[-1:] or ["failed"]})
                 continue
             r = json.loads(p.stdout.strip().splitlines()[-1])
-            rows.append({"bench": "symbolic_baseline", "domain": Path(d).name, "ref": ref, "tasks": r["tasks"],
+            rows.append({"bench": bench, "domain": Path(d).name, "ref": ref, "tasks": r["tasks"],
                          "seconds_median": round(r["seconds_median"], 3),
                          "tasks_per_s": round(r["tasks"] / r["seconds_median"], 1),
+                         "tasks_per_cpu_s": round(r["tasks"] / max(r["cpu_seconds_median"], 1e-9), 1),
                          "writes_mean": round(r["writes_mean"], 2)})
     return rows
 
@@ -169,17 +186,21 @@ def main() -> None:
     brows = bench_baseline(domains, a.repeat, a.tasks, ref)
     for r in brows:
         print(json.dumps(r))
-    print(f"baseline {ref[:12]} (same machine, same run):", file=sys.stderr)
-    print(f"{'domain':<12} {'base t/s':>9} {'new t/s':>8} {'ratio':>6} {'base writes':>12} {'new writes':>11}",
+    print(f"baseline {ref[:12]} vs this checkout, each in a fresh subprocess (same machine, same run):",
           file=sys.stderr)
-    new = {r["domain"]: r for r in srows}
-    for b in brows:
+    print(f"{'domain':<12} {'base t/s':>9} {'new t/s':>8} {'ratio':>6} {'base t/cpu-s':>13} {'new t/cpu-s':>12} "
+          f"{'ratio':>6} {'base writes':>12} {'new writes':>11}", file=sys.stderr)
+    # both sides from the same fresh-subprocess snippet (imports done before the clock)
+    new = {r["domain"]: r for r in brows if r["bench"] == "symbolic_this" and "error" not in r}
+    for b in (r for r in brows if r["bench"] == "symbolic_baseline"):
         n_ = new.get(b["domain"], {})
         if "error" in b:
             print(f"{b['domain']:<12} baseline failed: {b['error']}", file=sys.stderr)
             continue
         ratio = n_.get("tasks_per_s", 0) / b["tasks_per_s"] if b["tasks_per_s"] else float("nan")
+        cratio = n_.get("tasks_per_cpu_s", 0) / b["tasks_per_cpu_s"] if b["tasks_per_cpu_s"] else float("nan")
         print(f"{b['domain']:<12} {b['tasks_per_s']:>9.1f} {n_.get('tasks_per_s', 0):>8.1f} {ratio:>6.2f} "
+              f"{b['tasks_per_cpu_s']:>13.1f} {n_.get('tasks_per_cpu_s', 0):>12.1f} {cratio:>6.2f} "
               f"{b['writes_mean']:>12.2f} {n_.get('writes_mean', 0):>11.2f}", file=sys.stderr)
 
 

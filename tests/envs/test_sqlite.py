@@ -538,6 +538,46 @@ def test_cached_state_hash_tracks_every_change():
         env.close()
 
 
+def test_restored_checkpoint_reuses_its_canonical_form_and_still_tracks_changes():
+    """restore(cp) of a checkpoint taken while the hash was known reuses the canonical form
+    (nothing re-read); the hash after restoring, and after writes made on the restored state,
+    must still equal the hash of a fresh snapshot, for every checkpoint restored in any order."""
+    from toolkit.domains import load_tasks
+    from toolkit.scoring.state import state_hash
+
+    rec = next(iter(load_tasks("airline")))
+    env = load_env(rec["env"])
+
+    def fresh():
+        return state_hash(env.snapshot(), env.state_keys())
+
+    h0 = env.state_hash()
+    cps = [(env.checkpoint(), h0)]
+    for a in rec["task"]["ground_truth"]["actions"]:
+        env.call(a["name"], a["arguments"])
+        env.state_hash()
+        cps.append((env.checkpoint(), fresh()))
+    assert len({h for _, h in cps}) > 1  # the path changes the state
+    for cp, h in reversed(cps):
+        env.restore(cp)
+        assert env.state_hash() == h == fresh()
+    # a write on a restored state is seen (the reused canonical form is not stale)
+    env.restore(cps[0][0])
+    a = rec["task"]["ground_truth"]["actions"][-1]
+    env.call(a["name"], a["arguments"])
+    assert env.state_hash() == fresh()
+    # a checkpoint taken without a known hash: hashed after restore, then reused
+    cp = env.checkpoint()
+    env.restore(cps[0][0])
+    env.restore(cp)
+    assert env.state_hash() == fresh()
+    env.restore(cps[0][0])
+    assert env.state_hash() == h0
+    env.restore(cp)
+    assert env.state_hash() == fresh()
+    env.close()
+
+
 def test_package_split_keeps_the_module_surface_and_registration():
     """envs/sqlite.py became the package envs/sqlite/ (issue 18, one idea per file): every name the
     former module offered is still importable from `toolkit.envs.sqlite`, the backend is registered

@@ -13,6 +13,7 @@ import math
 import re
 import sqlite3
 import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,8 @@ _CANON_CACHE_SIZE = 4096  # table contents whose canonical keys are kept (per do
 _SAVEPOINT = "tk_tool_call"
 
 
+_CP_CANON_SIZE = 64  # canonical forms kept per environment for checkpoints/loaded bytes
+
 class _ArgError(Exception):
     def __init__(self, message: str, hint: str | None = None):
         super().__init__(message)
@@ -77,6 +80,8 @@ class SqliteEnvironment(Environment):
         self._tracked = -1  # total_changes after the last tracked call / canonical()
         self._at_init = False  # the state is the untouched reset() state
         self._init_canon: tuple[dict, dict, dict] | None = None  # (raw, canonical) of the reset() state
+        self._loaded: tuple[bytes, int] | None = None  # (bytes loaded, total_changes then) while untouched
+        self._cp_canon: OrderedDict[int, tuple[bytes, tuple[dict, dict, dict]]] = OrderedDict()
         self._hidden_extra = [str(x) for x in (self.config.get("hide") or [])]
         self._initial_state = copy.deepcopy(state) if state is not None else None
         self._init_hash: str | None = None
@@ -183,9 +188,16 @@ class SqliteEnvironment(Environment):
             self._loading = False
             self._gen = getattr(self, "_gen", 0) + 1  # invalidates the cached state hash
         self._at_init = data is self._init_bytes
-        if self._at_init and self._init_canon is not None:
-            self._raw, self._canon_val = dict(self._init_canon[0]), dict(self._init_canon[1])
-            self._raw_id = dict(self._init_canon[2])
+        self._loaded = (data, self._conn.total_changes)
+        hit = self._init_canon if self._at_init else None
+        if hit is None and not self._at_init:
+            c = self._cp_canon.get(id(data))
+            if c is not None and c[0] is data:
+                hit = c[1]
+                self._cp_canon.move_to_end(id(data))
+        if hit is not None:
+            self._raw, self._canon_val = dict(hit[0]), dict(hit[1])
+            self._raw_id = dict(hit[2])
             self._dirty = set()
             self._tracked = self._conn.total_changes
             self._canon_key = (self._gen, self._conn.total_changes)
@@ -203,7 +215,19 @@ class SqliteEnvironment(Environment):
         """The current state as bytes (SQLite serialize): `restore(cp)` returns to it exactly,
         much cheaper than snapshot() + reset(state) (a search that probes many calls uses it)."""
         with self._lock:
-            return self._conn.serialize()
+            data = self._conn.serialize()
+            # a checkpoint of a state whose canonical form is known: restore(cp) reuses it
+            if self._canon_key == (self._gen, self._conn.total_changes):
+                self._remember_canon(data, (dict(self._raw), dict(self._canon_val), dict(self._raw_id)))
+            return data
+
+    def _remember_canon(self, data: bytes, canon: tuple[dict, dict, dict]) -> None:
+        """Keep the canonical form of the loaded/checkpointed bytes `data` (bounded, by identity:
+        the entry holds the bytes) so that loading them again re-reads nothing."""
+        self._cp_canon[id(data)] = (data, canon)
+        self._cp_canon.move_to_end(id(data))
+        while len(self._cp_canon) > _CP_CANON_SIZE:
+            self._cp_canon.popitem(last=False)
 
     def restore(self, cp: bytes) -> None:
         """Back to a `checkpoint()` of this environment."""
@@ -296,6 +320,9 @@ class SqliteEnvironment(Environment):
             self._canon_key, self._canon_val = key, out
             if self._at_init and self._init_canon is None:
                 self._init_canon = (dict(raw), dict(out), dict(rid))
+            elif (not self._at_init and self._loaded is not None and conn.total_changes == self._loaded[1]
+                  and id(self._loaded[0]) not in self._cp_canon):
+                self._remember_canon(self._loaded[0], (dict(raw), dict(out), dict(rid)))
             return out
 
     def _snapshot_of(self, data: bytes) -> dict:
@@ -344,6 +371,7 @@ class SqliteEnvironment(Environment):
             after = conn.total_changes
             if after != before:  # something was written (maybe rolled back): re-read what it may touch
                 self._at_init = False
+                self._loaded = None
                 if self._tracked == before and self._dirty is not None:
                     ws = self.domain.write_sets.get(name) if isinstance(name, str) else None
                     if ws is None:

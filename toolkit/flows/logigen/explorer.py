@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from datetime import date, timedelta
 from typing import Any
 
+from toolkit.flows.logigen.replay import canonical_state, execute  # noqa: F401 - re-exported
+
 WRITE_KINDS = ("insert", "update")
 POLICY_VIOLATION = "POLICY_VIOLATION"
 _DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -39,6 +41,7 @@ class DomainView:
 
     def __init__(self, env: Any):
         self.env = env
+        self._refs: dict = {}
         dom = env.domain
         self.domain = dom
         self.tables = dom.tables
@@ -63,7 +66,16 @@ class DomainView:
         to = fk.get("to") or (rt.pk[0] if rt.pk else None)
         if to is None:
             return []
-        return list(dict.fromkeys(r.get(to) for r in state.get(rt.name, []) if r.get(to) is not None))
+        rows = state.get(rt.name, [])
+        # memoized per rows list (by identity and length, the list kept alive by the entry): the
+        # candidate generators ask for the same table's keys thousands of times per state
+        key = (id(rows), len(rows), to)
+        hit = self._refs.get(key)
+        if hit is None or hit[0] is not rows:
+            if len(self._refs) > 4096:
+                self._refs.clear()
+            hit = self._refs[key] = (rows, list(dict.fromkeys(r.get(to) for r in rows if r.get(to) is not None)))
+        return list(hit[1])
 
     def tool(self, name: str):
         return self.tools[name]
@@ -347,30 +359,6 @@ class Draft:
     requests: list[dict] = field(default_factory=list)  # goal explorer: what the user asks, step by step
     patterns: list[str] = field(default_factory=list)  # goal explorer: option-menu, mind-change, ...
     seeded: dict = field(default_factory=dict)  # how s_origin was set up for a violation-first task
-
-
-def execute(env_base: Any, origin: dict, actions: list[dict]) -> tuple[dict, list[dict]]:
-    """Run the reference path on s_origin in a fresh environment: (s_target, per-call results).
-    Raises ValueError when a call does not behave as declared (ok, or its expect_error)."""
-    from toolkit.envs.sqlite import SqliteEnvironment
-
-    env = SqliteEnvironment(env_base.domain, state=origin, config=env_base.config)
-    try:
-        results = []
-        for i, a in enumerate(actions):
-            res = env.call(a["name"], copy.deepcopy(a["arguments"]))
-            err = res.error or {}
-            want = a.get("expect_error")
-            if want and (res.ok or err.get("code") != want):
-                raise ValueError(f"action {i} ({a['name']}) should fail with {want}, got "
-                                 f"{'success' if res.ok else err.get('code')}")
-            if not want and not res.ok:
-                raise ValueError(f"action {i} ({a['name']}) failed: {err.get('code')}: {err.get('message')}")
-            results.append({"ok": res.ok, "code": err.get("code"), "rule": err.get("violated_rule"),
-                            "message": err.get("message")})
-        return env.snapshot(), results
-    finally:
-        env.close()
 
 
 def subject_query(view: DomainView, p: Probe) -> dict | None:
@@ -756,16 +744,6 @@ def boundary_check(env_base: Any, origin: dict, goal: dict, crossing: list[dict]
         if not r2.ok:
             return False, f"the boundary goal {goal['name']} fails on s_origin: {(r2.error or {}).get('code')}"
         return True, f"crossing step rejected ({rule}), goal at the boundary accepted"
-    finally:
-        env.close()
-
-
-def canonical_state(env_base: Any, state: dict) -> dict:
-    from toolkit.envs.sqlite import SqliteEnvironment
-
-    env = SqliteEnvironment(env_base.domain, state=state, config=env_base.config)
-    try:
-        return env.snapshot()
     finally:
         env.close()
 

@@ -192,6 +192,8 @@ class GoalExplorer:
             policy = ""
         self.principal = choose_principal(self.view, policy)
         self._owners: dict = {}
+        self._owner_ids: dict = {}
+        self._owned: dict = {}
         self.pk = None
         if self.principal and len(self.view.tables[self.principal].pk) == 1:
             self.pk = self.view.tables[self.principal].pk[0]
@@ -205,6 +207,18 @@ class GoalExplorer:
         Memoized per row content (ownership never changes within a chain: `owns`)."""
         if self.principal is None or depth > 2:
             return None
+        # the same row object is asked about again and again (every candidate scan of a state):
+        # an identity cache in front of the content memo (the entry keeps the row alive)
+        fast = self._owner_ids.get((id(row), table, depth))
+        if fast is not None and fast[0] is row and fast[1] == len(row):
+            return fast[2]
+        out = self._owner_of_memo(state, table, row, depth)
+        if len(self._owner_ids) > 200000:
+            self._owner_ids.clear()
+        self._owner_ids[(id(row), table, depth)] = (row, len(row), out)
+        return out
+
+    def _owner_of_memo(self, state: dict, table: str, row: dict, depth: int) -> Any:
         try:
             key = (table, tuple(sorted(row.items())))
             hit = self._owners.get(key, self)
@@ -238,6 +252,18 @@ class GoalExplorer:
                     return o
         return None
 
+    def _owned_keys(self, state: dict, table: str, to: str, who: Any) -> list:
+        """`to` of the rows of `table` that `who` owns, memoized per rows list (by identity and
+        length; the entry keeps the list alive)."""
+        rows = state.get(table, [])
+        key = (id(rows), len(rows), table, to, who)
+        hit = self._owned.get(key)
+        if hit is None or hit[0] is not rows:
+            if len(self._owned) > 4096:
+                self._owned.clear()
+            hit = self._owned[key] = (rows, [r.get(to) for r in rows if self.owner_of(state, table, r) == who])
+        return list(hit[1])
+
     def owns(self, state: dict, p: Probe, who: Any) -> bool:
         """The write stays on the principal's own rows and never changes whose they are."""
         if self.principal is None or who is None:
@@ -247,6 +273,8 @@ class GoalExplorer:
             row = _row(state, p.table, {k: p.args.get(k) for k in t.pk})
             if row is None or self.owner_of(state, p.table, row) != who:
                 return False
+            if p.table != self.principal and not any(self.view.fk(p.table, k) for k in p.args):
+                return True  # no reference changes: the row stays whose it was
             new = {**row, **p.args}
             return self.owner_of(state, p.table, new) == who
         return self.owner_of(state, p.table, p.args) == who
@@ -309,8 +337,7 @@ class GoalExplorer:
                             rt = view.tables.get(fk.get("table"))
                             if rt is not None and any(f.get("table") == self.principal for f in rt.fks):
                                 to = fk.get("to") or (rt.pk[0] if rt.pk else None)
-                                own = [r.get(to) for r in state.get(rt.name, [])
-                                       if self.owner_of(state, rt.name, r) == who]
+                                own = self._owned_keys(state, rt.name, to, who)
                                 if own:
                                     args[k] = rng.choice(own)
                                 continue

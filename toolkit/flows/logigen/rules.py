@@ -58,6 +58,9 @@ class RuleCoverage:
             self.rules = []
             self.errors.append(f"trigger analysis failed: {type(e).__name__}: {e}")
         self._cps: dict[int, tuple[dict, bytes]] = {}
+        self._goal_memo: dict[tuple, tuple[dict, bytes | None]] = {}
+        self._hash_memo: dict[int, tuple[dict, str]] = {}
+        self._probe_memo: dict[tuple, tuple[dict, str | None]] = {}
         self.violations: dict[str, list[Witness]] = {r: [] for r in self.rules}
         self.boundaries: dict[str, list[tuple[Boundary, dict]]] = {r: [] for r in self.rules}
 
@@ -329,19 +332,61 @@ class RuleCoverage:
 
     def _verify(self, origin: dict, goal: dict, nxt: dict, rule: str, state_rule: bool) -> bool:
         """On origin: goal accepted (and changes the state), nxt rejected for `rule` after it; a
-        state rule's nxt is not rejected for `rule` on origin itself."""
+        state rule's nxt is not rejected for `rule` on origin itself.
+
+        Memoized per origin (by identity, kept alive in `_cps`): a probe's outcome on a state
+        (`_probe_on`) and the state after an accepted, state-changing goal (`_after_goal`, a
+        checkpoint) are computed once; the search asks the same (origin, goal) for several next
+        units and several rules, so most answers are a restore and one probe."""
         w = self.gx.walker
-        self._load(origin)
         try:
-            if state_rule and self._violates(nxt, rule):
+            if state_rule and self._probe_on(origin, nxt, rule):
                 return False
-            h0 = w.hash()
-            r = w.call(goal["name"], goal["arguments"])
-            if not r.ok or w.hash() == h0:
+            cp = self._after_goal(origin, goal)
+            if cp is None:
                 return False
-            return self._violates(nxt, rule)
+            return self._probe_on(origin, nxt, rule, after=(goal, cp))
         finally:
             w.restore(self.gx.base_cp)
+
+    @staticmethod
+    def _ckey(call: dict) -> str:
+        return repr((call["name"], sorted(call["arguments"].items(), key=lambda kv: str(kv[0]))))
+
+    def _after_goal(self, origin: dict, goal: dict) -> bytes | None:
+        """The checkpoint after `goal` on `origin` when it is accepted and changes the state hash."""
+        key = (id(origin), self._ckey(goal))
+        hit = self._goal_memo.get(key)
+        if hit is not None and hit[0] is origin:
+            return hit[1]
+        w = self.gx.walker
+        self._load(origin)
+        h0 = self._origin_hash(origin)
+        r = w.call(goal["name"], goal["arguments"])
+        cp = w.cp() if r.ok and w.hash() != h0 else None
+        self._goal_memo[key] = (origin, cp)
+        return cp
+
+    def _origin_hash(self, origin: dict) -> str:
+        hit = self._hash_memo.get(id(origin))
+        if hit is not None and hit[0] is origin:
+            return hit[1]
+        h = self.gx.walker.hash()  # the state was just loaded from `origin`
+        self._hash_memo[id(origin)] = (origin, h)
+        return h
+
+    def _probe_on(self, origin: dict, call: dict, rule: str, after: tuple | None = None) -> bool:
+        """Whether `call` is rejected for `rule` on `origin` (after the goal `after`, when given)."""
+        key = (id(origin), self._ckey(after[0]) if after else None, self._ckey(call))
+        hit = self._probe_memo.get(key)
+        if hit is None or hit[0] is not origin:
+            if after is None:
+                self._load(origin)
+            else:
+                self.gx.walker.restore(after[1])
+            r = self.gx.walker.probe(call["name"], call["arguments"])
+            hit = self._probe_memo[key] = (origin, None if r.ok else (r.error or {}).get("violated_rule"))
+        return hit[1] == rule
 
     def _cell_seeds(self, rule: str, v: Probe) -> list[tuple[dict, dict]]:
         """States with a threshold's state cell at its boundary value (trigger analysis)."""
