@@ -96,9 +96,9 @@ def test_recipe_end_to_end_repairs_reflects_and_stops(tmp_path):
                            capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     err = r.stderr
-    assert "| group | stage | in | out | yield | rejected | filtered | pass |" in err
-    assert "| 1 | verify | 1 | 1 | 1.0 | 0 | 0 | 0.0 |" in err  # the first trajectory fails the judge
-    assert "| 1.r1 | verify | 1 | 1 | 1.0 | 0 | 0 | 1.0 |" in err  # the repaired one passes
+    assert "| group | stage | in | out | yield | rejected | filtered | fallbacks | pass |" in err
+    assert "| 1 | verify | 1 | 1 | 1.0 | 0 | 0 | 0 | 0.0 |" in err  # the first trajectory fails the judge
+    assert "| 1.r1 | verify | 1 | 1 | 1.0 | 0 | 0 | 0 | 1.0 |" in err  # the repaired one passes
     table = json.loads((out / "yield.json").read_text())
     assert [r["stage"] for r in table if r["group"] == "1.r1"] == ["validate-task", "rollout", "verify", "repair"]
     assert table[0]["group"] == "plan" and table[0]["stage"] == "gen-plan"
@@ -154,7 +154,7 @@ def test_recipe_stops_on_drift_with_exit_code_and_marker(tmp_path):
         r = subprocess.run(["bash", "recipes/eigendata.sh", "airline", "1", "3"], cwd=ROOT, env=env,
                            capture_output=True, text=True, timeout=600)
     assert r.returncode == 3, r.stderr[-3000:]
-    assert "drift at iteration 1" in r.stderr and "| 1 | verify | 1 | 1 | 1.0 | 0 | 0 | 0.0 |" in r.stderr
+    assert "drift at iteration 1" in r.stderr and "| 1 | verify | 1 | 1 | 1.0 | 0 | 0 | 0 | 0.0 |" in r.stderr
     marker = json.loads((out / "DRIFT.jsonl").read_text())
     assert marker["tags"] == ["drift"] and marker["id"].startswith("drift-")
     # first-pass quality drops, and the repair effort rises: the one task needed one repair round
