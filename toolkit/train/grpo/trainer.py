@@ -31,8 +31,12 @@ import os
 import pickle
 import time
 
-import torch
-from trl import GRPOTrainer
+try:  # the train extra; this module is imported only when `grpo` trains (toolkit.train.grpo.loop)
+    import torch
+    from trl import GRPOTrainer
+except ModuleNotFoundError as e:  # say which extra, keep the missing module's name
+    raise ModuleNotFoundError(f"grpo's trainer needs the train extra (pip install 'tooluse-toolkit[train]'): {e}",
+                              name=e.name) from e
 
 from toolkit.train.grpo import batch as B
 
