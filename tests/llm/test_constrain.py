@@ -58,6 +58,7 @@ def test_grammar_mode_sends_grammar_with_exactly_the_offered_tools():
         body = srv.requests[0]
     # auto protocol -> hermes: tools are in the prompt, not the body
     assert "tools" not in body and "<tools>" in body["messages"][0]["content"]
+    assert "Reply with exactly one JSON object" not in body["messages"][0]["content"]
     g = body["grammar"]
     assert body["structured_outputs"] == {"grammar": g}  # vLLM's key, same grammar
     assert grammar_names(g) == OFFERED
@@ -92,6 +93,7 @@ def test_json_schema_mode_schema_and_text_reply_unwrapped():
     assert by_name["cancel_order"]["properties"]["arguments"]["properties"]["reason"]["enum"] == ["lost", "other"]
     assert [b for b in branches if "content" in b["properties"]]  # a plain reply stays possible
     assert "grammar" not in body
+    assert body["messages"][0]["content"].endswith('{"content": <your reply as a JSON string>} to answer without one.')
     assert text.content == "Your order is on its way." and text.tool_calls == []
     assert call.tool_calls[0]["function"]["name"] == "cancel_order"
     assert json.loads(call.tool_calls[0]["function"]["arguments"]) == {"order_id": "W1", "reason": "lost"}

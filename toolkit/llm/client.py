@@ -45,6 +45,7 @@ from .base import (
 from .cache import cache_key, open_cache
 from .constrain import (
     drop_strict_nulls,
+    json_reply_instruction,
     protocol_for,
     request_extras,
     strict_tools,
@@ -397,7 +398,10 @@ class LLMClient:
 
         def render(msgs: list[dict], tls: Any, compact: bool) -> tuple[list[dict], Any]:
             if protocol == "hermes":
-                return to_hermes_messages(msgs, tls, fewshot=self.fewshot, compact=compact or default_compact), None
+                wm = to_hermes_messages(msgs, tls, fewshot=self.fewshot, compact=compact or default_compact)
+                if tls and self.config.constrain_tool_calls == "json_schema":
+                    wm = json_reply_instruction(wm)
+                return wm, None
             if compact and tls:
                 from toolkit.formats.tools import compact_tool
 

@@ -37,7 +37,8 @@ MODES = ("off", "grammar", "json_schema", "strict")
 TEXT_MODES = ("grammar", "json_schema")
 SCHEMA_NAME = "tool_call_or_reply"
 
-__all__ = ["MODES", "TEXT_MODES", "call_schema", "drop_strict_nulls", "protocol_for", "request_extras",
+__all__ = ["MODES", "TEXT_MODES", "call_schema", "drop_strict_nulls", "json_reply_instruction", "protocol_for",
+           "request_extras",
            "strict_tools", "tool_grammar", "unoffered_note", "unwrap_json_reply"]
 
 
@@ -205,6 +206,23 @@ def request_extras(mode: str, tools: list[dict] | None, embedded: bool) -> dict:
         return {"response_format": {"type": "json_object", "schema": schema}}
     return {"response_format": {"type": "json_schema",
                                 "json_schema": {"name": SCHEMA_NAME, "schema": schema}}}
+
+
+JSON_REPLY_INSTRUCTION = (
+    "Reply with exactly one JSON object and nothing else: "
+    '{"name": <function-name>, "arguments": <args-json-object>} to call a function, or '
+    '{"content": <your reply as a JSON string>} to answer without one.')
+
+
+def json_reply_instruction(messages: list[dict]) -> list[dict]:
+    """json_schema mode: the hermes-rendered messages with the reply format (one JSON object, a call
+    or {"content"}) appended to the system message, so the prompt says what the schema enforces."""
+    out = [dict(m) for m in messages]
+    if out and out[0].get("role") == "system":
+        out[0]["content"] = (out[0].get("content") or "") + "\n\n" + JSON_REPLY_INSTRUCTION
+    else:
+        out.insert(0, {"role": "system", "content": JSON_REPLY_INSTRUCTION})
+    return out
 
 
 def unwrap_json_reply(content: str | None) -> str | None:
