@@ -154,3 +154,12 @@ def test_click_options_are_model_fields_with_the_models_defaults():
                 assert p.default == (tuple(d) if p.multiple else d), (name, key)
     assert VerifyOptions().lambda_err == 0.1
     assert "[default: 0.1]" in " ".join(CliRunner().invoke(cli.verify, ["--help"]).output.split())
+
+
+def test_constrain_tool_calls_flag_and_role_key_are_typed(tmp_path):
+    r = CliRunner().invoke(cli.rollout, ["--constrain-tool-calls", "grammar", "--print-config"])
+    assert r.exit_code == 0 and "constrain_tool_calls: grammar" in r.output
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("rollout:\n  agent_constrain_tool_calls: regex\n")
+    r = CliRunner().invoke(cli.rollout, ["--recipe", str(recipe), "--print-config"])
+    assert r.exit_code == 2 and "agent_constrain_tool_calls" in r.output and "regex" in r.output

@@ -129,6 +129,8 @@ class LLMOpts(Options):
     backoff_max: Optional[float] = None
     compact_tools: Optional[Any] = None  # bool, or simia's "auto"
     hermes_fewshot: Optional[bool] = None
+    # constrained decoding of tool calls (toolkit.llm.constrain); default off
+    constrain_tool_calls: Optional[Literal["off", "grammar", "json_schema", "strict"]] = None
     context_tokens: Optional[int] = Field(None, ge=1)  # the serving model's context (else asked of the server)
 
 

@@ -178,10 +178,47 @@ def test_fewshot_example_exchange():
     out = to_hermes_messages([{"role": "system", "content": "S"}, {"role": "user", "content": "hi"}],
                              TOOLS, fewshot=True)
     assert [m["role"] for m in out] == ["system", "user", "assistant", "user"]
+    # the example exchange shows the format on a schematic call: copied, it is no call at all
+    assert out[2]["content"].startswith("<tool_call>\n{") and "get_order" not in out[1]["content"] + out[2]["content"]
     _, calls, err = parse_tool_calls(out[2]["content"])
-    assert err is None and calls[0]["function"]["name"] == "get_order"
-    assert args_of(calls[0]) == {"order_id": "example"}
+    assert calls == [] and "placeholder" in err
     assert out[3]["content"] == "hi"
     # fewshot without tools changes nothing
     assert to_hermes_messages([{"role": "user", "content": "hi"}], None, fewshot=True) == \
         [{"role": "user", "content": "hi"}]
+
+
+def _example_blocks(text: str) -> list[str]:
+    """Every <tool_call>...</tool_call> block in `text` that holds a JSON-looking object."""
+    import re
+
+    return [m.group(0) for m in re.finditer(r"<tool_call>\s*\{.*?</tool_call>", text, re.DOTALL)]
+
+
+def test_prompt_example_is_not_a_copyable_call():
+    """The tool prompt's example call (and the few-shot exchange), emitted verbatim by a model, must
+    not parse as a call to a real tool, and shows no "example" values (issue 20: small models copied
+    the old example, a real tool with "example" arguments)."""
+    tools = TOOLS + [{"type": "function", "function": {
+        "name": "cancel_order", "parameters": {"type": "object", "properties": {
+            "order_id": {"type": "string"}, "reason": {"type": "string", "enum": ["no longer needed"]}},
+            "required": ["order_id", "reason"]}}}]
+    for compact in (False, True):
+        msgs = to_hermes_messages([{"role": "system", "content": "S"}, {"role": "user", "content": "hi"}],
+                                  tools, fewshot=True, compact=compact)
+        prompt = msgs[0]["content"]
+        blocks = _example_blocks(prompt) + _example_blocks(msgs[2]["content"])
+        assert len(blocks) == 3  # the prompt's format line and example, and the few-shot assistant turn
+        assert '"example"' not in prompt and "example" not in msgs[2]["content"]
+        for block in blocks:
+            assert "get_order" not in block and "cancel_order" not in block
+            for reply in (block, "Sure.\n" + block):
+                _, calls, err = parse_tool_calls(reply)
+                assert calls == [], reply
+                assert err is not None  # rejected, and said so
+            bare = block.replace("<tool_call>", "").replace("</tool_call>", "")
+            content, calls, _ = parse_tool_calls(bare)  # the bare-JSON form: text, not a call
+            assert calls == [] and content == bare.strip()
+    # a real call in the same shape still parses
+    _, calls, err = parse_tool_calls('<tool_call>\n{"name": "get_order", "arguments": {"order_id": "W1"}}\n</tool_call>')
+    assert err is None and calls[0]["function"]["name"] == "get_order"

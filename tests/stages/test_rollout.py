@@ -226,3 +226,30 @@ def test_user_simulator_gets_the_scenario_parameters_knowledge_bounds_and_turn_b
     row = X.record_rows(out, role="user", filter="all")[0]
     assert row["messages"][0]["content"] == system
     assert {"role": "user", "content": "[agent turn 2 of 12] I found your profile."} in row["messages"]
+
+
+def test_constrained_agent_calls_recorded_and_only_the_agent_request_constrained():
+    """agent_constrain_tool_calls: the agent's requests carry a grammar naming exactly the offered
+    tools, the user simulator's do not, and the trajectory says decoding was constrained."""
+    import re
+
+    def script(req):
+        if is_user_sim(req):
+            return "Thank you, that is all. ###STOP###"
+        if not any("<tool_response" in (m.get("content") or "") for m in req["messages"][1:]):
+            return '<tool_call>\n{"name": "query_customer", "arguments": {"limit": 1}}\n</tool_call>'
+        return "I looked up your profile."
+
+    rec = tasks()[0]
+    with ScriptedServer(script) as srv:
+        out = asyncio.run(build(srv.base_url, tool_protocol="auto", agent_constrain_tool_calls="grammar")(rec))
+        bodies = list(srv.requests)
+    t = out.trajectories[0]
+    assert t.termination == "user_stop" and t.steps[0].name == "query_customer" and t.steps[0].ok
+    assert t.extra["constrained_tool_calls"] == "grammar"
+    agent = [b for b in bodies if not is_user_sim(b)]
+    assert agent and all("grammar" in b for b in agent)
+    assert not any("grammar" in b for b in bodies if is_user_sim(b))
+    offered = {tl.function["name"] for tl in t.tools}
+    names = set(re.findall(r'^tc-json-\d+-name ::= "\\"([^"\\]+)\\""', agent[0]["grammar"], re.MULTILINE))
+    assert names == offered and "query_customer" in names

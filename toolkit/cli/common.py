@@ -79,6 +79,9 @@ def llm_options(role: str | None = None, label: str = "LLM") -> Callable:
             click.option("--cache", metavar="SQLITE", help="Request cache file: identical calls are answered from it."),
             click.option("--tool-protocol", type=click.Choice(["auto", "native", "hermes"]),
                          help="How tools reach the model: native tool_calls or Hermes <tool_call> text."),
+            click.option("--constrain-tool-calls", type=click.Choice(["off", "grammar", "json_schema", "strict"]),
+                         default=None, help="Constrained decoding of tool calls: a call always names an offered "
+                         "tool (grammar/json_schema: llama.cpp, vLLM; strict: native strict tools). Default off."),
             click.option("--llm-timeout", "timeout", type=float, help="Seconds per LLM request."),
             click.option("--max-retries", type=int, help="Retries on 429/5xx/timeouts (exponential backoff)."),
             click.option("--context-tokens", type=click.IntRange(min=1), default=None,

@@ -48,6 +48,7 @@ class LLMConfig(BaseModel):
     compact_tools: bool | None = None  # small-context tool rendering in hermes prompts; None -> embedded only
     hermes_fewshot: bool | None = None  # example tool-call exchange in hermes prompts; None -> embedded only
     context_tokens: int | None = None  # the model's context; None -> asked of the server (toolkit.llm.context)
+    constrain_tool_calls: str = "off"  # off | grammar | json_schema | strict (toolkit.llm.constrain)
     embedded_slot: str | None = None  # embedded server slot (TOOLKIT_EMBEDDED_SLOTS=role: the role's own server)
 
 
@@ -62,6 +63,7 @@ class ChatResult:
     finish_reason: str | None
     parse_error: str | None = None
     context: list[str] | None = None  # what was done to fit the context (toolkit.llm.context)
+    constrained: str | None = None  # the constrain_tool_calls mode this call was decoded under
 
     @property
     def content(self) -> str | None:
@@ -84,7 +86,8 @@ class ChatResult:
                 "completion_tokens": int(self.usage.get("completion_tokens", 0)),
                 "cost": round(self.cost, 8), "cached": self.cached,
                 "latency_s": round(self.latency_s, 4), "finish_reason": self.finish_reason,
-                **({"context": list(self.context)} if self.context else {})}
+                **({"context": list(self.context)} if self.context else {}),
+                **({"constrained": self.constrained} if self.constrained else {})}
 
 
 class Meter:

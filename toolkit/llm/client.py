@@ -43,6 +43,15 @@ from .base import (
     Meter,
 )
 from .cache import cache_key, open_cache
+from .constrain import (
+    drop_strict_nulls,
+    json_reply_instruction,
+    protocol_for,
+    request_extras,
+    strict_tools,
+    unoffered_note,
+    unwrap_json_reply,
+)
 from .context import ContextOverflow, estimate_tokens, fit_request, parse_context_error
 from .embedded import embedded_model_name
 from .toolcalls import (
@@ -102,6 +111,7 @@ class LLMClient:
         self._ready_lock = threading.Lock()
         if config.tool_protocol not in ("auto", "native", "hermes"):
             raise ValueError(f"tool_protocol must be auto, native or hermes, not {config.tool_protocol!r}")
+        protocol_for(config.constrain_tool_calls, config.tool_protocol)  # ValueError on a contradiction
 
     # -- identity
     @property
@@ -115,7 +125,7 @@ class LLMClient:
     @property
     def protocol(self) -> str:
         """The tool protocol actually used: native or hermes."""
-        p = self.config.tool_protocol
+        p = protocol_for(self.config.constrain_tool_calls, self.config.tool_protocol)
         if p != "auto":
             return p
         return "hermes" if (self._embedded or self._vllm is not None) else "native"
@@ -208,6 +218,9 @@ class LLMClient:
         wire_protocol = protocol + ("+fewshot" if protocol == "hermes" and self.fewshot else "")
         if protocol == "hermes" and (self.config.compact_tools if self.config.compact_tools is not None else self._embedded):
             wire_protocol += "+compact"
+        constrained = self.config.constrain_tool_calls if tools and self.config.constrain_tool_calls != "off" else None
+        if constrained:
+            wire_protocol += "+constrained:" + constrained
 
         key = None
         if self._cache is not None:
@@ -233,6 +246,7 @@ class LLMClient:
             res = await self._chat_vllm(messages, tools, send, model)
         else:
             res = await self._chat_http(messages, tools, send, model, protocol, timeout)
+        res.constrained = constrained
         res.latency_s = time.monotonic() - t0
         pt, ct = int(res.usage.get("prompt_tokens", 0)), int(res.usage.get("completion_tokens", 0))
         res.cost = pt / 1000.0 * cfg.price_prompt_per_1k + ct / 1000.0 * cfg.price_completion_per_1k
@@ -384,7 +398,10 @@ class LLMClient:
 
         def render(msgs: list[dict], tls: Any, compact: bool) -> tuple[list[dict], Any]:
             if protocol == "hermes":
-                return to_hermes_messages(msgs, tls, fewshot=self.fewshot, compact=compact or default_compact), None
+                wm = to_hermes_messages(msgs, tls, fewshot=self.fewshot, compact=compact or default_compact)
+                if tls and self.config.constrain_tool_calls == "json_schema":
+                    wm = json_reply_instruction(wm)
+                return wm, None
             if compact and tls:
                 from toolkit.formats.tools import compact_tool
 
@@ -448,6 +465,11 @@ class LLMClient:
         # as for `create` (it is the same request machinery).
         body: dict[str, Any] = {"model": model, "messages": wire_messages}
         body.update(send)
+        mode = cfg.constrain_tool_calls
+        if mode == "strict" and wire_tools:
+            wire_tools = strict_tools(wire_tools)
+        elif protocol == "hermes":
+            body.update(request_extras(mode, tools, embedded=self._embedded))
         if wire_tools:
             body["tools"] = wire_tools
         post_kwargs: dict[str, Any]
@@ -535,6 +557,8 @@ class LLMClient:
                 args = json.loads(raw)
                 if not isinstance(args, dict):
                     raise ValueError("arguments are not a JSON object")
+                if self.config.constrain_tool_calls == "strict" and None in args.values():
+                    raw = json.dumps(drop_strict_nulls(name, args, tools), ensure_ascii=False)
             except ValueError:
                 try:
                     args = repair_json(raw)
@@ -547,6 +571,8 @@ class LLMClient:
             calls.append({"id": tc.get("id") or new_call_id(), "type": "function",
                           "function": {"name": name, "arguments": raw}})
         text_calls = False
+        if tools and self.config.constrain_tool_calls == "json_schema":
+            content = unwrap_json_reply(content)
         if tools and (protocol == "hermes" or (
                 self.config.tool_protocol == "auto" and not calls and looks_like_tool_call(content))):
             content, parsed, err = parse_tool_calls(content)
@@ -554,6 +580,9 @@ class LLMClient:
             text_calls = bool(parsed)
             if err:
                 errors.append(err)
+        note = unoffered_note(self.config.constrain_tool_calls, calls, tools)
+        if note:
+            errors.append(note)
         if text_calls and finish in (None, "stop"):
             finish = "tool_calls"
         message: dict[str, Any] = {"role": "assistant", "content": content}
@@ -571,12 +600,22 @@ class LLMClient:
 
     async def _chat_vllm(self, messages, tools, send, model) -> ChatResult:
         wire = _normalize_native(messages)
+        extras = request_extras(self.config.constrain_tool_calls, tools, embedded=False)
+        if "structured_outputs" in extras:
+            send = {**send, "structured_outputs": extras["structured_outputs"]}
+        elif "response_format" in extras:
+            send = {**send, "structured_outputs": {"json": extras["response_format"]["json_schema"]["schema"]}}
         try:
             text, pt, ct, finish = await self._vllm.generate(wire, tools, send)
         except Exception as exc:
             raise LLMError(f"in-process vLLM failed: {type(exc).__name__}: {exc}",
                            endpoint=VLLM_INPROCESS, status="error", attempts=1) from exc
+        if tools and self.config.constrain_tool_calls == "json_schema":
+            text = unwrap_json_reply(text)
         content, calls, err = parse_tool_calls(text) if tools else (text, [], None)
+        note = unoffered_note(self.config.constrain_tool_calls, calls, tools)
+        if note:
+            err = "; ".join(x for x in (err, note) if x)
         if calls and finish in (None, "stop"):
             finish = "tool_calls"
         message: dict[str, Any] = {"role": "assistant", "content": content}

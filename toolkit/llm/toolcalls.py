@@ -70,11 +70,8 @@ def render_tools_hermes(tools: list[dict], compact: bool = False) -> str:
         "<tool_call>\n"
         '{"name": <function-name>, "arguments": <args-json-object>}\n'
         "</tool_call>\n\n"
-        "Example:\n"
-        "<tool_call>\n"
-        '{"name": "' + (str(tool_function(tools[0]).get("name")) if tools else "function_name")
-        + '", "arguments": {}}\n'
-        "</tool_call>\n\n"
+        "Example (schematic: put a real function name and real values in place of the <...> parts):\n"
+        "<tool_call>\n" + json.dumps(PLACEHOLDER_CALL) + "\n</tool_call>\n\n"
         "Use double quotes for all JSON strings. Results of function calls are given back to you "
         "inside <tool_response></tool_response> tags. When you do not need a function, answer "
         "in plain text without any tags."
@@ -129,37 +126,26 @@ def _content_text(content: Any) -> str:
     return str(content)
 
 
-def _example_value(schema: Any) -> Any:
-    if not isinstance(schema, dict):
-        return "example"
-    if schema.get("enum"):
-        return schema["enum"][0]
-    t = schema.get("type")
-    if isinstance(t, list):
-        t = next((x for x in t if x != "null"), "string")
-    return {"integer": 1, "number": 1.5, "boolean": True, "array": [], "object": {},
-            "null": None}.get(t, "example")
+# The example call shown in the prompt and the few-shot exchange: schematic, never a real tool or
+# plausible values (small models copied the old example, a real tool called with "example"
+# arguments, verbatim). Copied as it is, it does not parse as a call: `_mk_call` rejects a name
+# written as a <placeholder>.
+PLACEHOLDER_CALL = {"name": "<function-name>", "arguments": {"<parameter-name>": "<value>"}}
+_PLACEHOLDER_RE = re.compile(r"^\s*<[^<>]*>\s*$")
 
 
-def example_tool_call(tool: dict) -> dict:
-    """A schema-valid example call of `tool` ({"name", "arguments"}), required params filled."""
-    fn = tool_function(tool)
-    params = fn.get("parameters") or {}
-    props = params.get("properties") or {}
-    required = params.get("required") or list(props)[:1]
-    return {"name": fn.get("name"), "arguments": {k: _example_value(props.get(k)) for k in required
-                                                  if k in props}}
+def example_tool_call(tool: dict | None = None) -> dict:
+    """The schematic example call ({"name", "arguments"}) the prompt shows; `tool` is ignored (the
+    example never names a real tool)."""
+    return json.loads(json.dumps(PLACEHOLDER_CALL))
 
 
 def fewshot_messages(tools: list[dict]) -> list[dict]:
-    """One example exchange (user asks, assistant answers with a <tool_call>) that teaches small
-    models the format far better than instructions alone (SmolLM2-135M on a 5-request tool
-    probe: 0/5 calls without it, 4/5 with it)."""
-    call = example_tool_call(tools[0])
-    ask = f"I need {str(call['name']).replace('_', ' ')} for {json.dumps(call['arguments'], ensure_ascii=False)}."
-    return [{"role": "user", "content": ask},
+    """One example exchange (user asks for the format, assistant answers with a schematic
+    <tool_call>) that teaches small models the format better than instructions alone."""
+    return [{"role": "user", "content": "Show the exact format of a function call."},
             {"role": "assistant",
-             "content": "<tool_call>\n" + json.dumps(call, ensure_ascii=False) + "\n</tool_call>"}]
+             "content": "<tool_call>\n" + json.dumps(example_tool_call()) + "\n</tool_call>"}]
 
 
 def to_hermes_messages(messages: list[dict], tools: list[dict] | None = None,
@@ -525,6 +511,9 @@ def looks_like_tool_call(text: str | None) -> bool:
 def _mk_call(name: Any, args: Any) -> dict:
     if not isinstance(name, str) or not name.strip():
         raise ValueError(f"tool call has no function name (got {name!r})")
+    if _PLACEHOLDER_RE.match(name):
+        raise ValueError(f"tool call names the prompt's placeholder {name!r} (the schematic example copied), "
+                         "not a function")
     if args is None or args == "":
         args = {}
     if isinstance(args, str):

@@ -67,6 +67,10 @@ class _VLLMInProcess:
                           "repetition_penalty"):
                     if p.get(k) is not None:
                         kw[k] = p[k]
+                if p.get("structured_outputs"):  # constrain_tool_calls (toolkit.llm.constrain)
+                    from vllm.sampling_params import StructuredOutputsParams  # type: ignore
+
+                    kw["structured_outputs"] = StructuredOutputsParams(**p["structured_outputs"])
                 sps.append(SamplingParams(**kw))
             tools = items[idx[0]][1]
             try:

@@ -706,11 +706,14 @@ def build(cfg: dict | RolloutOptions, meter: Any):
                 agent = LLMAgent(agent_client, sample_index=idx, overrides=overrides)
             extra = (distractor_tools(record, env.tools("agent"), n_distract, idx, mode=d_mode, cfg=cfg)
                      if n_distract > 0 or d_mode not in ("random", "auto") else [])
-            return await run_episode(
+            traj = await run_episode(
                 record, env, agent, user, tid, limits, extra_tools=extra,
                 first_message=first_message,
                 agent_model=("replay" if kind == "replay" else agent_name()),
                 user_model=user_name() if user is not None else None)
+            if agent_cfg is not None and agent_cfg.constrain_tool_calls != "off":
+                traj.extra["constrained_tool_calls"] = agent_cfg.constrain_tool_calls  # toolkit.llm.constrain
+            return traj
         finally:
             if getattr(env, "blocking_reset", False):
                 await asyncio.to_thread(env.close)
