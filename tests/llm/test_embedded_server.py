@@ -15,7 +15,7 @@ import urllib.request
 
 import pytest
 
-from tests.conftest import ROOT, run_cmd
+from tests.conftest import run_cmd
 from toolkit.llm import embedded
 
 _OK, _WHY = embedded.embedded_available()

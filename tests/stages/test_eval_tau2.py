@@ -1,6 +1,5 @@
 """eval-tau2 end to end through the CLI (oracle offline; the embedded model as agent and user)."""
 import json
-import os
 
 import pytest
 
