@@ -55,42 +55,18 @@ def stats_cmd(inputs: tuple, rejects: tuple, markdown_path: str | None, chart: s
     from toolkit import stats as S
 
     if quality:
-        return _quality(inputs, markdown_path, chart, baseline, max_drop)
+        from toolkit import quality as Q
 
-    try:
-        limits = S.parse_max_drop(max_drop)
-        if limits and not baseline:
-            raise S.StatsError("--max-drop needs --baseline FILE")
-        base = None
-        if baseline:
-            try:
-                with open(baseline, encoding="utf-8") as f:
-                    base = json.load(f)
-            except (OSError, json.JSONDecodeError) as e:
-                raise S.StatsError(f"--baseline {baseline}: {e}") from None
-        result = S.compute(list(inputs), list(rejects))
-        bad = S.check_regressions(result, base, limits) if base is not None else []
-    except S.StatsError as e:
-        raise click.UsageError(str(e)) from None
-    if base is not None:
-        result["regressions"] = bad
-    click.echo(json.dumps(result, ensure_ascii=False, sort_keys=True))
-    md = S.markdown(result)
-    if markdown_path:
-        with open(markdown_path, "w", encoding="utf-8") as f:
-            f.write(md)
-    else:
-        sys.stderr.write(md)
-    if chart and not S.chart(result, chart):
-        log("stats: --chart skipped: matplotlib is not installed (pip install -e '.[dev]')")
-    for b in bad:
-        log(f"stats: regression: {b}")
-    sys.exit(1 if bad else 0)
+        return _report(lambda: Q.compute(list(inputs)), Q, markdown_path, chart, baseline, max_drop,
+                       Q.LOWER_IS_BETTER, extra="plot")
+    return _report(lambda: S.compute(list(inputs), list(rejects)), S, markdown_path, chart, baseline, max_drop,
+                   None, extra="dev")
 
 
-def _quality(inputs: tuple, markdown_path: str | None, chart: str | None, baseline: str | None,
-             max_drop: tuple) -> None:
-    from toolkit import quality as Q
+def _report(compute, mod, markdown_path: str | None, chart: str | None, baseline: str | None, max_drop: tuple,
+            lower_is_better, extra: str) -> None:
+    """stats / stats --quality: compute, compare with --baseline (--max-drop), JSON on stdout,
+    markdown on stderr (or --markdown), optional PNG; exit 1 on a regression."""
     from toolkit import stats as S
 
     try:
@@ -104,21 +80,22 @@ def _quality(inputs: tuple, markdown_path: str | None, chart: str | None, baseli
                     base = json.load(f)
             except (OSError, json.JSONDecodeError) as e:
                 raise S.StatsError(f"--baseline {baseline}: {e}") from None
-        result = Q.compute(list(inputs))
-        bad = S.check_regressions(result, base, limits, Q.LOWER_IS_BETTER) if base is not None else []
+        result = compute()
+        args = (lower_is_better,) if lower_is_better is not None else ()
+        bad = S.check_regressions(result, base, limits, *args) if base is not None else []
     except S.StatsError as e:
         raise click.UsageError(str(e)) from None
     if base is not None:
         result["regressions"] = bad
     click.echo(json.dumps(result, ensure_ascii=False, sort_keys=True))
-    md = Q.markdown(result)
+    md = mod.markdown(result)
     if markdown_path:
         with open(markdown_path, "w", encoding="utf-8") as f:
             f.write(md)
     else:
         sys.stderr.write(md)
-    if chart and not Q.chart(result, chart):
-        log("stats: --chart skipped: matplotlib is not installed (pip install -e '.[plot]')")
+    if chart and not mod.chart(result, chart):
+        log(f"stats: --chart skipped: matplotlib is not installed (pip install -e '.[{extra}]')")
     for b in bad:
         log(f"stats: regression: {b}")
     sys.exit(1 if bad else 0)

@@ -324,8 +324,9 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def _file_lock(timeout: float, slot: str | None = None):
-    path = os.path.join(toolkit_home(), _slot_name(slot, LOCK_FILE))
+def file_lock(path: str, timeout: float, timeout_error, poll: float = 0.1):
+    """An exclusive flock on `path`, waited for up to `timeout` s; then `timeout_error()` is raised.
+    Shared by the embedded server's start and `toolkit models materialize`."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     deadline = time.monotonic() + timeout
     try:
@@ -335,15 +336,20 @@ def _file_lock(timeout: float, slot: str | None = None):
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    raise EmbeddedServerError(
-                        f"timed out after {timeout:.0f}s waiting for the embedded-server lock {path} "
-                        "(another process is starting the server)") from None
-                time.sleep(0.1)
+                    raise timeout_error() from None
+                time.sleep(poll)
         yield
     finally:
         with contextlib.suppress(OSError):
             fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
+
+
+def _file_lock(timeout: float, slot: str | None = None):
+    path = os.path.join(toolkit_home(), _slot_name(slot, LOCK_FILE))
+    return file_lock(path, timeout, lambda: EmbeddedServerError(
+        f"timed out after {timeout:.0f}s waiting for the embedded-server lock {path} "
+        "(another process is starting the server)"))
 
 
 def _log_tail(path: str, n: int = 25) -> str:

@@ -20,7 +20,6 @@ for the embedded server, the checkpoint path for a served checkpoint.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -112,24 +111,11 @@ def gguf_sha256(path: str) -> str:
     return known[key]
 
 
-@contextlib.contextmanager
 def _lock(path: str, timeout: float = 1800.0):
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    deadline = time.monotonic() + timeout
-    try:
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise ModelError(f"timed out waiting for {path} (another process is materializing)") from None
-                time.sleep(0.5)
-        yield
-    finally:
-        with contextlib.suppress(OSError):
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
+    from toolkit.llm.embedded import file_lock
+
+    return file_lock(path, timeout, lambda: ModelError(
+        f"timed out waiting for {path} (another process is materializing)"), poll=0.5)
 
 
 def _done(out: str) -> dict | None:
