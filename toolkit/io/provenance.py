@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import sys
 from datetime import datetime, timezone
@@ -20,6 +21,18 @@ def begin_record_notes() -> dict:
     notes: dict = {}
     _RECORD_NOTES.set(notes)
     return notes
+
+
+@contextlib.contextmanager
+def record_notes_scope():
+    """Per-record notes set inside this block do not outlive it (a synchronous stream runs its
+    records in the caller's context: without the reset, the last record's notes would reach the
+    provenance of whatever the caller builds next)."""
+    token = _RECORD_NOTES.set(None)
+    try:
+        yield
+    finally:
+        _RECORD_NOTES.reset(token)
 
 
 def note_for_provenance(kind: str, text: str) -> None:

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from toolkit.io.base import StageError, log
 from toolkit.io.lines import (InputCut, OversizedLine, _is_std, check_input, describe_validation_error, first_field, open_lines, resolve_env_path)
 from toolkit.io.options import IOOptions, shard_of
-from toolkit.io.provenance import begin_record_notes
+from toolkit.io.provenance import begin_record_notes, record_notes_scope
 from toolkit.io.resume import IdSet, _trim_torn_tail, existing_ids
 from toolkit.io.strict import (_dump_escaped, _json_error, _json_kind, _maybe_unsafe, _text, _too_deep, find_bad,
                                strict_loads)
@@ -357,6 +357,10 @@ class RecordStream:
         return self._report()
 
     def _run_sync(self, fn: StageFn, writer: "_Writer") -> Summary:
+        with record_notes_scope():
+            return self._run_sync_records(fn, writer)
+
+    def _run_sync_records(self, fn: StageFn, writer: "_Writer") -> Summary:
         try:
             for lineno, raw, rec in self._parsed():
                 begin_record_notes()
