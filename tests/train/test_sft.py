@@ -147,6 +147,10 @@ def test_flow_recipes_sections_are_real_settings():
     sft_fields = {f.name for f in dataclasses.fields(SFTConfig)} | sft._OURS | {"assistant_only_loss"}
     grpo_fields = set(GRPOOptions.__dataclass_fields__) | {"judge_rubric", "use_cpu", "accelerator", "lora",
                                                            "chat_template", "require", "diff_exclude"}
+    # the LLM roles grpo runs (user simulator, judge): `<role>_<llm option>` keys reach their clients
+    from toolkit.options import CORE_ROLES, LLMOpts
+
+    grpo_fields |= {f"{role}_{k}" for role in CORE_ROLES["grpo"] for k in LLMOpts.model_fields}
     for flow in ("logigen", "eigendata", "astra", "simia"):
         recipe = yaml.safe_load((ROOT / "recipes" / f"{flow}.yaml").read_text())
         assert set(recipe["sft"]) <= sft_fields, (flow, set(recipe["sft"]) - sft_fields)
