@@ -16,7 +16,13 @@ mkdir -p "$out"
 # 3 agent turns; point --agent-base-url/--user-base-url (or TOOLKIT_BASE_URL) at a real server for real data.
 OUT="$out" VERIFY_FILTER=all TOOLKIT_PYTHON="$PY" \
   ROLLOUT_ARGS="-n 1 --max-turns 3 --max-tokens 96 --first-message instruction --concurrency 2 --cache $out/llm-cache.sqlite ${DEMO_ARGS:-}" \
-  bash recipes/logigen_synth.sh "${DEMO_DOMAIN:-airline}" "${DEMO_TASKS:-3}"
+  bash recipes/logigen_synth.sh "${DEMO_DOMAIN:-airline}" "${DEMO_TASKS:-3}" || {
+  rc=$?
+  # exit 1 = the run's SFT file is empty (the stage that emptied it is named above): with the embedded
+  # 135M agent that is the expected case; the oracle replay below still gives verified data
+  [ "$rc" = 1 ] || exit "$rc"
+  echo "[demo] the embedded agent passed no task (expected of a 135M model); continuing with the oracle replay" >&2
+}
 echo "[demo] oracle: replaying the executed reference paths of the same tasks" >&2
 TOOLKIT_STAGE_LOG= rollout --agent replay < "$out/tasks.jsonl" 2>/dev/null \
   | verify --strategy state_diff --filter passed 2>/dev/null > "$out/oracle.jsonl"
@@ -43,4 +49,7 @@ with open(f"{out}/sft.oracle.jsonl", "w") as f:
             n += 1
 print(json.dumps({"sft_rows": {"embedded": sum(1 for _ in open(f"{out}/sft.jsonl")), "oracle": n},
                   "files": [f"{out}/sft.jsonl", f"{out}/sft.oracle.jsonl", f"{out}/yield.txt"]}))
+if n == 0:
+    print("[demo] the oracle replay verified no task: the synthesized tasks do not replay", file=sys.stderr)
+    sys.exit(1)
 PY
