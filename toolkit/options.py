@@ -314,7 +314,8 @@ class TrainOptions(ConfigOpts):
     max_steps: Optional[int] = None
     learning_rate: Optional[float] = None
     seed: Optional[int] = None
-    tool_schema: Optional[Literal["full", "compact"]] = None
+    tool_schema: Optional[Literal["full", "compact", "minimal"]] = None
+    model_dtype: Optional[Literal["auto", "float32", "bfloat16", "float16"]] = None
     system_prompt: Optional[Literal["keep", "drop"]] = None
     lora: Optional[Any] = None
 

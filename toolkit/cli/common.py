@@ -107,8 +107,9 @@ def train_io_options(f: Callable) -> Callable:
         click.option("--max-steps", type=int, default=None, help="Stop after N optimizer steps (TRL max_steps)."),
         click.option("--learning-rate", type=float, default=None, help="Learning rate (recipe: learning_rate)."),
         click.option("--seed", type=int, default=None, help="Training seed."),
-        click.option("--tool-schema", type=click.Choice(["full", "compact"]), default=None,
-                     help="Tool schemas in the prompt: as offered (default) or compact (short descriptions)."),
+        click.option("--tool-schema", type=click.Choice(["full", "compact", "minimal"]), default=None,
+                     help="Tool schemas in the prompt: as offered (default), compact (short descriptions) or "
+                          "minimal (names, parameter types/enums, required; no descriptions)."),
         click.option("--system-prompt", type=click.Choice(["keep", "drop"]), default=None,
                      help="Keep the system prompt (domain policy; default) or drop it."),
     )(f)

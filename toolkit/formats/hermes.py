@@ -23,9 +23,27 @@ SPECIAL_TOKENS = [IM_START, IM_END, "<tool_call>", "</tool_call>", "<tool_respon
 
 TOOLS_HEADER = ("# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
                 "You are provided with function signatures within <tools></tools> XML tags:\n<tools>")
+# The schematic example call the tool block shows: placeholders no model can copy as a real call
+# (small models copied a concrete example verbatim); `toolkit.llm.toolcalls` refuses a name written
+# as a <placeholder>.
+PLACEHOLDER_CALL = {"name": "<function-name>", "arguments": {"<parameter-name>": "<value>"}}
 TOOLS_FOOTER = ("\n</tools>\n\nFor each function call, return a json object with function name and arguments "
                 "within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, "
-                "\"arguments\": <args-json-object>}\n</tool_call>")
+                "\"arguments\": <args-json-object>}\n</tool_call>\n\n"
+                "Example (schematic: put a real function name and real values in place of the <...> parts):\n"
+                "<tool_call>\n" + json.dumps(PLACEHOLDER_CALL) + "\n</tool_call>\n\n"
+                "Use double quotes for all JSON strings. Results of function calls are given back to you "
+                "inside <tool_response></tool_response> tags. When you do not need a function, answer "
+                "in plain text without any tags.")
+# One tool block for inference and training: the agent's prompt at rollout (toolkit.llm.toolcalls
+# render_tools_hermes, hermes protocol) and the SFT/GRPO rendering (CHAT_TEMPLATE, render_hermes)
+# are the same text, so a model trained on toolkit rows sees at evaluation exactly what it learned.
+
+
+def tools_block(tool_lines: list[str]) -> str:
+    """The Hermes tool block around one JSON line per tool."""
+    return TOOLS_HEADER + "".join("\n" + t for t in tool_lines) + TOOLS_FOOTER
+
 
 # Jinja for transformers' apply_chat_template (its environment: trim_blocks, lstrip_blocks, and a
 # `tojson` that is json.dumps(ensure_ascii=False)). Every literal newline is written as '\n' in an

@@ -8,7 +8,7 @@ import hashlib
 import json
 import re
 
-TOOL_SCHEMAS = ("full", "compact")
+TOOL_SCHEMAS = ("full", "compact", "minimal")
 
 
 def tool_function(tool: dict) -> dict:
@@ -47,15 +47,50 @@ def compact_tool(tool: dict) -> dict:
     return {"name": fn.get("name"), "description": first_sentence(fn.get("description", "")), "parameters": out}
 
 
+# Optional sorting/paging controls of query tools (the sqlite backend's QUERY_CONTROL_PARAMS; a
+# test keeps them equal): minimal_tool leaves them out when they are optional.
+QUERY_CONTROLS = ("order_by", "order", "limit", "offset")
+
+
+def minimal_tool(tool: dict) -> dict:
+    """The smallest rendering a small model still calls correctly: the name, each parameter as
+    `name: type` (an enum as its list of non-null values) and the required names; no descriptions,
+    no JSON Schema wrapping, no optional sorting/paging controls (QUERY_CONTROLS). A prompt format
+    for text (Hermes) prompts, not an OpenAI schema: the environment still validates calls against
+    the full schema. Airline's 11 tools: ~2.4k SmolLM2 tokens compact, ~0.7k minimal."""
+    c = compact_tool(tool)
+    req = set(c["parameters"].get("required") or [])
+    params = {k: ([e for e in v["enum"] if e is not None] if v.get("enum") else v.get("type", "string"))
+              for k, v in c["parameters"]["properties"].items() if k in req or k not in QUERY_CONTROLS}
+    out = {"name": c["name"], "parameters": params}
+    if c["parameters"].get("required"):
+        out["required"] = c["parameters"]["required"]
+    return out
+
+
+def render_tool(tool: dict, mode: str | bool | None = "full") -> dict:
+    """One tool as the Hermes tool block writes it (one JSON line each, training and inference alike):
+    full = {"type": "function", "function": {name, description, parameters}}; compact / True =
+    compact_tool; minimal = minimal_tool."""
+    fn = tool_function(tool)
+    if mode in ("minimal",):
+        return {"type": "function", "function": minimal_tool(fn)}
+    if mode in (True, "compact"):
+        return {"type": "function", "function": compact_tool(fn)}
+    return {"type": "function", "function": {"name": fn.get("name"), "description": fn.get("description", ""),
+                                             "parameters": fn.get("parameters", {"type": "object", "properties": {}})}}
+
+
 def prepare_tools(tools: list, mode: str = "full") -> list[dict]:
     """The tool list as the chat template gets it, in SFT rows and in GRPO prompts alike:
     full = the OpenAI schemas as offered; compact = compact_tool (first
-    sentence of each description, parameter names/types/enums; ~5x shorter for the sqlite domains)."""
+    sentence of each description, parameter names/types/enums; ~5x shorter for the sqlite domains);
+    minimal = minimal_tool (names, types, enums, required; ~4x shorter again)."""
     if mode not in TOOL_SCHEMAS:
         raise ValueError(f"tool_schema must be one of {TOOL_SCHEMAS}")
     out = [t.model_dump(exclude_none=True) if hasattr(t, "model_dump") else dict(t) for t in tools]
-    if mode == "compact":
-        out = [{"type": "function", "function": compact_tool(t)} for t in out]
+    if mode in ("compact", "minimal"):
+        out = [render_tool(t, mode) for t in out]
     return out
 
 

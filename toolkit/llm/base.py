@@ -45,7 +45,7 @@ class LLMConfig(BaseModel):
     price_completion_per_1k: float = 0.0
     backoff_base: float = 0.5         # seconds; delay for attempt k is U(0, min(max, base * 2**k))
     backoff_max: float = 30.0
-    compact_tools: bool | None = None  # small-context tool rendering in hermes prompts; None -> embedded only
+    compact_tools: bool | str | None = None  # small-context tool rendering in hermes prompts (True/"compact", "minimal"); None -> embedded only
     hermes_fewshot: bool | None = None  # example tool-call exchange in hermes prompts; None -> embedded only
     context_tokens: int | None = None  # the model's context; None -> asked of the server (toolkit.llm.context)
     constrain_tool_calls: str = "off"  # off | grammar | json_schema | strict (toolkit.llm.constrain)

@@ -217,7 +217,7 @@ class LLMClient:
         protocol = self.protocol
         wire_protocol = protocol + ("+fewshot" if protocol == "hermes" and self.fewshot else "")
         if protocol == "hermes" and (self.config.compact_tools if self.config.compact_tools is not None else self._embedded):
-            wire_protocol += "+compact"
+            wire_protocol += "+minimal" if self.config.compact_tools == "minimal" else "+compact"
         constrained = self.config.constrain_tool_calls if tools and self.config.constrain_tool_calls != "off" else None
         if constrained:
             wire_protocol += "+constrained:" + constrained
@@ -398,7 +398,9 @@ class LLMClient:
 
         def render(msgs: list[dict], tls: Any, compact: bool) -> tuple[list[dict], Any]:
             if protocol == "hermes":
-                wm = to_hermes_messages(msgs, tls, fewshot=self.fewshot, compact=compact or default_compact)
+                # "minimal" is the smallest rendering: fitting (compact=True) never grows it
+                mode = default_compact if default_compact == "minimal" else (compact or default_compact)
+                wm = to_hermes_messages(msgs, tls, fewshot=self.fewshot, compact=mode)
                 if tls and self.config.constrain_tool_calls == "json_schema":
                     wm = json_reply_instruction(wm)
                 return wm, None

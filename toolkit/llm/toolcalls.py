@@ -26,7 +26,8 @@ import re
 import uuid
 from typing import Any
 
-from toolkit.formats.tools import compact_tool, tool_function
+from toolkit.formats.hermes import PLACEHOLDER_CALL, tools_block
+from toolkit.formats.tools import render_tool
 
 __all__ = [
     "render_tools_hermes",
@@ -44,38 +45,12 @@ __all__ = [
 # Rendering
 
 
-def render_tools_hermes(tools: list[dict], compact: bool = False) -> str:
-    """System-prompt block describing `tools` and the exact Hermes tool-call format.
-    `compact` shrinks each schema (see compact_tool) for small-context models."""
-    lines = []
-    for tool in tools or []:
-        fn = tool_function(tool)
-        if compact:
-            lines.append(json.dumps({"type": "function", "function": compact_tool(fn)}, ensure_ascii=False))
-            continue
-        full = {"type": "function", "function": {
-            "name": fn.get("name"),
-            "description": fn.get("description", ""),
-            "parameters": fn.get("parameters", {"type": "object", "properties": {}}),
-        }}
-        lines.append(json.dumps(full, ensure_ascii=False))
-    tools_block = "\n".join(lines)
-    return (
-        "# Tools\n\n"
-        "You may call one or more functions to assist with the user query.\n\n"
-        "You are provided with function signatures within <tools></tools> XML tags:\n"
-        f"<tools>\n{tools_block}\n</tools>\n\n"
-        "For each function call, return a json object with function name and arguments within "
-        "<tool_call></tool_call> XML tags:\n"
-        "<tool_call>\n"
-        '{"name": <function-name>, "arguments": <args-json-object>}\n'
-        "</tool_call>\n\n"
-        "Example (schematic: put a real function name and real values in place of the <...> parts):\n"
-        "<tool_call>\n" + json.dumps(PLACEHOLDER_CALL) + "\n</tool_call>\n\n"
-        "Use double quotes for all JSON strings. Results of function calls are given back to you "
-        "inside <tool_response></tool_response> tags. When you do not need a function, answer "
-        "in plain text without any tags."
-    )
+def render_tools_hermes(tools: list[dict], compact: bool | str = False) -> str:
+    """System-prompt block describing `tools` and the exact Hermes tool-call format (the same text
+    the toolkit chat template writes for training rows: toolkit.formats.hermes). `compact` (True /
+    "compact") shrinks each schema (compact_tool), "minimal" further (minimal_tool)."""
+    lines = [json.dumps(render_tool(t, compact or "full"), ensure_ascii=False) for t in tools or []]
+    return tools_block(lines)
 
 
 def new_call_id() -> str:
@@ -130,7 +105,6 @@ def _content_text(content: Any) -> str:
 # plausible values (small models copied the old example, a real tool called with "example"
 # arguments, verbatim). Copied as it is, it does not parse as a call: `_mk_call` rejects a name
 # written as a <placeholder>.
-PLACEHOLDER_CALL = {"name": "<function-name>", "arguments": {"<parameter-name>": "<value>"}}
 _PLACEHOLDER_RE = re.compile(r"^\s*<[^<>]*>\s*$")
 
 
