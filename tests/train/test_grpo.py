@@ -244,6 +244,12 @@ def test_usage_errors(tmp_path):
     assert p.returncode == 2 and "--model PATH" in p.stderr
     p = run_cmd(["grpo", "--model", "x", "--output-dir", str(tmp_path), "--group-size", "1"], stdin="")
     assert p.returncode == 2 and "num_generations" in p.stderr
+    # greedy groups are one sample G times: refused before the (absent) model is opened
+    r = tmp_path / "r.json"
+    r.write_text(json.dumps({"defaults": {"temperature": 0.0}}))
+    p = run_cmd(["grpo", "--model", str(tmp_path / "no-such-model"), "--output-dir", str(tmp_path / "o"),
+                 "--recipe", str(r)], stdin="")
+    assert p.returncode == 2 and "temperature must be > 0" in p.stderr and "no-such-model" not in p.stderr
 
 
 def test_vllm_usage_errors_before_any_model_loads(tmp_path):

@@ -28,6 +28,28 @@ def test_split_keeps_targets_and_entities_disjoint():
     assert L.task_keys(tasks[3]) == {"target:T3", "entity:user_id=u1", "entity:reservation_id=5"}
 
 
+def test_split_on_a_sqlite_domain_shares_catalogue_rows_only():
+    """airline: flights, payment methods, the clock and the audit log have no agent insert/update tool: catalogue
+    (shared_args); customers and reservations are the tasks' own entities. With the held-out set
+    gathered around few entities, train keeps most tasks, and no customer or reservation is on both
+    sides."""
+    env = {"backend": "sqlite", "id": "airline"}
+    assert L.shared_args({"env": env}) == {"flight_id", "payment_id", "clock_id", "log_id"}
+    assert L.shared_args({"env": {"backend": "tau2", "domain": "airline"}}) == set()
+    tasks = []
+    for i, (user, res, flight) in enumerate([("u1", 1, "F1"), ("u1", 1, "F2"), ("u2", 2, "F1"), ("u2", 2, "F2"),
+                                             ("u3", 3, "F1"), ("u3", 3, "F2"), ("u4", 4, "F1"), ("u4", 4, "F2")]):
+        t = _task(f"t{i}", f"T{i}", user_id=user, reservation_id=res, flight_id=flight)
+        t["env"] = env
+        tasks.append(t)
+    train, held, dropped = L.split(tasks, 0.25, 3)
+    # every task names F1 or F2: with flights as entities nothing could be trained on
+    assert len(held) == 2 and len(train) == 6 and not dropped
+    held_users = {t["task"]["ground_truth"]["actions"][0]["arguments"]["user_id"] for t in held}
+    assert len(held_users) == 1  # gathered: the second held-out task adds no new customer
+    assert not held_users & {t["task"]["ground_truth"]["actions"][0]["arguments"]["user_id"] for t in train}
+
+
 def _traj(task_reward_turns):
     tid, reward, noop, turns = task_reward_turns
     msgs = [{"role": "user", "content": "hi"}]

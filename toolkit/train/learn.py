@@ -8,9 +8,12 @@ summary.json, details.json and curves.
 
 Split: each task's "keys" are its target (the target state's hash, or its reference actions when
 there is no target) and the entities its reference actions name (every `*_id` / `id` argument
-value).  Held-out tasks are drawn (seeded) until the fraction is reached; every other task that
-shares a key with a held-out task is dropped from train (counted), so train and held-out have
-disjoint targets and entities.
+value, except the `shared` ones: for a sqlite domain, the primary-key names of catalogue tables,
+those the agent has no insert/update tool for, e.g. airline's flights and payment methods; every
+customer would otherwise share a flight with every other, and no task could go to train).
+Held-out tasks are drawn (seeded) until the fraction is reached; every other task that shares a
+key with a held-out task is dropped from train (counted), so train and held-out have disjoint
+targets and entities (customers, reservations...).
 
 Report: per model over its verified trajectories (verify --strategy state_diff): n, mean reward,
 pass rate, valid tool-call rate (agent turns whose every tool call parsed, named a real tool and
@@ -49,7 +52,23 @@ def _write(path: str, recs: Iterable[dict]) -> None:
 # split
 
 
-def task_keys(rec: dict) -> set[str]:
+def shared_args(rec: dict) -> set[str]:
+    """Argument names that name catalogue rows (not a task's own entities): for a sqlite domain,
+    the single-column primary keys of tables the agent cannot insert into or update, unless a
+    writable table's key has the same name. Other backends: none."""
+    env = rec.get("env") or {}
+    if env.get("backend") != "sqlite":
+        return set()
+    from toolkit.envs.sqlite import SqliteEnvironment
+
+    dom = SqliteEnvironment.from_ref({k: v for k, v in env.items() if k in ("backend", "id", "path", "config")}).domain
+    writable = {td.table for td in dom.tools.values() if td.kind in ("insert", "update") and not td.hidden}
+    keys = {t.name: t.pk[0] for t in dom.tables.values() if len(t.pk) == 1}
+    own = {keys[t] for t in writable if t in keys}
+    return {k for t, k in keys.items() if t not in writable and k not in own}
+
+
+def task_keys(rec: dict, shared: set[str] | frozenset = frozenset()) -> set[str]:
     gt = ((rec.get("task") or {}).get("ground_truth") or {})
     keys: set[str] = set()
     target = gt.get("target_state_ref")
@@ -60,6 +79,8 @@ def task_keys(rec: dict) -> set[str]:
     keys.add(f"target:{target}")
     for a in gt.get("actions") or []:
         for k, v in (a.get("arguments") or {}).items():
+            if k in shared:
+                continue
             if (k == "id" or k.endswith("_id")) and isinstance(v, (str, int)) and not isinstance(v, bool):
                 keys.add(f"entity:{k}={v}")
     return keys
@@ -69,14 +90,23 @@ def split(tasks: list[dict], heldout_frac: float, seed: int) -> tuple[list[dict]
     """(train, heldout, dropped): disjoint targets and entities between train and held-out."""
     order = sorted(range(len(tasks)),
                    key=lambda i: hashlib.sha256(f"{seed}:{tasks[i].get('id')}".encode()).hexdigest())
-    keys = [task_keys(t) for t in tasks]
+    shared_by_env: dict[str, set[str]] = {}
+    keys = []
+    for t in tasks:
+        ek = json.dumps({k: v for k, v in (t.get("env") or {}).items() if k != "state"}, sort_keys=True)
+        if ek not in shared_by_env:
+            shared_by_env[ek] = shared_args(t)
+        keys.append(task_keys(t, shared_by_env[ek]))
     want = max(1, round(heldout_frac * len(tasks))) if tasks else 0
     held: list[int] = []
     held_keys: set[str] = set()
-    # fewest keys first among equals keeps more of train
-    for i in sorted(order, key=lambda i: len(keys[i])):
-        if len(held) >= want:
-            break
+    # each next held-out task is the one adding the fewest new keys (ties: seeded order), so the
+    # held-out set gathers around few entities and train keeps the rest
+    rank = {i: n for n, i in enumerate(order)}
+    left = set(order)
+    while left and len(held) < want:
+        i = min(left, key=lambda j: (len(keys[j] - held_keys), rank[j]))
+        left.discard(i)
         held.append(i)
         held_keys |= keys[i]
     hs = set(held)

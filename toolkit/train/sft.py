@@ -40,7 +40,8 @@ from toolkit.train import export as X
 # our CLI / stream keys that are never trainer settings
 _OURS = {"input", "output", "rejects", "resume", "shard", "limit", "unordered", "progress", "concurrency",
          "recipe", "print_config", "recipe_hash", "model", "role", "filter", "min_reward", "export", "lora",
-         "chat_template", "resume_from_checkpoint", "max_rows", "tool_schema", "system_prompt", "merge_lora"}
+         "chat_template", "resume_from_checkpoint", "max_rows", "tool_schema", "system_prompt", "merge_lora",
+         "model_dtype"}
 
 
 def collect_rows(cfg: dict, role: str) -> tuple[list[dict], Any]:
@@ -141,6 +142,25 @@ def trained_text(tok, example: dict) -> str:
 
 def _field_names(cls) -> set[str]:
     return {f.name for f in dataclasses.fields(cls)}
+
+
+MODEL_DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+def model_dtype(cfg: dict, args):
+    """The dtype the weights are loaded (and trained, and saved) in. `model_dtype: auto` (default):
+    the precision flag's (bf16 → bfloat16 weights, as TRL does, halving memory); `float32` with
+    `bf16: true` = mixed precision: fp32 weights and optimizer, bf16 autocast for the matmuls (on
+    a CPU with AMX about 2x faster than fp32, measured in docs/learn.md; pure bf16 weights lose
+    small updates to rounding)."""
+    import torch
+
+    want = cfg.get("model_dtype") or "auto"
+    if want not in MODEL_DTYPES:
+        raise ValueError(f"model_dtype must be one of {MODEL_DTYPES}, got {want!r}")
+    if want != "auto":
+        return getattr(torch, want)
+    return torch.bfloat16 if args.bf16 else (torch.float16 if args.fp16 else torch.float32)
 
 
 def trainer_kwargs(cfg: dict, cls, defaults: dict) -> dict:
@@ -359,8 +379,7 @@ def train(rows: list[dict], cfg: dict, model_path: str, out_dir: str) -> dict:
     fsdp_on_cpu = cpu_fsdp_state(kw)
     lora = lora_config(cfg)
     args = SFTConfig(**kw)
-    dtype = torch.bfloat16 if args.bf16 else (torch.float16 if args.fp16 else torch.float32)
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=model_dtype(cfg, args))
     os.makedirs(out_dir, exist_ok=True)
     metrics = MetricsJSONL(os.path.join(out_dir, "metrics.jsonl"), {"role": cfg.get("role") or "assistant"})
     trainer = SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tok,

@@ -87,7 +87,12 @@ def read_tasks(cfg: dict) -> tuple[list[Record], RecordStream]:
 
 
 def check_generation(o: GRPOOptions) -> None:
-    """Usage errors about the generation backend, before any model loads (exit 2)."""
+    """Usage errors about generation, before any model loads (exit 2)."""
+    if not o.temperature or o.temperature <= 0:
+        # G samples of one prompt at greedy decoding are one sample: every group has zero variance
+        raise UsageError(f"grpo: temperature must be > 0 (got {o.temperature}): a group needs sampled "
+                         "completions (a recipe's `defaults: temperature: 0` applies to grpo too: set "
+                         "grpo: temperature)")
     if o.generation != "vllm":
         return
     import importlib.util
