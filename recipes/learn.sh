@@ -11,9 +11,12 @@
 #    rollout on the held-out tasks (and on --eval-domain's tasks) → verify --strategy state_diff
 #    (no-write tasks need the DB + ACTION + COMMUNICATE basis)
 # Out ($OUT, default out/learn): table.md, summary.json, details.json, curves.png, yield.txt, timings.json,
-# and every intermediate JSONL. The user simulator in every evaluation is the base model (served),
-# so the three rows differ only by the agent.
-# Env: TOOLKIT_PYTHON (python), LEARN_N (tasks to synthesize), LEARN_SFT_STEPS, LEARN_GRPO_STEPS, LEARN_SKIP_GRPO=1.
+# and every intermediate JSONL. The user simulator of every evaluation (and of GRPO) is the packaged
+# SmolLM2 GGUF on the embedded llama.cpp server, its own server (TOOLKIT_EMBEDDED_SLOTS=role), so the
+# three rows differ only by the agent; each agent checkpoint is served by `toolkit serve --model`
+# (CPU: exported to GGUF, llama.cpp's server, its KV cache kept between turns; GPU: vLLM).
+# Env: TOOLKIT_PYTHON (python), LEARN_N (tasks to synthesize), LEARN_SFT_STEPS, LEARN_GRPO_STEPS, LEARN_SKIP_GRPO=1,
+#      LEARN_CONSTRAINED=0 (no constrained-decoding rows), LEARN_BF16=false (fp32 SFT on CPU).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scale=smoke; domain=airline; eval_domain=""; out=${OUT:-out/learn}
@@ -29,16 +32,19 @@ while [ $# -gt 0 ]; do
 done
 PY=${TOOLKIT_PYTHON:-python}
 case "$scale" in
-  # n: tasks synthesized; held: held-out cap; k: rollouts per held-out task; turns/tokens: per episode / reply
-  smoke) n=10; held=2; k=1; turns=2; toks=64;  sft_steps=4;  grpo_steps=1; G=2; max_len=4608 ;;
-  cpu)   n=40; held=12; k=2; turns=6; toks=160; sft_steps=60; grpo_steps=4; G=2; max_len=4608 ;;
-  gpu)   n=200; held=40; k=4; turns=12; toks=384; sft_steps=600; grpo_steps=40; G=8; max_len=8192 ;;
+  # n: tasks synthesized; held: held-out cap; k: rollouts per held-out task; turns/tokens: per episode / reply;
+  # lr: SFT learning rate; G: GRPO group size; sys: the agent's system prompt (the domain policy) kept or
+  # dropped, at training and at evaluation alike
+  smoke) n=60;  held=3;  k=1; turns=3; toks=112; sft_steps=6;   grpo_steps=1;  G=2; max_len=2560; lr=2.0e-4; sys=drop ;;
+  cpu)   n=200; held=20; k=1; turns=3; toks=112; sft_steps=100; grpo_steps=2;  G=2; max_len=2560; lr=2.0e-4; sys=drop ;;
+  gpu)   n=400; held=60; k=4; turns=8; toks=256; sft_steps=600; grpo_steps=40; G=8; max_len=4096; lr=5.0e-5; sys=keep ;;
   *) echo "learn.sh: --scale smoke|cpu|gpu" >&2; exit 2 ;;
 esac
 n=${LEARN_N:-$n}; sft_steps=${LEARN_SFT_STEPS:-$sft_steps}; grpo_steps=${LEARN_GRPO_STEPS:-$grpo_steps}
 mkdir -p "$out"
 : > "$out/stages.jsonl"; : > "$out/rejects.jsonl"
 export TOOLKIT_STAGE_LOG="$out/stages.jsonl"
+export TOOLKIT_EMBEDDED_SLOTS=${TOOLKIT_EMBEDDED_SLOTS:-role}
 T0=$(date +%s)
 declare -A secs
 stamp() { secs[$1]=$(( $(date +%s) - T0 )); echo "[learn] $(date -u +%H:%M:%S) $1 done (+${secs[$1]}s)" >&2; }
@@ -53,10 +59,15 @@ print(json.dumps({"id": "".join(c if c.isalnum() or c in "._-" else "-" for c in
 PY
 }
 
-# the recipe every stage reads: compact tool schemas (small context: the airline agent prompt is
-# ~1.2k policy + ~2.5k compact tool tokens; full schemas alone are ~11k, over SmolLM2's 8k),
-# Hermes tool calls in text; max_length must hold the prompt (~3.8k) plus the trained turns
+# the recipe every stage reads. What the CPU scales cut (docs/learn.md): tasks with one write each
+# (max_writes 1, no violation-first or boundary tasks: a 135M model gets 0 on the deep ones), the
+# minimal tool rendering (airline: 11 tools in ~0.95k tokens instead of 2.3k compact / 11k full), no
+# policy in the agent's prompt (1.2k tokens: an SFT row is ~1.7k tokens instead of ~2.9k, twice the
+# steps in the same time; the tasks need no refusal), bf16 autocast on CPU, greedy decoding, short
+# replies, 3 agent turns (an oracle episode: 2 reads, the write, a closing line), Hermes tool calls in
+# text. The same rendering at training and at evaluation (tests/train/test_render_parity.py).
 recipe="$out/learn.yaml"
+bf16=$([ "$scale" = gpu ] && echo true || echo "${LEARN_BF16:-true}")
 cat > "$recipe" <<YAML
 defaults:
   temperature: 0.0
@@ -65,6 +76,10 @@ gen-task:
   strategy: logigen
   explorer: symbolic
   user_view: template
+  max_writes: 1
+  violation_share: 0.0
+  rule_coverage: false
+  boundary_share: 0.0
 validate-task:
   strategy: logigen
   filter: passed
@@ -72,8 +87,9 @@ rollout:
   max_turns: $turns
   max_tool_errors: 3
   first_message: instruction
+  agent_system_prompt: $sys
   agent_tool_protocol: hermes
-  agent_compact_tools: true
+  agent_compact_tools: minimal
   agent_max_tokens: $toks
   user_tool_protocol: hermes
   user_max_tokens: 48
@@ -88,18 +104,23 @@ verify:
 sft:
   filter: passed
   chat_template: toolkit
-  tool_schema: compact
+  tool_schema: minimal
+  system_prompt: $sys
   max_steps: $sft_steps
-  learning_rate: 5.0e-5
-  lr_scheduler_type: constant
+  learning_rate: $lr
+  lr_scheduler_type: cosine
+  warmup_steps: 5
   per_device_train_batch_size: 1
   max_length: $max_len
+  bf16: $bf16
+  model_dtype: float32
   save_strategy: "no"
   logging_steps: 1
 grpo:
   variant: ta-grpo
   chat_template: toolkit
-  tool_schema: compact
+  tool_schema: minimal
+  system_prompt: $sys
   max_steps: $grpo_steps
   num_generations: $G
   tasks_per_step: 1
@@ -107,6 +128,7 @@ grpo:
   max_new_tokens: $toks
   max_total_tokens: $(( max_len + 1536 ))
   learning_rate: 1.0e-6
+  temperature: 1.0
   user_tool_protocol: hermes
   user_max_tokens: 48
   user_timeout: 1800
@@ -131,38 +153,54 @@ set -e
 echo "[learn] $(wc -l < "$out/train_verified.jsonl") verified train trajectories" >&2
 stamp oracle
 
-# 4 base checkpoint and its server (the user simulator of every evaluation)
+# 4 base checkpoint and its server
 base=$(toolkit models materialize smollm2-135m-instruct | tail -1)
 base_url=$(toolkit serve --model "$base" | tail -1)
 stamp materialize
 
-evaluate() {  # MODEL_NAME CKPT TASKS OUTFILE
-  local url
-  if [ "$2" = "$base" ]; then url=$base_url; else url=$(toolkit serve --model "$2" | tail -1); fi
+evaluate() {  # MODEL_NAME CKPT TASKS OUTFILE [ROLLOUT FLAGS...]
+  local url name=$1 ckpt=$2 tasks=$3 outfile=$4
+  shift 4
+  if [ "$ckpt" = "$base" ]; then url=$base_url; else url=$(toolkit serve --model "$ckpt" | tail -1); fi
   set +e
-  rollout --recipe "$recipe" -n "$k" --seed 11 --agent-base-url "$url" --agent-model "$2" \
-      --user-base-url "$base_url" --user-model "$base" --rejects "$out/rejects.jsonl" < "$3" \
-    | verify --recipe "$recipe" --rejects "$out/rejects.jsonl" > "$4"
+  rollout --recipe "$recipe" -n "$k" --seed 11 --agent-base-url "$url" --agent-model "$ckpt" "$@" \
+      --rejects "$out/rejects.jsonl" < "$tasks" \
+    | verify --recipe "$recipe" --rejects "$out/rejects.jsonl" > "$outfile"
   set -e
-  if [ "$2" != "$base" ]; then toolkit serve --model "$2" --stop; fi
+  if [ "$ckpt" != "$base" ] && [ "${KEEP_SERVED:-0}" != 1 ]; then toolkit serve --model "$ckpt" --stop; fi
 }
+
+# constrained decoding of the agent's tool calls (a GBNF grammar: a reply is plain text or calls
+# naming offered tools with schema-shaped arguments), as extra rows NAME+grammar; LEARN_CONSTRAINED=0
+# skips them
+constrained=${LEARN_CONSTRAINED:-1}
 
 evaluate base "$base" "$out/heldout_tasks.jsonl" "$out/eval_base.jsonl"
 stamp eval_base
+if [ "$constrained" = 1 ]; then
+  evaluate base "$base" "$out/heldout_tasks.jsonl" "$out/eval_base_grammar.jsonl" --constrain-tool-calls grammar
+  stamp eval_base_grammar
+fi
 
 # 5 SFT
 sft --recipe "$recipe" --model "$base" --output-dir "$out/ckpt/sft" < "$out/train_verified.jsonl" > /dev/null
 stamp sft
 evaluate sft "$(cd "$out/ckpt/sft" && pwd)" "$out/heldout_tasks.jsonl" "$out/eval_sft.jsonl"
 stamp eval_sft
+if [ "$constrained" = 1 ]; then
+  evaluate sft "$(cd "$out/ckpt/sft" && pwd)" "$out/heldout_tasks.jsonl" "$out/eval_sft_grammar.jsonl" \
+    --constrain-tool-calls grammar
+  stamp eval_sft_grammar
+fi
 
 # 6 GRPO from the SFT checkpoint (rewards: verify state_diff, the same no-write basis)
 evals=(base="$out/eval_base.jsonl" sft="$out/eval_sft.jsonl")
+[ "$constrained" = 1 ] && evals+=("base+grammar=$out/eval_base_grammar.jsonl" "sft+grammar=$out/eval_sft_grammar.jsonl")
 curves=(sft="$out/ckpt/sft")
 if [ "${LEARN_SKIP_GRPO:-0}" != 1 ]; then
   set +e
   grpo --recipe "$recipe" --model "$(cd "$out/ckpt/sft" && pwd)" --output-dir "$out/ckpt/grpo" \
-    --user-base-url "$base_url" --user-model "$base" < "$out/train_tasks.jsonl"
+    < "$out/train_tasks.jsonl"
   rc=$?
   set -e
   stamp grpo

@@ -224,6 +224,9 @@ class RolloutOptions(StreamOpts):
     max_tool_errors: int = 5
     max_context_tokens: int = 16000
     first_message: Literal["auto", "instruction", "simulate"] = "auto"
+    # drop: the agent model gets no system prompt (the domain policy) - for a model trained with
+    # sft/grpo `system_prompt: drop`; trajectories keep it either way
+    agent_system_prompt: Literal["keep", "drop"] = "keep"
     user_simulator: str = "auto"  # a registered user simulator (kind "users"): auto | llm | scripted
     distractor_tools: int = Field(0, ge=0)
     distractor_mode: str = "auto"  # a registered distractor source (kind "distractors"); auto: by flow

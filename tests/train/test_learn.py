@@ -48,6 +48,9 @@ def test_split_on_a_sqlite_domain_shares_catalogue_rows_only():
     held_users = {t["task"]["ground_truth"]["actions"][0]["arguments"]["user_id"] for t in held}
     assert len(held_users) == 1  # gathered: the second held-out task adds no new customer
     assert not held_users & {t["task"]["ground_truth"]["actions"][0]["arguments"]["user_id"] for t in train}
+    # a cap on the held-out set: train loses only what shares a key with the tasks really held out
+    train, held, dropped = L.split(tasks, 0.5, 3, max_heldout=1)
+    assert (len(held), len(train), len(dropped)) == (1, 6, 1)
 
 
 def _traj(task_reward_turns):

@@ -179,8 +179,11 @@ class LLMAgent:
     sample_index: int = 0
     overrides: dict = field(default_factory=dict)
     name: str = "llm"
+    system_prompt: str = "keep"  # drop: the model is sent no system prompt (the trajectory keeps it)
 
     async def act(self, messages: list[dict], tools: list[dict], usage: Usage) -> dict:
+        if self.system_prompt == "drop":  # as sft/grpo `system_prompt: drop` train it
+            messages = [m for m in messages if m.get("role") != "system"]
         res = await self.client.chat([clean(m) for m in messages], tools=tools or None,
                                      sample_index=self.sample_index, **self.overrides)
         _add_usage(usage, res)
@@ -703,7 +706,8 @@ def build(cfg: dict | RolloutOptions, meter: Any):
             if kind == "replay":
                 agent: Any = ReplayAgent(record)
             else:
-                agent = LLMAgent(agent_client, sample_index=idx, overrides=overrides)
+                agent = LLMAgent(agent_client, sample_index=idx, overrides=overrides,
+                                 system_prompt=o.agent_system_prompt)
             extra = (distractor_tools(record, env.tools("agent"), n_distract, idx, mode=d_mode, cfg=cfg)
                      if n_distract > 0 or d_mode not in ("random", "auto") else [])
             traj = await run_episode(

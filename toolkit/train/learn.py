@@ -86,8 +86,10 @@ def task_keys(rec: dict, shared: set[str] | frozenset = frozenset()) -> set[str]
     return keys
 
 
-def split(tasks: list[dict], heldout_frac: float, seed: int) -> tuple[list[dict], list[dict], list[dict]]:
-    """(train, heldout, dropped): disjoint targets and entities between train and held-out."""
+def split(tasks: list[dict], heldout_frac: float, seed: int,
+          max_heldout: int | None = None) -> tuple[list[dict], list[dict], list[dict]]:
+    """(train, heldout, dropped): disjoint targets and entities between train and held-out; at most
+    `max_heldout` held-out tasks (train keeps what only the uncapped set would have excluded)."""
     order = sorted(range(len(tasks)),
                    key=lambda i: hashlib.sha256(f"{seed}:{tasks[i].get('id')}".encode()).hexdigest())
     shared_by_env: dict[str, set[str]] = {}
@@ -98,6 +100,8 @@ def split(tasks: list[dict], heldout_frac: float, seed: int) -> tuple[list[dict]
             shared_by_env[ek] = shared_args(t)
         keys.append(task_keys(t, shared_by_env[ek]))
     want = max(1, round(heldout_frac * len(tasks))) if tasks else 0
+    if max_heldout is not None:
+        want = min(want, max_heldout)
     held: list[int] = []
     held_keys: set[str] = set()
     # each next held-out task is the one adding the fewest new keys (ties: seeded order), so the
@@ -245,7 +249,12 @@ def report(evals: dict[str, str], out: str, curve_runs: dict[str, str] | None = 
     os.makedirs(out, exist_ok=True)
     rs = {m: rows(_read(p)) for m, p in evals.items() if p and os.path.exists(p)}
     stats = {m: model_stats(v) for m, v in rs.items()}
-    summary: dict = {m: s["summary"] for m, s in stats.items()}
+    # NAME+VARIANT rows (e.g. base+grammar: constrained decoding) go to the table and details, and
+    # to summary.json under "variants", leaving its base/sft/grpo shape as documented
+    summary: dict = {m: s["summary"] for m, s in stats.items() if "+" not in m}
+    variants = {m: s["summary"] for m, s in stats.items() if "+" in m}
+    if variants:
+        summary["variants"] = variants
     diffs = {}
     if "base" in rs and "sft" in rs:
         diffs["sft_vs_base"] = summary["sft_vs_base"] = paired_diff(rs["base"], rs["sft"])
@@ -289,9 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.cmd == "split":
         tasks = _read(None)
-        train, held, dropped = split(tasks, a.heldout, a.seed)
-        if a.max_heldout is not None:
-            held = held[: a.max_heldout]
+        train, held, dropped = split(tasks, a.heldout, a.seed, a.max_heldout)
         _write(a.train, train)
         _write(a.heldout_out, held)
         info = {"tasks": len(tasks), "train": len(train), "heldout": len(held), "dropped_shared_keys": len(dropped)}
