@@ -7,7 +7,7 @@
 # 3. oracle replay of train → verify state_diff --filter passed → verified trajectories
 # 4. sft on SmolLM2-135M-Instruct (toolkit models materialize smollm2-135m-instruct) → ckpt/sft
 # 5. grpo --variant ta-grpo from the SFT checkpoint → ckpt/grpo
-# 6. evaluate base / SFT / GRPO: toolkit serve --model CKPT (transformers serve on CPU, vLLM on GPU) →
+# 6. evaluate base / SFT / GRPO: toolkit serve --model CKPT (CPU: GGUF export on llama.cpp; GPU: vLLM) →
 #    rollout on the held-out tasks (and on --eval-domain's tasks) → verify --strategy state_diff
 #    (no-write tasks need the DB + ACTION + COMMUNICATE basis)
 # Out ($OUT, default out/learn): table.md, summary.json, details.json, curves.png, yield.txt, timings.json,
@@ -16,7 +16,8 @@
 # three rows differ only by the agent; each agent checkpoint is served by `toolkit serve --model`
 # (CPU: exported to GGUF, llama.cpp's server, its KV cache kept between turns; GPU: vLLM).
 # Env: TOOLKIT_PYTHON (python), LEARN_N (tasks to synthesize), LEARN_SFT_STEPS, LEARN_GRPO_STEPS, LEARN_SKIP_GRPO=1,
-#      LEARN_CONSTRAINED=0 (no constrained-decoding rows), LEARN_BF16=false (fp32 SFT on CPU).
+#      LEARN_CONSTRAINED=0 (no constrained-decoding rows), LEARN_CONSTRAINED_N (held-out tasks they use),
+#      LEARN_BF16=false (fp32 SFT on CPU).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scale=smoke; domain=airline; eval_domain=""; out=${OUT:-out/learn}
@@ -26,7 +27,7 @@ while [ $# -gt 0 ]; do
     --domain) domain=$2; shift 2 ;;
     --eval-domain) eval_domain=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    -h|--help) sed -n 2,18p "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;;
     *) echo "learn.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -35,9 +36,9 @@ case "$scale" in
   # n: tasks synthesized; held: held-out cap; k: rollouts per held-out task; turns/tokens: per episode / reply;
   # lr: SFT learning rate; G: GRPO group size; sys: the agent's system prompt (the domain policy) kept or
   # dropped, at training and at evaluation alike
-  smoke) n=60;  held=3;  k=1; turns=3; toks=112; sft_steps=6;   grpo_steps=1;  G=2; max_len=2560; lr=2.0e-4; sys=drop ;;
-  cpu)   n=200; held=20; k=1; turns=3; toks=112; sft_steps=100; grpo_steps=2;  G=2; max_len=2560; lr=2.0e-4; sys=drop ;;
-  gpu)   n=400; held=60; k=4; turns=8; toks=256; sft_steps=600; grpo_steps=40; G=8; max_len=4096; lr=5.0e-5; sys=keep ;;
+  smoke) n=60;  held=3;  k=1; turns=3; toks=112; sft_steps=6;   grpo_steps=1;  G=2; max_len=3072; lr=2.0e-4; sys=keep; cn=2 ;;
+  cpu)   n=200; held=20; k=1; turns=3; toks=112; sft_steps=60;  grpo_steps=2;  G=2; max_len=3072; lr=2.0e-4; sys=keep; cn=8 ;;
+  gpu)   n=400; held=60; k=4; turns=8; toks=256; sft_steps=600; grpo_steps=40; G=8; max_len=4096; lr=5.0e-5; sys=keep; cn=60 ;;
   *) echo "learn.sh: --scale smoke|cpu|gpu" >&2; exit 2 ;;
 esac
 n=${LEARN_N:-$n}; sft_steps=${LEARN_SFT_STEPS:-$sft_steps}; grpo_steps=${LEARN_GRPO_STEPS:-$grpo_steps}
@@ -61,11 +62,12 @@ PY
 
 # the recipe every stage reads. What the CPU scales cut (docs/learn.md): tasks with one write each
 # (max_writes 1, no violation-first or boundary tasks: a 135M model gets 0 on the deep ones), the
-# minimal tool rendering (airline: 11 tools in ~0.95k tokens instead of 2.3k compact / 11k full), no
-# policy in the agent's prompt (1.2k tokens: an SFT row is ~1.7k tokens instead of ~2.9k, twice the
-# steps in the same time; the tasks need no refusal), bf16 autocast on CPU, greedy decoding, short
-# replies, 3 agent turns (an oracle episode: 2 reads, the write, a closing line), Hermes tool calls in
-# text. The same rendering at training and at evaluation (tests/train/test_render_parity.py).
+# minimal tool rendering (airline: 11 tools in ~0.95k tokens instead of 2.3k compact / 11k full),
+# bf16 autocast on CPU, greedy decoding, short replies, 3 agent turns (an oracle episode: 2 reads,
+# the write, a closing line), Hermes tool calls in text. sys=drop leaves the policy (1.2k tokens)
+# out of the agent's prompt at training and evaluation alike (rows ~1.8k instead of ~2.9k tokens;
+# measured worse, docs/learn.md). The same rendering at training and at evaluation
+# (tests/train/test_render_parity.py).
 recipe="$out/learn.yaml"
 bf16=$([ "$scale" = gpu ] && echo true || echo "${LEARN_BF16:-true}")
 cat > "$recipe" <<YAML
@@ -171,14 +173,15 @@ evaluate() {  # MODEL_NAME CKPT TASKS OUTFILE [ROLLOUT FLAGS...]
 }
 
 # constrained decoding of the agent's tool calls (a GBNF grammar: a reply is plain text or calls
-# naming offered tools with schema-shaped arguments), as extra rows NAME+grammar; LEARN_CONSTRAINED=0
-# skips them
+# naming offered tools with schema-shaped arguments), as extra rows NAME+grammar on the first
+# LEARN_CONSTRAINED_N held-out tasks (grammar sampling is slow on CPU); LEARN_CONSTRAINED=0 skips them
 constrained=${LEARN_CONSTRAINED:-1}
+head -n "${LEARN_CONSTRAINED_N:-$cn}" "$out/heldout_tasks.jsonl" > "$out/heldout_constrained.jsonl"
 
 evaluate base "$base" "$out/heldout_tasks.jsonl" "$out/eval_base.jsonl"
 stamp eval_base
 if [ "$constrained" = 1 ]; then
-  evaluate base "$base" "$out/heldout_tasks.jsonl" "$out/eval_base_grammar.jsonl" --constrain-tool-calls grammar
+  evaluate base "$base" "$out/heldout_constrained.jsonl" "$out/eval_base_grammar.jsonl" --constrain-tool-calls grammar
   stamp eval_base_grammar
 fi
 
@@ -188,7 +191,7 @@ stamp sft
 evaluate sft "$(cd "$out/ckpt/sft" && pwd)" "$out/heldout_tasks.jsonl" "$out/eval_sft.jsonl"
 stamp eval_sft
 if [ "$constrained" = 1 ]; then
-  evaluate sft "$(cd "$out/ckpt/sft" && pwd)" "$out/heldout_tasks.jsonl" "$out/eval_sft_grammar.jsonl" \
+  evaluate sft "$(cd "$out/ckpt/sft" && pwd)" "$out/heldout_constrained.jsonl" "$out/eval_sft_grammar.jsonl" \
     --constrain-tool-calls grammar
   stamp eval_sft_grammar
 fi
