@@ -230,8 +230,13 @@ class SqliteEnvironment(Environment):
             self._cp_canon.popitem(last=False)
 
     def restore(self, cp: bytes) -> None:
-        """Back to a `checkpoint()` of this environment."""
+        """Back to a `checkpoint()` of this environment. A no-op when the environment was loaded
+        from these very bytes and nothing was written since (total_changes unchanged): a search
+        that returns to its base after every probe mostly finds itself there already."""
         with self._lock:
+            ld = self._loaded
+            if ld is not None and ld[0] is cp and ld[1] == self._conn.total_changes:
+                return
             self._load(cp)
 
     def initial_state_hash(self) -> str:

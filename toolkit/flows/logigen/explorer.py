@@ -52,12 +52,16 @@ class DomainView:
         self.params = {n: set(((td.schema.get("function") or {}).get("parameters") or {}).get("properties") or {})
                        for n, td in self.tools.items()}
         self.exclude_keys = tuple(env.exclude_keys)
+        # {(table, column): its first foreign key}: asked hundreds of thousands of times per input
+        self._fks: dict = {}
+        for t in self.tables.values():
+            for fk in t.fks:
+                self._fks.setdefault((t.name, fk.get("column")), fk)
 
     def fk(self, table: str, col: str) -> dict | None:
-        for fk in self.tables[table].fks:
-            if fk.get("column") == col:
-                return fk
-        return None
+        if table not in self.tables:
+            raise KeyError(table)
+        return self._fks.get((table, col))
 
     def ref_values(self, state: dict, fk: dict) -> list:
         rt = self.tables.get(fk.get("table"))

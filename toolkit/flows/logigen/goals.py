@@ -84,8 +84,36 @@ class Walker:
         return r
 
 
+_ROW_INDEX: dict = {}
+
+
 def _row(state: dict, table: str, key: dict) -> dict | None:
-    return next((r for r in state.get(table, []) if all(r.get(k) == v for k, v in key.items())), None)
+    """The first row of `table` whose columns equal `key`'s values. An index per rows list and key
+    columns (by identity and length; the entry keeps the list alive: state rows are never edited in
+    place) answers the repeated look-ups of a candidate scan; unhashable values scan."""
+    rows = state.get(table, [])
+    cols = tuple(key)
+    ik = (id(rows), len(rows), cols)
+    hit = _ROW_INDEX.get(ik)
+    if hit is None or hit[0] is not rows:
+        idx: dict | None = {}
+        try:
+            for r in rows:
+                idx.setdefault(tuple([r.get(c) for c in cols]), r)
+        except TypeError:
+            idx = None
+        if len(_ROW_INDEX) > 4096:
+            _ROW_INDEX.clear()
+        hit = _ROW_INDEX[ik] = (rows, idx)
+    idx = hit[1]
+    vals = tuple(key.values())
+    # a dict finds a NaN by identity where == says not equal: NaN (never stored by SQLite) scans
+    if idx is not None and all(v == v for v in vals):
+        try:
+            return idx.get(vals)
+        except TypeError:
+            pass
+    return next((r for r in rows if all(r.get(k) == v for k, v in key.items())), None)
 
 
 def _is_date(v: Any) -> bool:
