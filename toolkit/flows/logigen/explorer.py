@@ -88,6 +88,17 @@ class DomainView:
 # ----------------------------------------------------------------------------------------------
 # probes
 
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def copy_args(args: Any) -> Any:
+    """A deep copy of a call's arguments: a flat dict of scalars (nearly every call) is copied
+    as a dict, anything else with copy.deepcopy."""
+    if type(args) is dict and all(type(v) in _SCALARS for v in args.values()):
+        return dict(args)
+    return copy.deepcopy(args)
+
+
 
 @dataclass
 class Probe:
@@ -107,7 +118,7 @@ class Probe:
         return self.code == POLICY_VIOLATION
 
     def call(self, expect_error: str | None = None) -> dict:
-        d = {"name": self.name, "arguments": copy.deepcopy(self.args)}
+        d = {"name": self.name, "arguments": copy_args(self.args)}
         if expect_error:
             d["expect_error"] = expect_error
         return d
@@ -139,7 +150,7 @@ class Prober:
         if hit is not None:
             return hit
         self.env.reset()
-        res = self.env.call(p.name, copy.deepcopy(p.args))
+        res = self.env.call(p.name, copy_args(p.args))
         self.calls += 1
         p.ok = bool(res.ok)
         if not res.ok:
@@ -153,7 +164,7 @@ class Prober:
     def after(self, p: Probe) -> dict:
         """The state after running p (which must succeed)."""
         self.env.reset()
-        res = self.env.call(p.name, copy.deepcopy(p.args))
+        res = self.env.call(p.name, copy_args(p.args))
         if not res.ok:
             raise RuntimeError(f"{p.name} no longer succeeds: {res.error}")
         return self.env.snapshot()

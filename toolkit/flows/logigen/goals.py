@@ -27,6 +27,7 @@ from __future__ import annotations
 import copy
 import itertools
 import random
+from datetime import date, timedelta
 from typing import Any
 
 from toolkit.flows.logigen.explorer import (
@@ -35,6 +36,7 @@ from toolkit.flows.logigen.explorer import (
     Draft,
     Probe,
     alt_values,
+    copy_args,
     insert_args,
     update_candidates,
 )
@@ -61,7 +63,7 @@ class Walker:
 
     def call(self, name: str, args: dict):
         self.calls += 1
-        return self.env.call(name, copy.deepcopy(args))
+        return self.env.call(name, copy_args(args))
 
     def cp(self) -> bytes:
         return self.env.checkpoint()
@@ -301,7 +303,7 @@ class GoalExplorer:
             row = _row(state, p.table, {k: p.args.get(k) for k in t.pk})
             if row is None or self.owner_of(state, p.table, row) != who:
                 return False
-            if p.table != self.principal and not any(self.view.fk(p.table, k) for k in p.args):
+            if p.table != self.principal and not any((p.table, k) in self.view._fks for k in p.args):
                 return True  # no reference changes: the row stays whose it was
             new = {**row, **p.args}
             return self.owner_of(state, p.table, new) == who
@@ -351,6 +353,11 @@ class GoalExplorer:
             else:
                 ps = []
                 rows = list(state.get(td.table) or [])
+                # per call: the anchors among a reference's keys, the latest date of a column and
+                # the enum columns depend on the state and the table only, not on the draw
+                mine_of: dict = {}
+                latest_of: dict = {}
+                enum_cols = [c for c in view.tables[td.table].columns if c.enum and not c.pk]
                 for _ in range(5 * width):
                     args = insert_args(view, state, td, rng, rng.choice(rows) if rows else None)
                     for k in list(args):
@@ -369,17 +376,20 @@ class GoalExplorer:
                                 if own:
                                     args[k] = rng.choice(own)
                                 continue
-                        mine = [a for a in sorted(anchors, key=str) if a in view.ref_values(state, fk)]
+                        mine = mine_of.get(k)
+                        if mine is None:
+                            refs = view.ref_values(state, fk)
+                            mine = mine_of[k] = [a for a in sorted(anchors, key=str) if a in refs]
                         if mine and rng.random() < 0.5:
                             args[k] = rng.choice(mine)
                     for k, x in list(args.items()):
                         if _is_date(x) and rng.random() < 0.6:
                             # a date at or after the latest one of the column (bookings lie ahead)
-                            latest = max((r.get(k) for r in rows if _is_date(r.get(k))), default=x)
-                            from datetime import date, timedelta
-
+                            if k not in latest_of:
+                                latest_of[k] = max((r.get(k) for r in rows if _is_date(r.get(k))), default=None)
+                            latest = latest_of[k] if latest_of[k] is not None else x
                             args[k] = (date.fromisoformat(latest) + timedelta(days=rng.randint(0, 6))).isoformat()
-                    enums = [c for c in view.tables[td.table].columns if c.enum and c.name in args and not c.pk]
+                    enums = [c for c in enum_cols if c.name in args]
                     if enums and rng.random() < 0.5:
                         c = rng.choice(enums)
                         args[c.name] = rng.choice(c.enum)
