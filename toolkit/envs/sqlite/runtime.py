@@ -71,6 +71,7 @@ class SqliteEnvironment(Environment):
         dkeys = domain.keys if domain.keys is not None else StateKeys(domain.exclude_keys)
         self.keys: StateKeys = dkeys.with_exclude(extra) if extra else dkeys
         self._keys_sig = json.dumps(self.keys.to_json(), sort_keys=True)
+        self._row_memo: dict = {}  # row keys by (table, row, references) under self.keys
         self._deps = {t: self._dep_tables(t) for t in domain.tables}
         self._canon_key: Any = None
         self._canon_val: dict[str, TableCanon] = {}
@@ -314,7 +315,7 @@ class SqliteEnvironment(Environment):
                     tc = cache.get(ck)
                 if tc is None:
                     part = {d: self._rows(tables[d], list(raw[d])) for d in deps}
-                    tc = CanonicalState(part, self.keys).table(n)
+                    tc = CanonicalState(part, self.keys, self._row_memo).table(n)
                     with dom.lock:
                         cache[ck] = tc
                         while len(cache) > _CANON_CACHE_SIZE:
