@@ -325,9 +325,10 @@ def canonical_dump(state: dict, keys: StateKeys | None = None) -> str:
     return canon_json(canonicalize(state, keys))
 
 
-def state_hash(state: dict, keys: StateKeys | None = None) -> str:
-    """sha256 of the canonical form (equal hashes <=> DIFF 0 with the same keys)."""
-    cs = CanonicalState(state, keys)
+def state_hash(state: dict, keys: StateKeys | None = None, row_memo: dict | None = None) -> str:
+    """sha256 of the canonical form (equal hashes <=> DIFF 0 with the same keys); `row_memo`: see
+    CanonicalState."""
+    cs = CanonicalState(state, keys, row_memo)
     return hash_tables({t: cs.table(t).digest for t in cs.tables() if cs.table(t).keys})
 
 
@@ -385,10 +386,10 @@ def diff_canonical(a: "CanonicalState", b: "CanonicalState", tables: Iterable[st
 
 
 def diff(a: dict, b: dict, exclude_keys: Iterable[str] = DEFAULT_EXCLUDE_KEYS,
-         tables: Iterable[str] | None = None, keys: StateKeys | None = None) -> dict:
+         tables: Iterable[str] | None = None, keys: StateKeys | None = None, row_memo: dict | None = None) -> dict:
     """Per-table symmetric-difference counts between two states (multiset semantics).
 
     Returns {"total": int, "tables": {table: {"only_a": n, "only_b": n}}} (tables with 0 omitted).
     """
     k = as_keys(keys, exclude_keys)
-    return diff_canonical(CanonicalState(a, k), CanonicalState(b, k), tables)
+    return diff_canonical(CanonicalState(a, k, row_memo), CanonicalState(b, k, row_memo), tables)

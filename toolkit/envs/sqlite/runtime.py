@@ -71,7 +71,9 @@ class SqliteEnvironment(Environment):
         dkeys = domain.keys if domain.keys is not None else StateKeys(domain.exclude_keys)
         self.keys: StateKeys = dkeys.with_exclude(extra) if extra else dkeys
         self._keys_sig = json.dumps(self.keys.to_json(), sort_keys=True)
-        self._row_memo: dict = {}  # row keys by (table, row, references) under self.keys
+        # row keys by (table, row, references) under self.keys, shared by the domain's environments
+        # (dict.setdefault is atomic: no lock, a constructor may run under the domain's lock)
+        self._row_memo: dict = domain.row_memos.setdefault(self._keys_sig, {})
         self._deps = {t: self._dep_tables(t) for t in domain.tables}
         self._canon_key: Any = None
         self._canon_val: dict[str, TableCanon] = {}
@@ -253,7 +255,7 @@ class SqliteEnvironment(Environment):
         return self.keys
 
     def hash_state(self, state: dict) -> str:
-        return state_hash(state, self.keys)
+        return state_hash(state, self.keys, row_memo=self._row_memo)
 
     def _dep_tables(self, name: str) -> tuple[str, ...]:
         """`name` and every table its references reach (transitively), in a fixed order."""
@@ -358,7 +360,7 @@ class SqliteEnvironment(Environment):
 
     def diff(self, a: dict, b: dict | None = None) -> dict:
         """DIFF(a, b) with this domain's technical keys; b defaults to the current state."""
-        return _state_diff(a, self.snapshot() if b is None else b, keys=self.keys)
+        return _state_diff(a, self.snapshot() if b is None else b, keys=self.keys, row_memo=self._row_memo)
 
     def close(self) -> None:
         try:
