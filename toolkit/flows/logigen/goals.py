@@ -336,6 +336,7 @@ class GoalExplorer:
         insert drafts (the boundary search), 1: a random half of the tools (a chain step)."""
         view = self.view
         out: list[Probe] = []
+        owned: dict = {}  # (table, row key) -> owns, for updates that change no reference
         tools = list(self.writes)
         rng.shuffle(tools)
         for td in tools if width > 1 else tools[:max(3, len(tools) // 2)]:
@@ -394,9 +395,26 @@ class GoalExplorer:
                         c = rng.choice(enums)
                         args[c.name] = rng.choice(c.enum)
                     ps.append(Probe(td.name, args, "insert", td.table))
-            out += [p for p in ps if self.owns(state, p, who)]
+            out += [p for p in ps if self._owns_cached(state, p, who, owned)]
         rng.shuffle(out)
         return out
+
+    def _owns_cached(self, state: dict, p: Probe, who: Any, memo: dict) -> bool:
+        """`owns` with the answer for an update that changes no reference kept per row key (it
+        depends on the row only: several changes of the same row are asked in a row)."""
+        if p.kind != "update" or self.principal is None or who is None or p.table == self.principal:
+            return self.owns(state, p, who)
+        fks = self.view._fks
+        if any((p.table, k) in fks for k in p.args):
+            return self.owns(state, p, who)
+        try:
+            ck = (p.table, tuple([p.args.get(k) for k in self.view.tables[p.table].pk]))
+            hit = memo.get(ck)
+        except TypeError:
+            return self.owns(state, p, who)
+        if hit is None:
+            hit = memo[ck] = self.owns(state, p, who)
+        return hit
 
     # -- one write with its lookup ---------------------------------------------------------------
 
