@@ -218,7 +218,10 @@ class SqliteEnvironment(Environment):
         """The current state as bytes (SQLite serialize): `restore(cp)` returns to it exactly,
         much cheaper than snapshot() + reset(state) (a search that probes many calls uses it)."""
         with self._lock:
-            data = self._conn.serialize()
+            ld = self._loaded
+            # untouched since a load: the loaded bytes are this state (no serialize; restoring
+            # them later is then a no-op while nothing is written)
+            data = ld[0] if ld is not None and ld[1] == self._conn.total_changes else self._conn.serialize()
             # a checkpoint of a state whose canonical form is known: restore(cp) reuses it
             if self._canon_key == (self._gen, self._conn.total_changes):
                 self._remember_canon(data, (dict(self._raw), dict(self._canon_val), dict(self._raw_id)))
