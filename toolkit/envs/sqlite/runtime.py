@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.envs.base import Environment, ToolResult
-from toolkit.envs.sqlite.compiler import _load_state_bytes, build_domain
+from toolkit.envs.sqlite.compiler import _load_state_bytes, _remember_state_bytes, build_domain
 from toolkit.envs.sqlite.domain import (
     Column,
     CompiledDomain,
@@ -350,6 +350,15 @@ class SqliteEnvironment(Environment):
             for t in self.domain.tables.values():
                 out[t.name] = self._rows(t, self._conn.execute(self._snap_sql[t.name]).fetchall())
         return out
+
+    def snapshot_loadable(self) -> dict:
+        """snapshot(), and a later reset() to that dict (in any environment of this domain) loads
+        this state's bytes instead of rebuilding the database from its rows."""
+        st = self.snapshot()
+        # an untyped column's bytes come back as text in the dict: rebuilding differs, keep it so
+        if not any(t.untyped for t in self.domain.tables.values()):
+            _remember_state_bytes(self.domain, st, self.checkpoint())
+        return st
 
     def state_hash(self) -> str:
         """Cached until the state changes: every write (triggers included, rolled back or not)

@@ -269,7 +269,7 @@ class RuleCoverage:
     def _snap(self) -> dict:
         """The walker's state as a dict, its checkpoint kept for `_load` (no rebuild from rows)."""
         w = self.gx.walker
-        st = w.snapshot()
+        st = w.env.snapshot_loadable()  # a chain from it later resets to this dict
         self._cps[id(st)] = (st, w.cp())
         return st
 
