@@ -347,8 +347,13 @@ class SqliteEnvironment(Environment):
     def snapshot(self) -> dict:
         out: dict[str, list[dict]] = {}
         with self._lock:
+            # the rows canonical() read (same query) while the state has not changed since
+            raw = self._raw if self._canon_key == (self._gen, self._conn.total_changes) else {}
             for t in self.domain.tables.values():
-                out[t.name] = self._rows(t, self._conn.execute(self._snap_sql[t.name]).fetchall())
+                rows = raw.get(t.name)
+                if rows is None:
+                    rows = self._conn.execute(self._snap_sql[t.name]).fetchall()
+                out[t.name] = self._rows(t, rows)
         return out
 
     def snapshot_loadable(self) -> dict:
