@@ -627,7 +627,7 @@ def analyze(domain: Any) -> DomainAnalysis:
     return out
 
 
-_ANALYZED: dict[int, tuple[Any, "DomainAnalysis"]] = {}
+_ANALYZED: dict[int, tuple[Any, DomainAnalysis]] = {}
 
 
 def _analyze(dom: Any) -> DomainAnalysis:

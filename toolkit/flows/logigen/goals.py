@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import math
 import random
 from datetime import date, timedelta
 from typing import Any
@@ -110,7 +111,7 @@ def _row(state: dict, table: str, key: dict) -> dict | None:
     idx = hit[1]
     vals = tuple(key.values())
     # a dict finds a NaN by identity where == says not equal: NaN (never stored by SQLite) scans
-    if idx is not None and all(v == v for v in vals):
+    if idx is not None and not any(isinstance(v, float) and math.isnan(v) for v in vals):
         try:
             return idx.get(vals)
         except TypeError:
