@@ -608,3 +608,66 @@ def test_package_split_keeps_the_module_surface_and_registration():
     sizes = {p.name: len(p.read_text(encoding="utf-8").splitlines()) for p in Path(S.__file__).parent.glob("*.py")}
     assert {"domain.py", "sqltext.py", "guard.py", "tools.py", "compiler.py", "runtime.py"} <= set(sizes)
     assert {n: k for n, k in sizes.items() if k > 800} == {}
+
+
+def test_checkpoint_restore_and_snapshot_shortcuts_stay_exact():
+    """restore() skipped and checkpoint() returning the loaded bytes while nothing was written,
+    snapshot() reusing the rows canonical() read, snapshot_loadable() bytes reused by reset():
+    after every step the environment's answers equal a direct read of its database."""
+    import sqlite3
+
+    from toolkit.domains import load_tasks
+    from toolkit.scoring.state import state_hash
+
+    def read(conn, dom):
+        out = {}
+        for t in dom.tables.values():
+            order = ", ".join(f'"{k}"' for k in t.pk) if t.pk else "rowid"
+            out[t.name] = [tuple(r) for r in conn.execute(f'SELECT * FROM "{t.name}" ORDER BY {order}')]
+        return out
+
+    def rows_of(snap):
+        return {t: [tuple(r.values()) for r in rows] for t, rows in snap.items()}
+
+    rng = random.Random(5)
+    calls = [a for rec in load_tasks("airline") for a in rec["task"]["ground_truth"]["actions"]]
+    calls += [{"name": "update_reservation", "arguments": {"reservation_id": 1003, "status": "cancelled"}},
+              {"name": "update_customer", "arguments": {"user_id": "nobody", "membership": "gold"}}]
+    env = load_env({"backend": "sqlite", "id": "airline"})
+    dom = env.domain
+    cps = [(env.checkpoint(), read(env._conn, dom))]
+    try:
+        for step in range(120):
+            x = rng.random()
+            if x < 0.45:
+                a = rng.choice(calls)
+                env.call(a["name"], a["arguments"])
+            elif x < 0.65:
+                cps.append((env.checkpoint(), read(env._conn, dom)))
+            elif x < 0.9:
+                cp, want = rng.choice(cps)
+                env.restore(cp)
+                if rng.random() < 0.5:
+                    env.restore(cp)  # twice: the second is skipped
+                assert read(env._conn, dom) == want, step
+            else:
+                st = env.snapshot_loadable()
+                other = SqliteEnvironment(dom)
+                try:
+                    other.reset(st)
+                    assert read(other._conn, dom) == read(env._conn, dom), step
+                finally:
+                    other.close()
+            if rng.random() < 0.5:
+                env.state_hash()  # canonical() current: the next snapshot reuses its rows
+            live = read(env._conn, dom)
+            snap = env.snapshot()
+            assert rows_of(snap) == live, step
+            assert env.state_hash() == state_hash(snap, env.state_keys()), step
+            cp = env.checkpoint()
+            plain = sqlite3.connect(":memory:")
+            plain.deserialize(cp)
+            assert read(plain, dom) == live, step
+            plain.close()
+    finally:
+        env.close()

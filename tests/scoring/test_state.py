@@ -282,3 +282,37 @@ def test_reference_cycles_are_order_independent():
         assert json.loads(ref["row"]) == {"label": "a", "parent_id": {"$ref": "node"}}
     finally:
         env.close()
+
+
+def test_row_memo_gives_the_canonical_form_of_no_memo():
+    """CanonicalState's optional row memo (shared across states) returns exactly the row keys
+    computed without it: a referencing row whose referenced row changed gets a new key, and equal
+    cells of another type (1 / 1.0 / True) give the same key as computed from scratch."""
+    import copy
+
+    from toolkit.scoring.state import CanonicalState
+
+    env = load_env({"backend": "sqlite", "id": "airline"})
+    try:
+        keys = env.state_keys()
+        a = env.snapshot()
+    finally:
+        env.close()
+    pay = a["payment"][0]
+    res = next(r for r in a["reservation"] if r["reservation_id"] == pay["reservation_id"])
+    b = copy.deepcopy(a)
+    rb = next(r for r in b["reservation"] if r["reservation_id"] == pay["reservation_id"])
+    rb["passenger_count"] = res["passenger_count"] + 1  # the payment's reservation changes
+    c = copy.deepcopy(a)
+    c["reservation"] = [dict(r, passenger_count=float(r["passenger_count"])) for r in c["reservation"]]
+    memo: dict = {}
+    for st in (a, b, c, a, b):
+        plain = CanonicalState(st, keys)
+        memoed = CanonicalState(st, keys, memo)
+        for t in st:
+            assert memoed.table(t).keys == plain.table(t).keys, t
+    assert memo  # the memo was used
+    pa = CanonicalState(a, keys, memo).table("payment").keys
+    pb = CanonicalState(b, keys, memo).table("payment").keys
+    assert pa != pb  # the reference resolves to the changed reservation's key
+    assert CanonicalState(c, keys, memo).table("reservation").keys == CanonicalState(a, keys).table("reservation").keys

@@ -214,9 +214,12 @@ class TableCanon:
 class CanonicalState:
     """Canonical form of one state dict, computed table by table on demand (memoized)."""
 
-    def __init__(self, state: dict, keys: StateKeys | None = None):
+    def __init__(self, state: dict, keys: StateKeys | None = None, row_memo: dict | None = None):
         self.state = state if isinstance(state, dict) else {}
         self.keys = keys or StateKeys()
+        # optional {(table, row items, resolved references): row key}, shared by the caller across
+        # states of the same StateKeys (a state that differs in one row re-dumps only that row)
+        self._row_memo = row_memo
         self._memo: dict[str, TableCanon] = {}
         self._lookups: dict[tuple, dict] = {}
         self._stack: set[str] = set()
@@ -253,28 +256,50 @@ class CanonicalState:
         try:
             out: list[str] = []
             cv = canon_value
+            memo = self._row_memo
             for r in rows:
                 if not isinstance(r, dict):
                     out.append(canon_json(cv(r)))
                     continue
-                obj = {str(k): cv(v) for k, v in r.items() if k not in drop}
-                done: set[str] = set()
+                repl: dict = {}
                 for ref in refs:
                     c = ref.column
-                    if c in done or c in drop or c not in r or not ref.applies(r):
+                    if c in repl or c in drop or c not in r or not ref.applies(r):
                         continue
-                    done.add(c)
                     v = r[c]
                     if v is None:
+                        repl[c] = None  # kept as is
                         continue
                     lk = None if (name, ref) in self.keys.cyclic else self._lookup(ref)
                     if lk is None:
-                        obj[c] = {"$ref": ref.to_table}
+                        repl[c] = {"$ref": ref.to_table}
                     else:
                         key = lk.get(_ref_lookup_key(v))
-                        obj[c] = ({"$ref": ref.to_table, "row": key} if key is not None
-                                  else {"$ref": ref.to_table, "missing": cv(v)})
-                out.append(canon_json(obj))
+                        repl[c] = ({"$ref": ref.to_table, "row": key} if key is not None
+                                   else {"$ref": ref.to_table, "missing": cv(v)})
+                mk = None
+                if memo is not None:
+                    # equal cells have equal canonical values (1 == 1.0 == True -> 1), so equal
+                    # items and references give the same row key
+                    try:
+                        mk = (name, tuple(r.items()),
+                              tuple((c, None if x is None else tuple(x.items())) for c, x in repl.items()))
+                        hit = memo.get(mk)
+                    except TypeError:
+                        mk = hit = None
+                    if hit is not None:
+                        out.append(hit)
+                        continue
+                obj = {str(k): cv(v) for k, v in r.items() if k not in drop}
+                for c, x in repl.items():
+                    if x is not None:
+                        obj[c] = x
+                rk = canon_json(obj)
+                if mk is not None:
+                    if len(memo) > 200000:
+                        memo.clear()
+                    memo[mk] = rk
+                out.append(rk)
             return out
         finally:
             self._stack.discard(name)
@@ -300,9 +325,10 @@ def canonical_dump(state: dict, keys: StateKeys | None = None) -> str:
     return canon_json(canonicalize(state, keys))
 
 
-def state_hash(state: dict, keys: StateKeys | None = None) -> str:
-    """sha256 of the canonical form (equal hashes <=> DIFF 0 with the same keys)."""
-    cs = CanonicalState(state, keys)
+def state_hash(state: dict, keys: StateKeys | None = None, row_memo: dict | None = None) -> str:
+    """sha256 of the canonical form (equal hashes <=> DIFF 0 with the same keys); `row_memo`: see
+    CanonicalState."""
+    cs = CanonicalState(state, keys, row_memo)
     return hash_tables({t: cs.table(t).digest for t in cs.tables() if cs.table(t).keys})
 
 
@@ -360,10 +386,10 @@ def diff_canonical(a: "CanonicalState", b: "CanonicalState", tables: Iterable[st
 
 
 def diff(a: dict, b: dict, exclude_keys: Iterable[str] = DEFAULT_EXCLUDE_KEYS,
-         tables: Iterable[str] | None = None, keys: StateKeys | None = None) -> dict:
+         tables: Iterable[str] | None = None, keys: StateKeys | None = None, row_memo: dict | None = None) -> dict:
     """Per-table symmetric-difference counts between two states (multiset semantics).
 
     Returns {"total": int, "tables": {table: {"only_a": n, "only_b": n}}} (tables with 0 omitted).
     """
     k = as_keys(keys, exclude_keys)
-    return diff_canonical(CanonicalState(a, k), CanonicalState(b, k), tables)
+    return diff_canonical(CanonicalState(a, k, row_memo), CanonicalState(b, k, row_memo), tables)

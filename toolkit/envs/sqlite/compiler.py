@@ -103,10 +103,25 @@ def _check_fks(conn: sqlite3.Connection, what: str) -> None:
         raise DomainError(f"{what}: {len(bad)} foreign-key violation(s), e.g. {tbl} rowid {rowid} -> {parent}")
 
 
+def _state_key(state: dict) -> str:
+    return hashlib.sha256(json.dumps(state, sort_keys=True, ensure_ascii=False, default=str)
+                          .encode("utf-8")).hexdigest()
+
+
+def _remember_state_bytes(dom: CompiledDomain, state: dict, data: bytes) -> None:
+    """Let a later `_load_state_bytes(dom, state)` return `data` (a serialized DB holding exactly
+    `state`, e.g. the checkpoint `state` was snapshotted from) instead of rebuilding it."""
+    key = _state_key(state)
+    with dom.lock:
+        dom.state_cache[key] = data
+        dom.state_cache.move_to_end(key)
+        while len(dom.state_cache) > _STATE_CACHE_SIZE:
+            dom.state_cache.popitem(last=False)
+
+
 def _load_state_bytes(dom: CompiledDomain, state: dict) -> bytes:
     """Serialized DB holding `state` (triggers silenced while loading, re-created after)."""
-    key = hashlib.sha256(json.dumps(state, sort_keys=True, ensure_ascii=False, default=str)
-                         .encode("utf-8")).hexdigest()
+    key = _state_key(state)
     with dom.lock:
         hit = dom.state_cache.get(key)
         if hit is not None:

@@ -111,6 +111,7 @@ class CompiledDomain:
     write_sets: dict = field(default_factory=dict)  # tool name -> tables it may write (None: unknown)
     content_ids: dict = field(default_factory=dict)  # (table, rows) -> content id (never reused)
     content_ids_base: int = 0
+    row_memos: dict = field(default_factory=dict)  # keys signature -> {(table, row, refs): row key}
     lock: Any = field(default_factory=threading.Lock)
 
 

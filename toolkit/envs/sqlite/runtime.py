@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.envs.base import Environment, ToolResult
-from toolkit.envs.sqlite.compiler import _load_state_bytes, build_domain
+from toolkit.envs.sqlite.compiler import _load_state_bytes, _remember_state_bytes, build_domain
 from toolkit.envs.sqlite.domain import (
     Column,
     CompiledDomain,
@@ -71,6 +71,9 @@ class SqliteEnvironment(Environment):
         dkeys = domain.keys if domain.keys is not None else StateKeys(domain.exclude_keys)
         self.keys: StateKeys = dkeys.with_exclude(extra) if extra else dkeys
         self._keys_sig = json.dumps(self.keys.to_json(), sort_keys=True)
+        # row keys by (table, row, references) under self.keys, shared by the domain's environments
+        # (dict.setdefault is atomic: no lock, a constructor may run under the domain's lock)
+        self._row_memo: dict = domain.row_memos.setdefault(self._keys_sig, {})
         self._deps = {t: self._dep_tables(t) for t in domain.tables}
         self._canon_key: Any = None
         self._canon_val: dict[str, TableCanon] = {}
@@ -215,7 +218,10 @@ class SqliteEnvironment(Environment):
         """The current state as bytes (SQLite serialize): `restore(cp)` returns to it exactly,
         much cheaper than snapshot() + reset(state) (a search that probes many calls uses it)."""
         with self._lock:
-            data = self._conn.serialize()
+            ld = self._loaded
+            # untouched since a load: the loaded bytes are this state (no serialize; restoring
+            # them later is then a no-op while nothing is written)
+            data = ld[0] if ld is not None and ld[1] == self._conn.total_changes else self._conn.serialize()
             # a checkpoint of a state whose canonical form is known: restore(cp) reuses it
             if self._canon_key == (self._gen, self._conn.total_changes):
                 self._remember_canon(data, (dict(self._raw), dict(self._canon_val), dict(self._raw_id)))
@@ -230,8 +236,13 @@ class SqliteEnvironment(Environment):
             self._cp_canon.popitem(last=False)
 
     def restore(self, cp: bytes) -> None:
-        """Back to a `checkpoint()` of this environment."""
+        """Back to a `checkpoint()` of this environment. A no-op when the environment was loaded
+        from these very bytes and nothing was written since (total_changes unchanged): a search
+        that returns to its base after every probe mostly finds itself there already."""
         with self._lock:
+            ld = self._loaded
+            if ld is not None and ld[0] is cp and ld[1] == self._conn.total_changes:
+                return
             self._load(cp)
 
     def initial_state_hash(self) -> str:
@@ -247,7 +258,7 @@ class SqliteEnvironment(Environment):
         return self.keys
 
     def hash_state(self, state: dict) -> str:
-        return state_hash(state, self.keys)
+        return state_hash(state, self.keys, row_memo=self._row_memo)
 
     def _dep_tables(self, name: str) -> tuple[str, ...]:
         """`name` and every table its references reach (transitively), in a fixed order."""
@@ -309,7 +320,7 @@ class SqliteEnvironment(Environment):
                     tc = cache.get(ck)
                 if tc is None:
                     part = {d: self._rows(tables[d], list(raw[d])) for d in deps}
-                    tc = CanonicalState(part, self.keys).table(n)
+                    tc = CanonicalState(part, self.keys, self._row_memo).table(n)
                     with dom.lock:
                         cache[ck] = tc
                         while len(cache) > _CANON_CACHE_SIZE:
@@ -336,9 +347,23 @@ class SqliteEnvironment(Environment):
     def snapshot(self) -> dict:
         out: dict[str, list[dict]] = {}
         with self._lock:
+            # the rows canonical() read (same query) while the state has not changed since
+            raw = self._raw if self._canon_key == (self._gen, self._conn.total_changes) else {}
             for t in self.domain.tables.values():
-                out[t.name] = self._rows(t, self._conn.execute(self._snap_sql[t.name]).fetchall())
+                rows = raw.get(t.name)
+                if rows is None:
+                    rows = self._conn.execute(self._snap_sql[t.name]).fetchall()
+                out[t.name] = self._rows(t, rows)
         return out
+
+    def snapshot_loadable(self) -> dict:
+        """snapshot(), and a later reset() to that dict (in any environment of this domain) loads
+        this state's bytes instead of rebuilding the database from its rows."""
+        st = self.snapshot()
+        # an untyped column's bytes come back as text in the dict: rebuilding differs, keep it so
+        if not any(t.untyped for t in self.domain.tables.values()):
+            _remember_state_bytes(self.domain, st, self.checkpoint())
+        return st
 
     def state_hash(self) -> str:
         """Cached until the state changes: every write (triggers included, rolled back or not)
@@ -352,7 +377,7 @@ class SqliteEnvironment(Environment):
 
     def diff(self, a: dict, b: dict | None = None) -> dict:
         """DIFF(a, b) with this domain's technical keys; b defaults to the current state."""
-        return _state_diff(a, self.snapshot() if b is None else b, keys=self.keys)
+        return _state_diff(a, self.snapshot() if b is None else b, keys=self.keys, row_memo=self._row_memo)
 
     def close(self) -> None:
         try:

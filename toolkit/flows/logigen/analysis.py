@@ -615,7 +615,22 @@ def analyze(domain: Any) -> DomainAnalysis:
         dom = compiled_from_path(domain)
     else:
         raise TypeError(f"analyze() needs a SqliteEnvironment, CompiledDomain or path, got {type(domain).__name__}")
+    # one analysis per compiled domain (by identity; the entry keeps the domain alive): the
+    # synthesis and the violation search ask for it again per rule. Callers only read it.
+    hit = _ANALYZED.get(id(dom))
+    if hit is not None and hit[0] is dom:
+        return hit[1]
+    out = _analyze(dom)
+    _ANALYZED[id(dom)] = (dom, out)
+    while len(_ANALYZED) > 16:
+        _ANALYZED.pop(next(iter(_ANALYZED)))
+    return out
 
+
+_ANALYZED: dict[int, tuple[Any, DomainAnalysis]] = {}
+
+
+def _analyze(dom: Any) -> DomainAnalysis:
     # which tools write each table (directly, or through AFTER-trigger cascades)
     writers: dict[tuple[str, str], list[str]] = {}  # (table, event) -> tools
     for t in dom.tables:

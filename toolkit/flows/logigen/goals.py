@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import copy
 import itertools
+import math
 import random
+from datetime import date, timedelta
 from typing import Any
 
 from toolkit.flows.logigen.explorer import (
@@ -35,6 +37,7 @@ from toolkit.flows.logigen.explorer import (
     Draft,
     Probe,
     alt_values,
+    copy_args,
     insert_args,
     update_candidates,
 )
@@ -61,7 +64,7 @@ class Walker:
 
     def call(self, name: str, args: dict):
         self.calls += 1
-        return self.env.call(name, copy.deepcopy(args))
+        return self.env.call(name, copy_args(args))
 
     def cp(self) -> bytes:
         return self.env.checkpoint()
@@ -84,8 +87,36 @@ class Walker:
         return r
 
 
+_ROW_INDEX: dict = {}
+
+
 def _row(state: dict, table: str, key: dict) -> dict | None:
-    return next((r for r in state.get(table, []) if all(r.get(k) == v for k, v in key.items())), None)
+    """The first row of `table` whose columns equal `key`'s values. An index per rows list and key
+    columns (by identity and length; the entry keeps the list alive: state rows are never edited in
+    place) answers the repeated look-ups of a candidate scan; unhashable values scan."""
+    rows = state.get(table, [])
+    cols = tuple(key)
+    ik = (id(rows), len(rows), cols)
+    hit = _ROW_INDEX.get(ik)
+    if hit is None or hit[0] is not rows:
+        idx: dict | None = {}
+        try:
+            for r in rows:
+                idx.setdefault(tuple([r.get(c) for c in cols]), r)
+        except TypeError:
+            idx = None
+        if len(_ROW_INDEX) > 4096:
+            _ROW_INDEX.clear()
+        hit = _ROW_INDEX[ik] = (rows, idx)
+    idx = hit[1]
+    vals = tuple(key.values())
+    # a dict finds a NaN by identity where == says not equal: NaN (never stored by SQLite) scans
+    if idx is not None and not any(isinstance(v, float) and math.isnan(v) for v in vals):
+        try:
+            return idx.get(vals)
+        except TypeError:
+            pass
+    return next((r for r in rows if all(r.get(k) == v for k, v in key.items())), None)
 
 
 def _is_date(v: Any) -> bool:
@@ -273,7 +304,7 @@ class GoalExplorer:
             row = _row(state, p.table, {k: p.args.get(k) for k in t.pk})
             if row is None or self.owner_of(state, p.table, row) != who:
                 return False
-            if p.table != self.principal and not any(self.view.fk(p.table, k) for k in p.args):
+            if p.table != self.principal and not any((p.table, k) in self.view._fks for k in p.args):
                 return True  # no reference changes: the row stays whose it was
             new = {**row, **p.args}
             return self.owner_of(state, p.table, new) == who
@@ -306,6 +337,7 @@ class GoalExplorer:
         insert drafts (the boundary search), 1: a random half of the tools (a chain step)."""
         view = self.view
         out: list[Probe] = []
+        owned: dict = {}  # (table, row key) -> owns, for updates that change no reference
         tools = list(self.writes)
         rng.shuffle(tools)
         for td in tools if width > 1 else tools[:max(3, len(tools) // 2)]:
@@ -323,6 +355,11 @@ class GoalExplorer:
             else:
                 ps = []
                 rows = list(state.get(td.table) or [])
+                # per call: the anchors among a reference's keys, the latest date of a column and
+                # the enum columns depend on the state and the table only, not on the draw
+                mine_of: dict = {}
+                latest_of: dict = {}
+                enum_cols = [c for c in view.tables[td.table].columns if c.enum and not c.pk]
                 for _ in range(5 * width):
                     args = insert_args(view, state, td, rng, rng.choice(rows) if rows else None)
                     for k in list(args):
@@ -341,24 +378,44 @@ class GoalExplorer:
                                 if own:
                                     args[k] = rng.choice(own)
                                 continue
-                        mine = [a for a in sorted(anchors, key=str) if a in view.ref_values(state, fk)]
+                        mine = mine_of.get(k)
+                        if mine is None:
+                            refs = view.ref_values(state, fk)
+                            mine = mine_of[k] = [a for a in sorted(anchors, key=str) if a in refs]
                         if mine and rng.random() < 0.5:
                             args[k] = rng.choice(mine)
                     for k, x in list(args.items()):
                         if _is_date(x) and rng.random() < 0.6:
                             # a date at or after the latest one of the column (bookings lie ahead)
-                            latest = max((r.get(k) for r in rows if _is_date(r.get(k))), default=x)
-                            from datetime import date, timedelta
-
+                            if k not in latest_of:
+                                latest_of[k] = max((r.get(k) for r in rows if _is_date(r.get(k))), default=None)
+                            latest = latest_of[k] if latest_of[k] is not None else x
                             args[k] = (date.fromisoformat(latest) + timedelta(days=rng.randint(0, 6))).isoformat()
-                    enums = [c for c in view.tables[td.table].columns if c.enum and c.name in args and not c.pk]
+                    enums = [c for c in enum_cols if c.name in args]
                     if enums and rng.random() < 0.5:
                         c = rng.choice(enums)
                         args[c.name] = rng.choice(c.enum)
                     ps.append(Probe(td.name, args, "insert", td.table))
-            out += [p for p in ps if self.owns(state, p, who)]
+            out += [p for p in ps if self._owns_cached(state, p, who, owned)]
         rng.shuffle(out)
         return out
+
+    def _owns_cached(self, state: dict, p: Probe, who: Any, memo: dict) -> bool:
+        """`owns` with the answer for an update that changes no reference kept per row key (it
+        depends on the row only: several changes of the same row are asked in a row)."""
+        if p.kind != "update" or self.principal is None or who is None or p.table == self.principal:
+            return self.owns(state, p, who)
+        fks = self.view._fks
+        if any((p.table, k) in fks for k in p.args):
+            return self.owns(state, p, who)
+        try:
+            ck = (p.table, tuple([p.args.get(k) for k in self.view.tables[p.table].pk]))
+            hit = memo.get(ck)
+        except TypeError:
+            return self.owns(state, p, who)
+        if hit is None:
+            hit = memo[ck] = self.owns(state, p, who)
+        return hit
 
     # -- one write with its lookup ---------------------------------------------------------------
 

@@ -50,8 +50,8 @@ def execute(env_base: Any, origin: dict, actions: list[dict]) -> tuple[dict, lis
             raise ValueError(f"action {i} ({a['name']}) failed: {err.get('code')}: {err.get('message')}")
         results.append({"ok": res.ok, "code": err.get("code"), "rule": err.get("violated_rule"),
                         "message": err.get("message")})
-    return env.snapshot(), results
+    return env.snapshot_loadable(), results
 
 
 def canonical_state(env_base: Any, state: dict) -> dict:
-    return _scratch_env(env_base, state).snapshot()
+    return _scratch_env(env_base, state).snapshot_loadable()

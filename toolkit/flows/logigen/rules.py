@@ -237,7 +237,7 @@ class RuleCoverage:
                 r = w.call(c["name"], c["arguments"])
                 if not r.ok:
                     return None
-            return w.snapshot()
+            return self._snap()
         finally:
             w.restore(self.gx.base_cp)
 
@@ -265,6 +265,13 @@ class RuleCoverage:
                 self.dropped[rule] = ("no N-1 state found: no accepted call makes the violating one cross the "
                                       "rule (its condition may depend on the call's arguments only)")
         self.gx.walker.restore(self.gx.base_cp)
+
+    def _snap(self) -> dict:
+        """The walker's state as a dict, its checkpoint kept for `_load` (no rebuild from rows)."""
+        w = self.gx.walker
+        st = w.env.snapshot_loadable()  # a chain from it later resets to this dict
+        self._cps[id(st)] = (st, w.cp())
+        return st
 
     def _load(self, state: dict) -> None:
         w = self.gx.walker
@@ -462,7 +469,7 @@ class RuleCoverage:
             h0 = w.hash()
             r = w.call(p.name, p.args)
             if r.ok and w.hash() != h0:
-                seeds.append((w.snapshot(), {"by": "executed calls", "calls": [p.call()]}))
+                seeds.append((self._snap(), {"by": "executed calls", "calls": [p.call()]}))
             w.restore(gx.base_cp)
         seeds.append((gx.base, {"by": "s_origin already one action away (verified)"}))
         budget = self.max_calls
