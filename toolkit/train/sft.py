@@ -357,7 +357,6 @@ def build_dataset(tok, rows: list[dict], assistant_only: bool, max_length: int |
 
 
 def train(rows: list[dict], cfg: dict, model_path: str, out_dir: str) -> dict:
-    import torch
     from transformers import AutoModelForCausalLM
     from trl import SFTConfig, SFTTrainer
 
