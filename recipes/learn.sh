@@ -36,8 +36,8 @@ case "$scale" in
   # n: tasks synthesized; held: held-out cap; k: rollouts per held-out task; turns/tokens: per episode / reply;
   # lr: SFT learning rate; G: GRPO group size; sys: the agent's system prompt (the domain policy) kept or
   # dropped, at training and at evaluation alike
-  smoke) n=60;  held=3;  k=1; turns=3; toks=112; sft_steps=6;   grpo_steps=1;  G=2; max_len=3072; lr=2.0e-4; sys=keep; cn=2 ;;
-  cpu)   n=200; held=20; k=1; turns=3; toks=112; sft_steps=60;  grpo_steps=2;  G=2; max_len=3072; lr=2.0e-4; sys=keep; cn=8 ;;
+  smoke) n=60;  held=3;  k=1; turns=3; toks=112; sft_steps=6;   grpo_steps=1;  G=2; max_len=3072; lr=2.0e-4; sys=drop; cn=2 ;;
+  cpu)   n=200; held=20; k=1; turns=3; toks=112; sft_steps=130; grpo_steps=2;  G=2; max_len=3072; lr=2.0e-4; sys=drop; cn=8 ;;
   gpu)   n=400; held=60; k=4; turns=8; toks=256; sft_steps=600; grpo_steps=40; G=8; max_len=4096; lr=5.0e-5; sys=keep; cn=60 ;;
   *) echo "learn.sh: --scale smoke|cpu|gpu" >&2; exit 2 ;;
 esac

@@ -53,6 +53,26 @@ def test_split_on_a_sqlite_domain_shares_catalogue_rows_only():
     assert (len(held), len(train), len(dropped)) == (1, 6, 1)
 
 
+def test_split_mixes_the_held_out_signatures():
+    """One customer's same-kind tasks add the fewest new keys; without stratification the held-out
+    set is all that kind (airline seed 7: 15 of 20 new reservations), with it the kinds alternate."""
+    def t(tid, name, **ids):
+        r = _task(tid, f"T-{tid}", **ids)
+        r["task"]["ground_truth"]["actions"][0]["name"] = name
+        return r
+
+    tasks = [t("a1", "update_x", user_id="u1"), t("a2", "update_x", user_id="u1"), t("a3", "update_x", user_id="u1"),
+             t("b1", "insert_y", user_id="u1", reservation_id=1), t("c1", "update_x", user_id="u2"),
+             t("d1", "insert_y", user_id="u3", reservation_id=2)]
+    for seed in range(6):
+        _, held, _ = L.split(tasks, 0.34, seed, stratify=False)
+        assert [L.signature(h) for h in held] == [("update_x",), ("update_x",)], seed
+        train, held, dropped = L.split(tasks, 0.34, seed)
+        assert sorted(L.signature(h) for h in held) == [("insert_y",), ("update_x",)], seed
+        hk = set().union(*(L.task_keys(h) for h in held))
+        assert not any(L.task_keys(x) & hk for x in train) and len(train) + len(held) + len(dropped) == 6
+
+
 def _traj(task_reward_turns):
     tid, reward, noop, turns = task_reward_turns
     msgs = [{"role": "user", "content": "hi"}]

@@ -174,8 +174,8 @@ class Phrases:
             return f"moved to {words(fk.get('table'))} {new} (instead of {old})"
         if c is not None and c.enum:
             return f"{words(new)} (it is {words(old)} now)"
-        if _is_date(new):
-            return f"on {new} instead of {old}"
+        if _is_date(new):  # "date of birth 1979-01-31 instead of ...": the date says which one
+            return f"{words(col)} {new} instead of {old}"
         if isinstance(new, (int, float)) and not isinstance(new, bool):
             return f"{new} {words(col)} instead of {old}"
         return f"{words(col)} '{new}' instead of '{old}'"
