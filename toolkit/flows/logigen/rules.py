@@ -31,6 +31,9 @@ from toolkit.flows.logigen.explorer import (
     canonical_state,
 )
 
+DEFAULT_MAX_DRAWS = 200  # `boundary_max_draws`: fruitless random draws per rule before it is dropped
+DEFAULT_TARGETED_DRAWS = 400
+
 
 @dataclass
 class Witness:
@@ -40,14 +43,20 @@ class Witness:
 
 
 class RuleCoverage:
-    def __init__(self, gx: Any, rng: random.Random, max_calls: int = 1000):
+    def __init__(self, gx: Any, rng: random.Random, max_calls: int = 1000, max_draws: int = DEFAULT_MAX_DRAWS,
+                 targeted_draws: int = DEFAULT_TARGETED_DRAWS):
         self.gx = gx
         self.view = gx.view
         self.rng = rng
         self.seed = rng.random()
         self.max_calls = max_calls
+        self.max_draws = max_draws  # random (goal, next unit) draws per rule before it is dropped
+        self.targeted_draws = targeted_draws
         self.errors: list[str] = []
         self.dropped: dict[str, str] = {}
+        self.impossible: dict[str, str] = {}
+        self.draws: dict[str, dict] = {}  # per rule: targeted / random draws verified, found by, capped
+        self._left = 0
         try:
             from toolkit.flows.logigen.analysis import analyze
 
@@ -244,27 +253,77 @@ class RuleCoverage:
     # -- boundaries ------------------------------------------------------------------------------
 
     def find_boundaries(self) -> None:
+        """Per rule: skipped when the trigger analysis shows no state can be one action away
+        (`reach.Reach.impossible`, reported in `boundary_impossible`); else an integer update
+        limit (`_update_threshold`), the targeted search (`targeted.Targeted`: a write that
+        changes what the condition reads), then random draws (`_state_boundary`), at most
+        `max_draws` (goal, next unit) pairs; the search of a rule stops at its first verified
+        boundary."""
+        reach = None
+        if self.an is not None:
+            try:
+                from toolkit.flows.logigen.reach import Reach
+
+                reach = Reach(self.an, self.view)
+                self.impossible = reach.impossible()
+            except Exception as e:  # noqa: BLE001 - reported; every rule is searched then
+                self.errors.append(f"static boundary analysis failed: {type(e).__name__}: {e}")
+                reach = None
         for rule in self.rules:
+            if rule in self.impossible:
+                continue
             if not self.violations[rule]:
                 self.dropped[rule] = "no call violates it from any state tried: no boundary either"
                 continue
-            found = False
             wits = sorted(self.violations[rule], key=lambda x: x.call.kind != "update")
-            for k in range(2):  # a second draw of candidates when the first finds nothing
-                # one generator per rule and draw: a rule's search does not depend on the others'
-                self.rng = random.Random(f"{self.seed}:{rule}:{k}")
-                for wit in wits[:3]:
-                    b = self._update_threshold(rule, wit) or self._state_boundary(rule, wit)
-                    if b is not None:
-                        self.boundaries[rule].append(b)
-                        found = True
-                        break
-                if found:
-                    break
-            if not found:
-                self.dropped[rule] = ("no N-1 state found: no accepted call makes the violating one cross the "
-                                      "rule (its condition may depend on the call's arguments only)")
+            st = self.draws[rule] = {"targeted": 0, "random": 0, "found_by": None, "capped": False}
+            found = self._search(rule, wits, reach, st)
+            if found is not None:
+                self.boundaries[rule].append(found)
+                continue
+            if st["capped"]:
+                self.dropped[rule] = (f"no N-1 state found within {self.max_draws} random draws (boundary_max_draws) "
+                                      f"after {st['targeted']} targeted ones")
+            else:
+                self.dropped[rule] = ("no N-1 state found: no write tried makes the violating call cross the rule "
+                                      f"({st['targeted']} targeted, {st['random']} random draws)")
         self.gx.walker.restore(self.gx.base_cp)
+
+    def _search(self, rule: str, wits: list, reach: Any, st: dict) -> tuple[Boundary, dict] | None:
+        for wit in wits[:3]:
+            b = self._update_threshold(rule, wit)
+            if b is not None:
+                st["found_by"] = "update limit"
+                return b
+        if reach is not None:
+            from toolkit.flows.logigen.targeted import Targeted
+
+            t = Targeted(self, reach, rule, self.targeted_draws)
+            try:
+                b = t.run(wits[:3])
+            except Exception as e:  # noqa: BLE001 - counted, the random draws still run
+                self.errors.append(f"{rule}: targeted boundary search failed: {type(e).__name__}: {e}")
+                b = None
+            finally:
+                st["targeted"] = t.tried
+                self.gx.walker.restore(self.gx.base_cp)
+            if b is not None:
+                st["found_by"] = "targeted"
+                return b
+        self._left = self.max_draws
+        for k in range(2):  # a second draw of candidates when the first finds nothing
+            # one generator per rule and draw: a rule's search does not depend on the others'
+            self.rng = random.Random(f"{self.seed}:{rule}:{k}")
+            for wit in wits[:3]:
+                b = self._state_boundary(rule, wit)
+                st["random"] = self.max_draws - self._left
+                if b is not None:
+                    st["found_by"] = "random"
+                    return b
+                if self._left <= 0:
+                    st["capped"] = True
+                    return None
+        return None
 
     def _snap(self) -> dict:
         """The walker's state as a dict, its checkpoint kept for `_load` (no rebuild from rows)."""
@@ -416,9 +475,11 @@ class RuleCoverage:
                 sides = {getattr(x, "kind", None): x for x in (cond.lhs, cond.rhs)}
                 sub, new = sides.get("subquery"), sides.get("new")
                 arg = v.args.get(getattr(new, "column", None)) if new is not None else None
-                if sub is None or not isinstance(arg, int) or isinstance(arg, bool):
+                if sub is None or not isinstance(arg, (int, float)) or isinstance(arg, bool):
                     continue
                 op = cond.op if cond.lhs is sub else {"<": ">", "<=": ">=", ">": "<", ">=": "<="}[cond.op]
+                if isinstance(arg, float) and op in ("<=", ">="):
+                    continue  # no next unit of a real number
                 cells.append((sub.table, sub.column, {"<": arg, "<=": arg + 1, ">": arg, ">=": arg - 1}[op]))
         for tbl, col, value in cells:
                 t = self.view.tables.get(tbl)
@@ -504,7 +565,9 @@ class RuleCoverage:
                         nexts.insert(0, {"name": v.name, "arguments": {**base_n, k: g.args[k]}})
                 for n in nexts[:3]:
                     budget -= 3
-                    if budget <= 0:
+                    self._left -= 1
+                    if budget <= 0 or self._left < 0:
+                        self._left = max(self._left, 0)
                         return None
                     if self._verify(origin, g.call(), n, rule, state_rule=True):
                         if seeded.get("by") == "executed calls" and self._verify(gx.base, g.call(), n, rule, True):
@@ -520,4 +583,7 @@ class RuleCoverage:
         return {"rules": len(self.rules),
                 "violation": {r: len(v) for r, v in self.violations.items()},
                 "boundary": {r: len(b) for r, b in self.boundaries.items()},
-                "boundary_dropped": dict(self.dropped), "errors": list(self.errors)}
+                "boundary_impossible": dict(self.impossible), "boundary_dropped": dict(self.dropped),
+                "boundary_search": {"max_draws": self.max_draws, "rules": {r: dict(v) for r, v in self.draws.items()},
+                                    "capped": sorted(r for r, v in self.draws.items() if v["capped"])},
+                "errors": list(self.errors)}
