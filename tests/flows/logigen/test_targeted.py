@@ -140,3 +140,21 @@ def test_no_random_draws_still_finds_the_targeted_boundaries(draws):
     for rule in ("basic_economy_no_flight_change", "reservation_active", "cancelled_is_final"):
         assert cov.boundaries[rule], rule
     assert all(st["random"] == 0 for st in cov.draws.values())
+
+
+def test_library_loan_limit_walks_to_one_below_the_tier_limit():
+    # (SELECT COUNT(*) FROM loan WHERE member_id = NEW.member_id AND status = 'active') >= the
+    # tier's max_loans (standard 2, plus 3): S holds max_loans - 1 active loans of the member
+    # (reached by executing loans when needed), the goal is the last one, the next unit one more
+    b, origin, cov = boundary(LIBRARY, "loan_limit")
+    goal, nxt = b.crossing
+    assert goal["name"] == nxt["name"] == "insert_loan"
+    member = nxt["arguments"]["member_id"]
+    assert goal["arguments"]["member_id"] == member
+    tier = _row(origin, "member", member_id=member)["tier"]
+    limit = _row(origin, "tier_limit", tier=tier)["max_loans"]
+    active = [x for x in origin["loan"] if x["member_id"] == member and x["status"] == "active"]
+    assert len(active) == limit - 1
+    assert cov.draws["loan_limit"]["found_by"] == "targeted"
+    if b.seeded.get("by") == "executed calls":
+        assert all(c["name"] == "insert_loan" for c in b.seeded["calls"])

@@ -31,7 +31,7 @@ from toolkit.flows.logigen.explorer import (
     canonical_state,
 )
 
-DEFAULT_MAX_DRAWS = 200  # `boundary_max_draws`: fruitless random draws per rule before it is dropped
+DEFAULT_MAX_DRAWS = 50  # `boundary_max_draws`: fruitless random draws per rule before it is dropped
 DEFAULT_TARGETED_DRAWS = 400
 
 
@@ -459,6 +459,12 @@ class RuleCoverage:
         out = []
         base = self.gx.base
         vals = {x for x in v.args.values() if isinstance(x, (str, int)) and not isinstance(x, bool)}
+        vrow: dict = {}
+        if v.kind == "update" and v.table in self.view.tables:
+            pk = self.view.tables[v.table].pk
+            vrow = next((r for r in base.get(v.table, []) if pk and all(r.get(k) == v.args.get(k) for k in pk)), {})
+            # the row it updates: its other values (its flight) single out the cell too
+            vals |= {x for x in vrow.values() if isinstance(x, (str, int)) and not isinstance(x, bool)}
         cells: list[tuple[str, str, Any]] = []
         for rc in (self.an.rules.get(rule, []) if self.an else []):
             for th in rc.thresholds:
@@ -473,8 +479,10 @@ class RuleCoverage:
                 if cond.kind != "compare" or cond.op not in ("<", "<=", ">", ">="):
                     continue
                 sides = {getattr(x, "kind", None): x for x in (cond.lhs, cond.rhs)}
-                sub, new = sides.get("subquery"), sides.get("new")
+                sub, new, old = sides.get("subquery"), sides.get("new"), sides.get("old")
                 arg = v.args.get(getattr(new, "column", None)) if new is not None else None
+                if new is None and old is not None:  # `< OLD.passenger_count`: the updated row's value
+                    arg = vrow.get(old.column)
                 if sub is None or not isinstance(arg, (int, float)) or isinstance(arg, bool):
                     continue
                 op = cond.op if cond.lhs is sub else {"<": ">", "<=": ">=", ">": "<", ">=": "<="}[cond.op]
@@ -486,7 +494,7 @@ class RuleCoverage:
                 if t is None or col not in t.colmap or not isinstance(value, (int, float)):
                     continue
                 rows = base.get(tbl, [])
-                rows = sorted(range(len(rows)), key=lambda i: not any(rows[i].get(k) in vals for k in t.pk))
+                rows = sorted(range(len(rows)), key=lambda i: -sum(rows[i].get(k) in vals for k in t.pk))
                 for i in rows[:3]:
                     if base[tbl][i].get(col) == value:
                         continue

@@ -138,10 +138,13 @@ class Targeted:
                 self.cov.errors.append(f"{self.rule}: targeted cell seeds failed: {type(e).__name__}: {e}")
             origins += self._fresh_rows(wit.call, plans)
             for origin, seeded in origins:
+                per = self.tried + max(30, self.budget // 10)  # no origin takes the whole budget
                 for rc, r in plans:
                     for g, n, thr in self._pairs(rc, r, wit.call, origin):
                         if self.tried >= self.budget:
                             return None
+                        if self.tried >= per:
+                            break
                         self.tried += 1
                         if g == n or not self.cov._verify(origin, g, n, self.rule, state_rule=True):
                             continue
@@ -152,6 +155,11 @@ class Targeted:
                         b = Boundary(rule=self.rule, arg=r.label(), threshold=thr, goal=gp, crossing=[g, n],
                                      seeded=sd, found_by="trigger analysis")
                         return b, origin
+            for rc, r in plans:
+                if r.kind == "rows":
+                    hit = self._walk(rc, r, wit.call, self.gx.base, dict(origins[0][1]))
+                    if hit is not None:
+                        return hit
         return None
 
     # -- (goal, next unit) pairs -----------------------------------------------------------------
@@ -214,30 +222,88 @@ class Targeted:
                     yield g, nn, None
         else:
             tools = self.reach.writers(r)
-            # the witness, then the witness moved to other rows its keying arguments reference
-            # (another booking of the same customer): the next unit must be accepted on S
-            args_of = {o.column: col.split(".")[-1] for col, o in (sub.keys.items() if sub is not None else [])
-                       if o.kind == "new" and o.column in v.args}
-            variants: list[dict] = [{}]
-            for a, col in args_of.items():  # one keying argument moved at a time
-                fk = view.fk(v.table, a)
-                rt = view.tables.get(fk.get("table")) if fk else None
-                if rt is not None:
-                    to = fk.get("to") or (rt.pk[0] if rt.pk else None)
-                    first = next((x for x in origin.get(rt.name, []) if x.get(to) == v.args[a]), None)
-                    others = [x.get(to) for x in self._rows(origin, rt.name, first, limit=8)[1:]] if first else []
-                else:  # a plain value (a date, a slot): the other values of the column
-                    others = list(dict.fromkeys(x.get(col) for x in origin.get(r.table, [])
-                                                if x.get(col) not in (None, v.args[a])))[:6]
-                variants += [{a: x} for x in others]
-            nns = [{"name": n["name"], "arguments": {**n["arguments"], **var}} for var in variants]
-            nns = [(x, var) for x, var in zip(nns, variants) if not self.cov._probe_on(origin, x, self.rule)]
-            nns.sort(key=lambda xv: not self._accepted(origin, xv[0]))  # accepted on S outright first
-            for nn, var in nns[:6]:
-                pin = dict(keyvals)
-                pin.update({args_of[a]: x for a, x in var.items()})
+            for nn, pin in self._variants(origin, v, sub, r, n, keyvals):
                 for g in self._writes(origin, v, tools, pin, like=nn):
                     yield g, nn, None
+                # someone else's write (another patient taking the slot)
+                for g in self._writes(origin, v, tools, pin, like=nn, who=None, limit=4):
+                    yield g, nn, None
+
+    def _variants(self, origin: dict, v: Any, sub: Any, r: Read, n: dict, keyvals: dict) -> list[tuple[dict, dict]]:
+        """(next unit, pinned columns): the witness, then the witness moved to other rows its
+        keying arguments reference (another booking of the same customer) or other values of a
+        plain key (a date, a slot), those accepted on S outright first; never one the rule already
+        rejects on S."""
+        view = self.view
+        args_of = {o.column: col.split(".")[-1] for col, o in (sub.keys.items() if sub is not None else [])
+                   if o.kind == "new" and o.column in v.args}
+        variants: list[dict] = [{}]
+        for a, col in args_of.items():  # one keying argument moved at a time
+            fk = view.fk(v.table, a)
+            rt = view.tables.get(fk.get("table")) if fk else None
+            if rt is not None:
+                to = fk.get("to") or (rt.pk[0] if rt.pk else None)
+                first = next((x for x in origin.get(rt.name, []) if x.get(to) == v.args[a]), None)
+                others = [x.get(to) for x in self._rows(origin, rt.name, first, limit=8)[1:]] if first else []
+            else:
+                others = list(dict.fromkeys(x.get(col) for x in origin.get(r.table, [])
+                                            if x.get(col) not in (None, v.args[a])))[:6]
+            variants += [{a: x} for x in others]
+        nns = [({"name": n["name"], "arguments": {**n["arguments"], **var}}, var) for var in variants]
+        nns = [(x, var) for x, var in nns if not self.cov._probe_on(origin, x, self.rule)]
+        nns.sort(key=lambda xv: not self._accepted(origin, xv[0]))
+        out = []
+        for nn, var in nns[:6]:
+            pin = dict(keyvals)
+            pin.update({args_of[a]: x for a, x in var.items()})
+            out.append((nn, pin))
+        return out
+
+    def _walk(self, rc: Any, r: Read, v: Any, origin: dict, seeded: dict, steps: int = 4):
+        """A count read (`(SELECT COUNT(*) FROM loan WHERE member_id = NEW.member_id ...) >= limit`):
+        S walked towards the limit by executing writes of that table (like the next unit, with its
+        keys) while the next unit stays accepted; at each step, the writes are tried as the goal."""
+        sub = self._subquery(rc, r)
+        if sub is None or not sub.aggregate:
+            return None
+        n = v.call()
+        n.pop("expect_error", None)
+        vt = self.view.tables[v.table]
+        vrow = _row_of(origin, v.table, vt.pk, v.args) if v.kind == "update" else None
+        tools = self.reach.writers(r)
+        w = self.gx.walker
+        for nn, pin in self._variants(origin, v, sub, r, n, self._keys(sub, v, vrow))[:3]:
+            st, calls = origin, []
+            for _ in range(steps):
+                gs = list(self._writes(st, v, tools, pin, like=nn, limit=4))
+                for g in gs:
+                    if self.tried >= self.budget:
+                        return None
+                    self.tried += 1
+                    if g != nn and self.cov._verify(st, g, nn, self.rule, state_rule=True):
+                        gp = _probe(self.view, g)
+                        if gp is not None:
+                            sd = dict(seeded, n_minus_1=True, search="targeted", moves=r.label())
+                            if calls:
+                                sd.update(by="executed calls", calls=list(calls))
+                            return Boundary(rule=self.rule, arg=r.label(), threshold=None, goal=gp,
+                                            crossing=[g, nn], seeded=sd, found_by="trigger analysis"), st
+                nxt = None
+                for g in gs:  # one step closer: a write after which the next unit is still accepted
+                    self.cov._load(st)
+                    h0 = w.hash()
+                    res = w.call(g["name"], g["arguments"])
+                    if res.ok and w.hash() != h0:
+                        s2 = self.cov._snap()
+                        w.restore(self.gx.base_cp)
+                        if not self.cov._probe_on(s2, nn, self.rule):
+                            nxt = (s2, g)
+                            break
+                    w.restore(self.gx.base_cp)
+                if nxt is None:
+                    break
+                st, calls = nxt[0], calls + [nxt[1]]
+        return None
 
     def _accepted(self, origin: dict, call: dict) -> bool:
         """Whether `call` succeeds on `origin` (memoized per origin and call)."""
