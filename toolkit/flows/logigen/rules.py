@@ -6,11 +6,14 @@
   analysis derives (an OLD-row value, a subquery column set to its violating value);
 - boundary witnesses (N-1): a state S, a goal g and a next unit n with g accepted on S, n rejected
   for the rule after g, and (state rules) n NOT rejected for the rule on S itself, so g is exactly
-  the last allowed unit. S comes from the trigger analysis first (a threshold's state cell set to
-  its boundary value), then from executed calls (a successful write that brings the state
-  there); an integer column updated past its limit is seeded one below its limit by executing the
-  update (`seeded.by = "executed calls"`). A rule with no N-1 state is reported with the reason
-  (e.g. its condition depends only on the call's arguments).
+  the last allowed unit. Per rule: skipped when the trigger analysis shows that no visible write
+  changes what its condition reads (`reach.Reach.impossible`, reported in `boundary_impossible`);
+  else an integer column updated past its limit is seeded one below its limit by executing the
+  update (`seeded.by = "executed calls"`); then the targeted search (`targeted.Targeted`: a write
+  that changes what the condition reads, on the row the witness reads); then random draws (S
+  from the analysis's cell seeds, from executed calls, s_origin; at most `max_draws` pairs). The
+  first verified boundary ends a rule's search; a rule without one is reported in
+  `boundary_dropped` with the reason and the draws it took (`boundary_search`).
 
 Every failure of the analysis or the search is logged and counted (`report()`), never swallowed.
 """
