@@ -52,6 +52,20 @@ def _bool(v: Any, default: bool) -> bool:
     return str(v).lower() in ("1", "true", "yes", "on")
 
 
+def _missing_boundary(cov: dict) -> str:
+    """'; no boundary for a, b (impossible: c, d)': the rules without a boundary task, those the
+    trigger analysis shows can have no N-1 state apart."""
+    miss = cov.get("missing_boundary") or []
+    imp = set(cov.get("boundary_impossible") or {})
+    if not miss:
+        return ""
+    found = [r for r in miss if r not in imp]
+    out = f"; no boundary for {', '.join(found) or 'none but the impossible'}"
+    if imp & set(miss):
+        out += f" (impossible, no state can be one action away: {', '.join(r for r in miss if r in imp)})"
+    return out
+
+
 def load_sqlite_env(record: Record):
     from toolkit.envs import load_env
 
@@ -206,7 +220,7 @@ def build(cfg: dict, ctx: StageContext):
                     coverage = designer.coverage(drafts)
                     log(f"gen-task: {record.id}: rule coverage: violation-first {coverage['violation_covered']}, "
                         f"boundary {coverage['boundary_covered']}"
-                        + (f"; no boundary for {', '.join(coverage['missing_boundary'])}" if coverage['missing_boundary'] else ""))
+                        + _missing_boundary(coverage))
                 else:
                     from toolkit.flows.logigen.llm_explorer import llm_drafts
 

@@ -6,11 +6,14 @@
   analysis derives (an OLD-row value, a subquery column set to its violating value);
 - boundary witnesses (N-1): a state S, a goal g and a next unit n with g accepted on S, n rejected
   for the rule after g, and (state rules) n NOT rejected for the rule on S itself, so g is exactly
-  the last allowed unit. S comes from the trigger analysis first (a threshold's state cell set to
-  its boundary value), then from executed calls (a successful write that brings the state
-  there); an integer column updated past its limit is seeded one below its limit by executing the
-  update (`seeded.by = "executed calls"`). A rule with no N-1 state is reported with the reason
-  (e.g. its condition depends only on the call's arguments).
+  the last allowed unit. Per rule: skipped when the trigger analysis shows that no visible write
+  changes what its condition reads (`reach.Reach.impossible`, reported in `boundary_impossible`);
+  else an integer column updated past its limit is seeded one below its limit by executing the
+  update (`seeded.by = "executed calls"`); then the targeted search (`targeted.Targeted`: a write
+  that changes what the condition reads, on the row the witness reads); then random draws (S
+  from the analysis's cell seeds, from executed calls, s_origin; at most `max_draws` pairs). The
+  first verified boundary ends a rule's search; a rule without one is reported in
+  `boundary_dropped` with the reason and the draws it took (`boundary_search`).
 
 Every failure of the analysis or the search is logged and counted (`report()`), never swallowed.
 """
@@ -31,6 +34,9 @@ from toolkit.flows.logigen.explorer import (
     canonical_state,
 )
 
+DEFAULT_MAX_DRAWS = 50  # `boundary_max_draws`: fruitless random draws per rule before it is dropped
+DEFAULT_TARGETED_DRAWS = 400
+
 
 @dataclass
 class Witness:
@@ -40,14 +46,20 @@ class Witness:
 
 
 class RuleCoverage:
-    def __init__(self, gx: Any, rng: random.Random, max_calls: int = 1000):
+    def __init__(self, gx: Any, rng: random.Random, max_calls: int = 1000, max_draws: int = DEFAULT_MAX_DRAWS,
+                 targeted_draws: int = DEFAULT_TARGETED_DRAWS):
         self.gx = gx
         self.view = gx.view
         self.rng = rng
         self.seed = rng.random()
         self.max_calls = max_calls
+        self.max_draws = max_draws  # random (goal, next unit) draws per rule before it is dropped
+        self.targeted_draws = targeted_draws
         self.errors: list[str] = []
         self.dropped: dict[str, str] = {}
+        self.impossible: dict[str, str] = {}
+        self.draws: dict[str, dict] = {}  # per rule: targeted / random draws verified, found by, capped
+        self._left = 0
         try:
             from toolkit.flows.logigen.analysis import analyze
 
@@ -244,27 +256,77 @@ class RuleCoverage:
     # -- boundaries ------------------------------------------------------------------------------
 
     def find_boundaries(self) -> None:
+        """Per rule: skipped when the trigger analysis shows no state can be one action away
+        (`reach.Reach.impossible`, reported in `boundary_impossible`); else an integer update
+        limit (`_update_threshold`), the targeted search (`targeted.Targeted`: a write that
+        changes what the condition reads), then random draws (`_state_boundary`), at most
+        `max_draws` (goal, next unit) pairs; the search of a rule stops at its first verified
+        boundary."""
+        reach = None
+        if self.an is not None:
+            try:
+                from toolkit.flows.logigen.reach import Reach
+
+                reach = Reach(self.an, self.view)
+                self.impossible = reach.impossible()
+            except Exception as e:  # noqa: BLE001 - reported; every rule is searched then
+                self.errors.append(f"static boundary analysis failed: {type(e).__name__}: {e}")
+                reach = None
         for rule in self.rules:
+            if rule in self.impossible:
+                continue
             if not self.violations[rule]:
                 self.dropped[rule] = "no call violates it from any state tried: no boundary either"
                 continue
-            found = False
             wits = sorted(self.violations[rule], key=lambda x: x.call.kind != "update")
-            for k in range(2):  # a second draw of candidates when the first finds nothing
-                # one generator per rule and draw: a rule's search does not depend on the others'
-                self.rng = random.Random(f"{self.seed}:{rule}:{k}")
-                for wit in wits[:3]:
-                    b = self._update_threshold(rule, wit) or self._state_boundary(rule, wit)
-                    if b is not None:
-                        self.boundaries[rule].append(b)
-                        found = True
-                        break
-                if found:
-                    break
-            if not found:
-                self.dropped[rule] = ("no N-1 state found: no accepted call makes the violating one cross the "
-                                      "rule (its condition may depend on the call's arguments only)")
+            st = self.draws[rule] = {"targeted": 0, "random": 0, "found_by": None, "capped": False}
+            found = self._search(rule, wits, reach, st)
+            if found is not None:
+                self.boundaries[rule].append(found)
+                continue
+            if st["capped"]:
+                self.dropped[rule] = (f"no N-1 state found within {self.max_draws} random draws (boundary_max_draws) "
+                                      f"after {st['targeted']} targeted ones")
+            else:
+                self.dropped[rule] = ("no N-1 state found: no write tried makes the violating call cross the rule "
+                                      f"({st['targeted']} targeted, {st['random']} random draws)")
         self.gx.walker.restore(self.gx.base_cp)
+
+    def _search(self, rule: str, wits: list, reach: Any, st: dict) -> tuple[Boundary, dict] | None:
+        for wit in wits[:3]:
+            b = self._update_threshold(rule, wit)
+            if b is not None:
+                st["found_by"] = "update limit"
+                return b
+        if reach is not None:
+            from toolkit.flows.logigen.targeted import Targeted
+
+            t = Targeted(self, reach, rule, self.targeted_draws)
+            try:
+                b = t.run(wits[:3])
+            except Exception as e:  # noqa: BLE001 - counted, the random draws still run
+                self.errors.append(f"{rule}: targeted boundary search failed: {type(e).__name__}: {e}")
+                b = None
+            finally:
+                st["targeted"] = t.tried
+                self.gx.walker.restore(self.gx.base_cp)
+            if b is not None:
+                st["found_by"] = "targeted"
+                return b
+        self._left = self.max_draws
+        for k in range(2):  # a second draw of candidates when the first finds nothing
+            # one generator per rule and draw: a rule's search does not depend on the others'
+            self.rng = random.Random(f"{self.seed}:{rule}:{k}")
+            for wit in wits[:3]:
+                b = self._state_boundary(rule, wit)
+                st["random"] = self.max_draws - self._left
+                if b is not None:
+                    st["found_by"] = "random"
+                    return b
+                if self._left <= 0:
+                    st["capped"] = True
+                    return None
+        return None
 
     def _snap(self) -> dict:
         """The walker's state as a dict, its checkpoint kept for `_load` (no rebuild from rows)."""
@@ -400,6 +462,12 @@ class RuleCoverage:
         out = []
         base = self.gx.base
         vals = {x for x in v.args.values() if isinstance(x, (str, int)) and not isinstance(x, bool)}
+        vrow: dict = {}
+        if v.kind == "update" and v.table in self.view.tables:
+            pk = self.view.tables[v.table].pk
+            vrow = next((r for r in base.get(v.table, []) if pk and all(r.get(k) == v.args.get(k) for k in pk)), {})
+            # the row it updates: its other values (its flight) single out the cell too
+            vals |= {x for x in vrow.values() if isinstance(x, (str, int)) and not isinstance(x, bool)}
         cells: list[tuple[str, str, Any]] = []
         for rc in (self.an.rules.get(rule, []) if self.an else []):
             for th in rc.thresholds:
@@ -414,18 +482,22 @@ class RuleCoverage:
                 if cond.kind != "compare" or cond.op not in ("<", "<=", ">", ">="):
                     continue
                 sides = {getattr(x, "kind", None): x for x in (cond.lhs, cond.rhs)}
-                sub, new = sides.get("subquery"), sides.get("new")
+                sub, new, old = sides.get("subquery"), sides.get("new"), sides.get("old")
                 arg = v.args.get(getattr(new, "column", None)) if new is not None else None
-                if sub is None or not isinstance(arg, int) or isinstance(arg, bool):
+                if new is None and old is not None:  # `< OLD.passenger_count`: the updated row's value
+                    arg = vrow.get(old.column)
+                if sub is None or not isinstance(arg, (int, float)) or isinstance(arg, bool):
                     continue
                 op = cond.op if cond.lhs is sub else {"<": ">", "<=": ">=", ">": "<", ">=": "<="}[cond.op]
+                if isinstance(arg, float) and op in ("<=", ">="):
+                    continue  # no next unit of a real number
                 cells.append((sub.table, sub.column, {"<": arg, "<=": arg + 1, ">": arg, ">=": arg - 1}[op]))
         for tbl, col, value in cells:
                 t = self.view.tables.get(tbl)
                 if t is None or col not in t.colmap or not isinstance(value, (int, float)):
                     continue
                 rows = base.get(tbl, [])
-                rows = sorted(range(len(rows)), key=lambda i: not any(rows[i].get(k) in vals for k in t.pk))
+                rows = sorted(range(len(rows)), key=lambda i: -sum(rows[i].get(k) in vals for k in t.pk))
                 for i in rows[:3]:
                     if base[tbl][i].get(col) == value:
                         continue
@@ -504,7 +576,9 @@ class RuleCoverage:
                         nexts.insert(0, {"name": v.name, "arguments": {**base_n, k: g.args[k]}})
                 for n in nexts[:3]:
                     budget -= 3
-                    if budget <= 0:
+                    self._left -= 1
+                    if budget <= 0 or self._left < 0:
+                        self._left = max(self._left, 0)
                         return None
                     if self._verify(origin, g.call(), n, rule, state_rule=True):
                         if seeded.get("by") == "executed calls" and self._verify(gx.base, g.call(), n, rule, True):
@@ -520,4 +594,7 @@ class RuleCoverage:
         return {"rules": len(self.rules),
                 "violation": {r: len(v) for r, v in self.violations.items()},
                 "boundary": {r: len(b) for r, b in self.boundaries.items()},
-                "boundary_dropped": dict(self.dropped), "errors": list(self.errors)}
+                "boundary_impossible": dict(self.impossible), "boundary_dropped": dict(self.dropped),
+                "boundary_search": {"max_draws": self.max_draws, "rules": {r: dict(v) for r, v in self.draws.items()},
+                                    "capped": sorted(r for r, v in self.draws.items() if v["capped"])},
+                "errors": list(self.errors)}

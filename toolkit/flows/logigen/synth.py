@@ -42,7 +42,11 @@ class GoalDesigner:
         self.coverage_on = str(cfg.get("rule_coverage", True)).lower() not in ("0", "false", "no", "off")
         lo, hi = int(cfg.get("min_writes") or 1), int(cfg.get("max_writes") or 8)
         self.writes = [w for w in WRITES if lo <= w <= hi] or [max(lo, 1)]
-        self.cov = RuleCoverage(self.gx, random.Random(f"{seed}:cov"))
+        from toolkit.flows.logigen.rules import DEFAULT_MAX_DRAWS
+
+        draws = cfg.get("boundary_max_draws")
+        self.cov = RuleCoverage(self.gx, random.Random(f"{seed}:cov"),
+                                max_draws=int(draws) if draws is not None else DEFAULT_MAX_DRAWS)
         self.cov.find_violations()
         self.cov.find_boundaries()
         for e in self.cov.errors:

@@ -1,0 +1,160 @@
+"""The targeted boundary (N-1) search and the capped random draws of rules.RuleCoverage.
+
+The goal each rule needs was worked out by hand from the trigger SQL; each found boundary is
+re-checked here by executing it in a fresh environment, independently of the search."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from toolkit.envs import load_env
+from toolkit.flows.logigen.goals import GoalExplorer
+from toolkit.flows.logigen.rules import RuleCoverage
+
+DATA = Path(__file__).resolve().parents[2] / "data"
+AIRLINE = {"backend": "sqlite", "id": "airline"}
+LIBRARY = {"backend": "sqlite", "path": str(DATA / "library")}
+_COV: dict = {}
+
+
+def coverage(ref: dict, **kw) -> RuleCoverage:
+    key = (repr(ref), repr(sorted(kw.items())))
+    if key not in _COV:
+        env = load_env(ref)
+        gx = GoalExplorer(env, env.snapshot(), 7)
+        cov = RuleCoverage(gx, random.Random("7:cov"), **kw)
+        cov.find_violations()
+        cov.find_boundaries()
+        _COV[key] = cov
+    return _COV[key]
+
+
+def outcome(ref: dict, state: dict, calls: list[dict]) -> list:
+    """Each call's outcome in sequence from `state`: None (ok) or the violated rule / error code."""
+    env = load_env(ref)
+    try:
+        env.reset(state)
+        out = []
+        for c in calls:
+            r = env.call(c["name"], dict(c["arguments"]))
+            err = r.error or {}
+            out.append(None if r.ok else (err.get("violated_rule") or err.get("code")))
+        return out
+    finally:
+        env.close()
+
+
+def boundary(ref: dict, rule: str):
+    cov = coverage(ref)
+    assert cov.boundaries[rule], (rule, cov.dropped.get(rule), cov.draws.get(rule))
+    b, origin = cov.boundaries[rule][0]
+    goal, nxt = b.crossing
+    # N-1, by execution: the next unit alone is not rejected for the rule on S; after the goal it is
+    assert outcome(ref, origin, [nxt])[0] != rule
+    assert outcome(ref, origin, [goal, nxt]) == [None, rule]
+    assert b.seeded["n_minus_1"] is True
+    return b, origin, cov
+
+
+def _row(state: dict, table: str, **key) -> dict:
+    (row,) = [r for r in state[table] if all(r[k] == v for k, v in key.items())]
+    return row
+
+
+def test_basic_economy_goal_moves_the_cabin_then_the_flight_change_is_refused():
+    # OLD.cabin = 'basic_economy' on a flight change: the goal sets cabin to basic_economy on a
+    # reservation, the next unit changes that reservation's flight
+    b, origin, cov = boundary(AIRLINE, "basic_economy_no_flight_change")
+    goal, nxt = b.crossing
+    assert goal["name"] == nxt["name"] == "update_reservation"
+    assert goal["arguments"]["cabin"] == "basic_economy"
+    rid = goal["arguments"]["reservation_id"]
+    assert nxt["arguments"]["reservation_id"] == rid and "flight_id" in nxt["arguments"]
+    assert _row(origin, "reservation", reservation_id=rid)["cabin"] != "basic_economy"
+    assert b.found_by == "trigger analysis" and b.seeded["search"] == "targeted"
+    assert cov.draws["basic_economy_no_flight_change"]["found_by"] == "targeted"
+    assert cov.draws["basic_economy_no_flight_change"]["random"] == 0
+
+
+def test_reservation_active_goal_cancels_then_the_charge_is_refused():
+    # (SELECT status FROM reservation WHERE reservation_id = NEW.reservation_id) IS NOT 'active':
+    # the goal cancels an active reservation, the next unit charges it
+    b, origin, _ = boundary(AIRLINE, "reservation_active")
+    goal, nxt = b.crossing
+    assert goal["name"] == "update_reservation" and goal["arguments"]["status"] == "cancelled"
+    rid = goal["arguments"]["reservation_id"]
+    assert nxt["name"] == "insert_payment" and nxt["arguments"]["reservation_id"] == rid
+    assert _row(origin, "reservation", reservation_id=rid)["status"] == "active"
+
+
+def test_seat_availability_goal_takes_the_last_seats():
+    # COALESCE((SELECT seats_available FROM flight_cabin ...), 0) < passengers: the goal is a write
+    # whose AFTER trigger takes seats of the cabin the next unit needs
+    b, origin, _ = boundary(AIRLINE, "seat_availability")
+    goal, nxt = b.crossing
+    assert b.arg == "flight_cabin.seats_available"
+
+    def cabin_of(call):  # the (flight, cabin) whose seats the call takes
+        a = call["arguments"]
+        if call["name"] == "insert_reservation":
+            return a["flight_id"], a["cabin"]
+        row = _row(origin, "reservation", reservation_id=a["reservation_id"])
+        return a.get("flight_id", row["flight_id"]), a.get("cabin", row["cabin"])
+
+    assert goal["name"] in ("insert_reservation", "update_reservation")
+    assert cabin_of(goal) == cabin_of(nxt)
+
+
+def test_library_copy_available_seeded_at_one_copy():
+    # (SELECT copies_on_shelf FROM book WHERE book_id = NEW.book_id) < 1: S has one copy of the
+    # book on the shelf (seeded by the analysis or already so), the goal borrows it
+    b, origin, cov = boundary(LIBRARY, "copy_available")
+    goal, nxt = b.crossing
+    assert goal["name"] == nxt["name"] == "insert_loan"
+    book = goal["arguments"]["book_id"]
+    assert nxt["arguments"]["book_id"] == book
+    assert _row(origin, "book", book_id=book)["copies_on_shelf"] == 1
+    assert "member_in_good_standing" in cov.impossible and "member_in_good_standing" not in cov.dropped
+
+
+def test_report_separates_impossible_from_not_found_and_caps_random_draws():
+    cov = coverage(AIRLINE, max_draws=7)
+    rep = cov.report()
+    imp, dropped = rep["boundary_impossible"], rep["boundary_dropped"]
+    assert not set(imp) & set(dropped)
+    assert set(imp) | set(dropped) | {r for r, n in rep["boundary"].items() if n} == set(cov.rules)
+    for rule, st in rep["boundary_search"]["rules"].items():
+        assert st["random"] <= 7
+        if st["capped"]:
+            assert rule in dropped and "within 7 random draws" in dropped[rule]
+    assert rep["boundary_search"]["max_draws"] == 7
+    assert "passenger_limit" in imp and "passenger_limit" not in rep["boundary_search"]["rules"]
+
+
+@pytest.mark.parametrize("draws", [0])
+def test_no_random_draws_still_finds_the_targeted_boundaries(draws):
+    cov = coverage(AIRLINE, max_draws=draws)
+    for rule in ("basic_economy_no_flight_change", "reservation_active", "cancelled_is_final"):
+        assert cov.boundaries[rule], rule
+    assert all(st["random"] == 0 for st in cov.draws.values())
+
+
+def test_library_loan_limit_walks_to_one_below_the_tier_limit():
+    # (SELECT COUNT(*) FROM loan WHERE member_id = NEW.member_id AND status = 'active') >= the
+    # tier's max_loans (standard 2, plus 3): S holds max_loans - 1 active loans of the member
+    # (reached by executing loans when needed), the goal is the last one, the next unit one more
+    b, origin, cov = boundary(LIBRARY, "loan_limit")
+    goal, nxt = b.crossing
+    assert goal["name"] == nxt["name"] == "insert_loan"
+    member = nxt["arguments"]["member_id"]
+    assert goal["arguments"]["member_id"] == member
+    tier = _row(origin, "member", member_id=member)["tier"]
+    limit = _row(origin, "tier_limit", tier=tier)["max_loans"]
+    active = [x for x in origin["loan"] if x["member_id"] == member and x["status"] == "active"]
+    assert len(active) == limit - 1
+    assert cov.draws["loan_limit"]["found_by"] == "targeted"
+    if b.seeded.get("by") == "executed calls":
+        assert all(c["name"] == "insert_loan" for c in b.seeded["calls"])

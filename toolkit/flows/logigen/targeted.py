@@ -1,0 +1,428 @@
+"""The targeted boundary (N-1) search, tried before the random draws of rules.RuleCoverage.
+
+For a rule whose condition reads something a visible tool can change (reach.Reach), the goal g
+is a write that changes exactly that, on the row the rule's violating call (its witness) reads,
+and the next unit n is the witness adapted to that row:
+
+- a cell of the row the call updates (`OLD.cabin = 'basic_economy'`, `OLD.status = 'cancelled'`):
+  g = an update tool setting the column on that row (or another row of the same owner) to a value
+  from the condition's literals, the column's enum or the values in the table; n = the witness
+  call on that row, or the witness setting the column back to its value in S (a guard
+  `NEW.c IS NOT OLD.c` makes n a no-op on S);
+- a cell of another table's row read by a keyed subquery
+  (`(SELECT status FROM reservation WHERE reservation_id = NEW.reservation_id)`,
+  `(SELECT seats_available FROM flight_cabin WHERE ...)`): g = an update of that cell, or a write
+  whose AFTER trigger changes it, addressed to that row (its key columns set from the row); n =
+  the witness; S = s_origin, the witness's state or the trigger analysis's cell seed (the cell at
+  the value one unit before the witness's own argument crosses);
+- the rows of a table read by an aggregate or EXISTS: g = an insert (or a write whose trigger
+  inserts) with the subquery's key columns set from the witness.
+
+Every pair is verified by execution with RuleCoverage._verify, like the random candidates: g
+accepted on S and changes it, n rejected for the rule right after g, n not rejected for the rule
+on S itself.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from toolkit.flows.logigen.explorer import Boundary, Probe
+from toolkit.flows.logigen.reach import Read, _cond_operands, _operands
+
+
+def _literals(rc: Any, table: str, col: str) -> list:
+    """Literals the condition compares with the column (`OLD.cabin = 'basic_economy'`,
+    `(SELECT status FROM t ...) IS NOT 'active'`)."""
+    out: list = []
+
+    def about(o: Any) -> bool:
+        if o.kind in ("new", "old"):
+            return o.column == col and rc.table == table
+        return o.kind == "subquery" and o.column == col and o.table == table
+
+    for c in rc.conditions:
+        ops = [o for o in (c.lhs, *(c.rhs if isinstance(c.rhs, tuple) else (c.rhs,))) if hasattr(o, "kind")]
+        if not any(about(o) for o in ops):
+            continue
+        for o in ops:
+            vals = [o.value] if o.kind == "literal" else ([x.value for x in o.value if x.kind == "literal"]
+                                                           if o.kind == "list" else [])
+            for v in vals:
+                if v is not None and v not in out:
+                    out.append(v)
+    return out
+
+
+def _fits(c: Any, v: Any) -> bool:
+    jt = getattr(c, "json_type", None)
+    if isinstance(v, bool):
+        return False
+    if jt == "integer":
+        return isinstance(v, int)
+    if jt == "number":
+        return isinstance(v, (int, float))
+    if jt == "string":
+        return isinstance(v, str)
+    return True
+
+
+def values(view: Any, state: dict, table: str, col: str, rc: Any, cur: Any, limit: int = 8) -> list:
+    """Values to set a cell to: the condition's literals, the column's enum, values of the column
+    in the state, the analysis's thresholds, and one step either side of an integer."""
+    c = view.tables[table].colmap.get(col)
+    if c is None:
+        return []
+    cands = [v for v in _literals(rc, table, col) if _fits(c, v)] + list(c.enum or [])
+    for th in rc.thresholds:
+        if th.ref.endswith("." + col):
+            cands += [th.boundary, th.violating]
+    if isinstance(cur, int) and not isinstance(cur, bool):
+        cands += [cur + 1, cur - 1]
+    cands += [r.get(col) for r in state.get(table, [])]
+    out: list = []
+    for v in cands:
+        if v is not None and v != cur and v not in out and _fits(c, v):
+            out.append(v)
+    return out[:limit]
+
+
+def _probe(view: Any, call: dict) -> Probe | None:
+    td = view.tools.get(call["name"])
+    if td is None:
+        return None
+    t = view.tables[td.table]
+    col = next((k for k in call["arguments"] if k not in t.pk), None) if td.kind == "update" else None
+    return Probe(call["name"], dict(call["arguments"]), td.kind, td.table, column=col)
+
+
+def _row_of(state: dict, table: str, pk: list, args: dict) -> dict | None:
+    if not pk or any(k not in args for k in pk):
+        return None
+    return next((r for r in state.get(table, []) if all(r.get(k) == args[k] for k in pk)), None)
+
+
+class Targeted:
+    """One rule's targeted search on a RuleCoverage `cov` (see the module doc)."""
+
+    def __init__(self, cov: Any, reach: Any, rule: str, budget: int):
+        self.cov = cov
+        self.gx = cov.gx
+        self.view = cov.view
+        self.reach = reach
+        self.rule = rule
+        self.budget = budget
+        self.tried = 0
+        self.rng = random.Random(f"{cov.seed}:{rule}:targeted")
+        self._ok: dict = {}
+
+    def run(self, wits: list) -> tuple[Boundary, dict] | None:
+        plans = []
+        for rc in self.cov.an.rules.get(self.rule, []):
+            ok, _ = self.reach.check_movable(rc)
+            plans += [(rc, r) for r in ok if r.via != "NEW limit"]
+        if not plans:
+            return None
+        # reads compared with a literal or a subquery's cell first, guards (`NEW.c IS NOT OLD.c`)
+        # and whole tables after
+        plans.sort(key=lambda p: (0 if p[1].kind == "cell" and (p[1].via == "subquery" or _literals(p[0], p[1].table, p[1].column)) else
+                                  1 if p[1].kind == "rows" else 2))
+        for wit in wits:
+            origins = [(self.gx.base, {"by": "s_origin already one action away (verified)"})]
+            if wit.origin is not self.gx.base:
+                origins.append((wit.origin, dict(wit.seeded)))
+            try:
+                origins += self.cov._cell_seeds(self.rule, wit.call)
+            except Exception as e:  # noqa: BLE001 - counted, the other origins are still tried
+                self.cov.errors.append(f"{self.rule}: targeted cell seeds failed: {type(e).__name__}: {e}")
+            origins += self._fresh_rows(wit.call, plans)
+            for origin, seeded in origins:
+                per = self.tried + max(30, self.budget // 10)  # no origin takes the whole budget
+                for rc, r in plans:
+                    for g, n, thr in self._pairs(rc, r, wit.call, origin):
+                        if self.tried >= self.budget:
+                            return None
+                        if self.tried >= per:
+                            break
+                        self.tried += 1
+                        if g == n or not self.cov._verify(origin, g, n, self.rule, state_rule=True):
+                            continue
+                        gp = _probe(self.view, g)
+                        if gp is None:
+                            continue
+                        sd = dict(seeded, n_minus_1=True, search="targeted", moves=r.label())
+                        b = Boundary(rule=self.rule, arg=r.label(), threshold=thr, goal=gp, crossing=[g, n],
+                                     seeded=sd, found_by="trigger analysis")
+                        return b, origin
+            for rc, r in plans:
+                if r.kind == "rows":
+                    hit = self._walk(rc, r, wit.call, self.gx.base, dict(origins[0][1]))
+                    if hit is not None:
+                        return hit
+        return None
+
+    # -- (goal, next unit) pairs -----------------------------------------------------------------
+
+    def _pairs(self, rc: Any, r: Read, v: Any, origin: dict):
+        view = self.view
+        if v.table not in view.tables:
+            return
+        vt = view.tables[v.table]
+        vrow = _row_of(origin, v.table, vt.pk, v.args) if v.kind == "update" else None
+        if r.kind == "cell" and r.table == rc.table and rc.event == "UPDATE":
+            if v.kind != "update" or v.table != r.table or vrow is None:
+                return
+            ranked = []
+            for row in self._rows(origin, v.table, vrow, limit=12):
+                key = {k: row[k] for k in vt.pk}
+                nexts = [{"name": v.name, "arguments": {**v.args, **key}}]
+                if r.column in v.args:
+                    nexts.append({"name": v.name, "arguments": {**v.args, **key, r.column: row.get(r.column)}})
+                ok = [not self.cov._probe_on(origin, x, self.rule) for x in nexts]
+                if any(ok):  # else the rule already fires on this row in S
+                    # rows where the witness's own call is accepted first (then the undo only)
+                    ranked.append((not ok[0], row, key, [x for x, y in zip(nexts, ok) if y]))
+            ranked.sort(key=lambda x: x[0])
+            for _, row, key, nexts in ranked[:4]:
+                for tool in self.reach.set_by.get((r.table, r.column), []):
+                    for val in values(view, origin, r.table, r.column, rc, row.get(r.column)):
+                        g = {"name": tool, "arguments": {**key, r.column: val}}
+                        for n in nexts:
+                            yield g, n, val
+            return
+        n = v.call()
+        n.pop("expect_error", None)
+        sub = self._subquery(rc, r)
+        keyvals = self._keys(sub, v, vrow) if sub is not None else {}
+        if r.kind == "cell":
+            t = view.tables.get(r.table)
+            row = _row_of(origin, r.table, t.pk, keyvals) if t is not None else None
+            if row is None:
+                return
+            # the witness's row, then rows of the same owner it can be moved to (its key
+            # arguments replaced): the next unit must be accepted on S
+            args_of = {o.column: col for col, o in sub.keys.items() if o.kind == "new" and o.column in v.args}
+            used = 0
+            for other in self._rows(origin, r.table, row, limit=12) if args_of else [row]:
+                nn = {"name": n["name"], "arguments": {**n["arguments"],
+                                                       **{a: other.get(col) for a, col in args_of.items()}}}
+                if self.cov._probe_on(origin, nn, self.rule):
+                    continue
+                used += 1
+                if used > 4:
+                    return
+                who = self.gx.owner_of(origin, r.table, other)
+                key = {k: other[k] for k in t.pk}
+                for tool in self.reach.set_by.get((r.table, r.column), []):
+                    for val in values(view, origin, r.table, r.column, rc, other.get(r.column)):
+                        yield {"name": tool, "arguments": {**key, r.column: val}}, nn, val
+                tools = self.reach.effect_by.get((r.table, r.column), []) + self.reach.effect_by.get((r.table, None), [])
+                for g in self._writes(origin, v, tools, {**keyvals, **key}, who=who):
+                    yield g, nn, None
+        else:
+            tools = self.reach.writers(r)
+            for nn, pin in self._variants(origin, v, sub, r, n, keyvals):
+                for g in self._writes(origin, v, tools, pin, like=nn):
+                    yield g, nn, None
+                # someone else's write (another patient taking the slot)
+                for g in self._writes(origin, v, tools, pin, like=nn, who=None, limit=4):
+                    yield g, nn, None
+
+    def _variants(self, origin: dict, v: Any, sub: Any, r: Read, n: dict, keyvals: dict) -> list[tuple[dict, dict]]:
+        """(next unit, pinned columns): the witness, then the witness moved to other rows its
+        keying arguments reference (another booking of the same customer) or other values of a
+        plain key (a date, a slot), those accepted on S outright first; never one the rule already
+        rejects on S."""
+        view = self.view
+        args_of = {o.column: col.split(".")[-1] for col, o in (sub.keys.items() if sub is not None else [])
+                   if o.kind == "new" and o.column in v.args}
+        variants: list[dict] = [{}]
+        for a, col in args_of.items():  # one keying argument moved at a time
+            fk = view.fk(v.table, a)
+            rt = view.tables.get(fk.get("table")) if fk else None
+            if rt is not None:
+                to = fk.get("to") or (rt.pk[0] if rt.pk else None)
+                first = next((x for x in origin.get(rt.name, []) if x.get(to) == v.args[a]), None)
+                others = [x.get(to) for x in self._rows(origin, rt.name, first, limit=8)[1:]] if first else []
+            else:
+                others = list(dict.fromkeys(x.get(col) for x in origin.get(r.table, [])
+                                            if x.get(col) not in (None, v.args[a])))[:6]
+            variants += [{a: x} for x in others]
+        nns = [({"name": n["name"], "arguments": {**n["arguments"], **var}}, var) for var in variants]
+        nns = [(x, var) for x, var in nns if not self.cov._probe_on(origin, x, self.rule)]
+        nns.sort(key=lambda xv: not self._accepted(origin, xv[0]))
+        out = []
+        for nn, var in nns[:6]:
+            pin = dict(keyvals)
+            pin.update({args_of[a]: x for a, x in var.items()})
+            out.append((nn, pin))
+        return out
+
+    def _walk(self, rc: Any, r: Read, v: Any, origin: dict, seeded: dict, steps: int = 4):
+        """A count read (`(SELECT COUNT(*) FROM loan WHERE member_id = NEW.member_id ...) >= limit`):
+        S walked towards the limit by executing writes of that table (like the next unit, with its
+        keys) while the next unit stays accepted; at each step, the writes are tried as the goal."""
+        sub = self._subquery(rc, r)
+        if sub is None or not sub.aggregate:
+            return None
+        n = v.call()
+        n.pop("expect_error", None)
+        vt = self.view.tables[v.table]
+        vrow = _row_of(origin, v.table, vt.pk, v.args) if v.kind == "update" else None
+        tools = self.reach.writers(r)
+        w = self.gx.walker
+        for nn, pin in self._variants(origin, v, sub, r, n, self._keys(sub, v, vrow))[:3]:
+            st, calls = origin, []
+            for _ in range(steps):
+                gs = list(self._writes(st, v, tools, pin, like=nn, limit=4))
+                for g in gs:
+                    if self.tried >= self.budget:
+                        return None
+                    self.tried += 1
+                    if g != nn and self.cov._verify(st, g, nn, self.rule, state_rule=True):
+                        gp = _probe(self.view, g)
+                        if gp is not None:
+                            sd = dict(seeded, n_minus_1=True, search="targeted", moves=r.label())
+                            if calls:
+                                sd.update(by="executed calls", calls=list(calls))
+                            return Boundary(rule=self.rule, arg=r.label(), threshold=None, goal=gp,
+                                            crossing=[g, nn], seeded=sd, found_by="trigger analysis"), st
+                nxt = None
+                for g in gs:  # one step closer: a write after which the next unit is still accepted
+                    self.cov._load(st)
+                    h0 = w.hash()
+                    res = w.call(g["name"], g["arguments"])
+                    if res.ok and w.hash() != h0:
+                        s2 = self.cov._snap()
+                        w.restore(self.gx.base_cp)
+                        if not self.cov._probe_on(s2, nn, self.rule):
+                            nxt = (s2, g)
+                            break
+                    w.restore(self.gx.base_cp)
+                if nxt is None:
+                    break
+                st, calls = nxt[0], calls + [nxt[1]]
+        return None
+
+    def _accepted(self, origin: dict, call: dict) -> bool:
+        """Whether `call` succeeds on `origin` (memoized per origin and call)."""
+        key = (id(origin), self.cov._ckey(call))
+        hit = self._ok.get(key)
+        if hit is None or hit[0] is not origin:
+            self.cov._load(origin)
+            hit = self._ok[key] = (origin, self.gx.walker.probe(call["name"], call["arguments"]).ok)
+            self.gx.walker.restore(self.gx.base_cp)
+        return hit[1]
+
+    def _fresh_rows(self, v: Any, plans: list, limit: int = 2) -> list[tuple[dict, dict]]:
+        """States after the witness's owner inserted a new row of a table the rule's subqueries
+        are keyed on through the witness's arguments (a new booking the next unit can be moved
+        to, when every existing one already crossed the rule): S by executed calls."""
+        gx, view = self.gx, self.view
+        tables = []
+        for rc, _r in plans:
+            for o in _operands(rc):
+                if o.kind != "subquery":
+                    continue
+                for op in o.keys.values():
+                    fk = view.fk(v.table, op.column) if op.kind == "new" and op.column in v.args else None
+                    if fk and fk.get("table") in self.reach.insert_by and fk.get("table") not in tables:
+                        tables.append(fk.get("table"))
+        out: list[tuple[dict, dict]] = []
+        if not tables:
+            return out
+        base = gx.base
+        who = self.cov._owner(base, v)
+        w = gx.walker
+        for p in gx.step_candidates(base, self.rng, set(), {}, {}, who, width=2):
+            if p.kind != "insert" or p.table not in tables:
+                continue
+            w.restore(gx.base_cp)
+            h0 = w.hash()
+            r = w.call(p.name, p.args)
+            if r.ok and w.hash() != h0:
+                out.append((self.cov._snap(), {"by": "executed calls", "calls": [p.call()]}))
+            w.restore(gx.base_cp)
+            if len(out) >= limit:
+                break
+        return out
+
+    def _rows(self, state: dict, table: str, first: dict, limit: int = 4) -> list[dict]:
+        """`first`, then rows of `table` with the same owner, then others (`limit` in all)."""
+        gx = self.gx
+        who = gx.owner_of(state, table, first)
+        rest = [x for x in state.get(table, []) if x is not first]
+        rest.sort(key=lambda x: gx.owner_of(state, table, x) != who)
+        return [first] + rest[:limit - 1]
+
+    def _writes(self, origin: dict, v: Any, tools: list, pin: dict, limit: int = 8, like: dict | None = None,
+                who: Any = False):
+        """Candidate writes of `tools` by the witness's owner, the columns in `pin` set."""
+        if not tools:
+            return
+        gx = self.gx
+        if who is False:
+            who = self.cov._owner(origin, v)
+        anchors = {x for x in v.args.values() if isinstance(x, str)}
+        seen: set = set()
+        k = 0
+        rank = {t: i for i, t in enumerate(tools)}
+        cands = [p for p in gx.step_candidates(origin, self.rng, anchors, {}, {}, who, width=2) if p.name in rank]
+        cands.sort(key=lambda p: rank[p.name])  # direct writers first, then writes through triggers
+        for p in cands:
+            params = self.view.params.get(p.name, set())
+            t = self.view.tables[p.table]
+            args = dict(p.args)
+            for col, val in pin.items():
+                if col in params and not (p.kind == "update" and col in t.pk):
+                    args[col] = val
+            variants = [args]
+            if like is not None and like["name"] == p.name and p.kind == "insert":
+                # the next unit's own call with this candidate's references (another certificate
+                # for the same booking): the same amounts, another row it points to
+                variants.insert(0, {**like["arguments"], **{c: x for c, x in args.items()
+                                                             if self.view.fk(p.table, c) and c not in pin}})
+            for a in variants:
+                key = repr(sorted(a.items(), key=lambda kv: kv[0]))
+                if (p.name, key) in seen:
+                    continue
+                seen.add((p.name, key))
+                yield {"name": p.name, "arguments": a}
+                k += 1
+                if k >= limit:
+                    return
+
+    @staticmethod
+    def _subquery(rc: Any, r: Read) -> Any:
+        for o in _operands(rc):
+            if o.kind == "subquery" and (o.table == r.table or r.table in (o.tables or {}).values()):
+                return o
+        return None
+
+    @staticmethod
+    def _keys(sub: Any, v: Any, vrow: dict | None) -> dict:
+        """The subquery's key columns evaluated on the witness call (NEW: its arguments, else the
+        row it updates; OLD: the row), also its `col = NEW.x` filters."""
+        out: dict = {}
+        items = list(sub.keys.items())
+        for f in sub.filters:
+            ops = _cond_operands(f)
+            if f.kind == "compare" and f.op in ("=", "IS") and len(ops) == 2:
+                a, b = ops
+                if a.kind != "column":
+                    a, b = b, a
+                if a.kind == "column" and a.column:
+                    items.append((a.column, b))
+        for col, o in items:
+            col = col.split(".")[-1]
+            if o.kind == "literal":
+                out[col] = o.value
+            elif o.kind == "new":
+                if o.column in v.args:
+                    out[col] = v.args[o.column]
+                elif vrow is not None:
+                    out[col] = vrow.get(o.column)
+            elif o.kind == "old" and vrow is not None:
+                out[col] = vrow.get(o.column)
+        return out
