@@ -65,8 +65,9 @@ PY
 # minimal tool rendering (airline: 11 tools in ~0.95k tokens instead of 2.3k compact / 11k full),
 # bf16 autocast on CPU, greedy decoding, short replies, 3 agent turns (an oracle episode: 2 reads,
 # the write, a closing line), Hermes tool calls in text. sys=drop leaves the policy (1.2k tokens)
-# out of the agent's prompt at training and evaluation alike (rows ~1.8k instead of ~2.9k tokens;
-# measured worse, docs/learn.md). The same rendering at training and at evaluation
+# out of the agent's prompt at training and evaluation alike (rows ~1.8k instead of ~2.9k tokens,
+# so the CPU budget covers ~1 epoch of SFT: 130 steps on 133 trajectories; docs/learn.md run 3:
+# SFT 15/20 held-out vs base 0/20). The same rendering at training and at evaluation
 # (tests/train/test_render_parity.py).
 recipe="$out/learn.yaml"
 bf16=$([ "$scale" = gpu ] && echo true || echo "${LEARN_BF16:-true}")

@@ -15,3 +15,33 @@ def test_leaks_match_whole_terms_only():
     # a term inside a longer identifier is no leak: R-10012, u23, cancel_order_v2
     assert leaks(["R-10012 and u23 and cancel_order_v2"], terms) == []
     assert leaks(["call cancel_order now", None, ""], terms) == ["tool 'cancel_order'"]
+
+
+def test_yes_no_enum_values_are_phrased_with_their_attribute():
+    """airline's reservation.insurance is a yes/no enum: "passenger count 1, yes" says nothing, so
+    the user says "with insurance" / "without insurance" (never "insurance yes": a column followed
+    by its enum value), and a change says which way; other enums stay adjectives."""
+    from toolkit.envs import load_env
+    from toolkit.flows.logigen.explorer import DomainView
+    from toolkit.flows.logigen.goals import Phrases
+    from toolkit.flows.logigen.projection import forbidden_terms
+
+    env = load_env({"backend": "sqlite", "id": "airline"})
+    try:
+        say = Phrases(DomainView(env))
+        assert say.value("reservation", "insurance", "yes") == "with insurance"
+        assert say.value("reservation", "insurance", "no") == "without insurance"
+        assert say.value("reservation", "cabin", "business") == "business"
+        assert say.change("reservation", "insurance", "no", "yes") == "with insurance (not as now)"
+        assert say.change("reservation", "cabin", "economy", "business") == "business (it is economy now)"
+        assert say.change("customer", "date_of_birth", "1979-01-30", "1979-01-31") == \
+            "date of birth 1979-01-31 instead of 1979-01-30"
+        assert say.row("reservation", {"insurance": "yes", "cabin": "economy"}) == \
+            "the economy reservation with insurance"
+        terms = forbidden_terms(DomainView(env), None, None)
+        text = "a new reservation (flight HAT305-2024-05-22, economy, passenger count 1, with insurance); " \
+               "the reservation: with insurance (not as now); customer: date of birth 1979-01-31 instead of 1979-01-30"
+        assert leaks([text], terms) == []
+        assert leaks(["the reservation: insurance yes"], terms)  # the rule the phrasing avoids
+    finally:
+        env.close()

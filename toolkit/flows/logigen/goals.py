@@ -123,6 +123,20 @@ def _is_date(v: Any) -> bool:
     return isinstance(v, str) and len(v) == 10 and v[4] == "-" and v[7] == "-" and v[:4].isdigit()
 
 
+_YES_NO = ({"yes", "no"}, {"true", "false"}, {"y", "n"})
+
+
+def _yes(c: Any, v: Any) -> bool | None:
+    """For a two-valued yes/no enum column, whether `v` is its yes; else None (such a value alone,
+    "passenger count 1, yes", says nothing: the phrase is "with insurance" / "without insurance")."""
+    if c is None or not c.enum or len(c.enum) != 2:
+        return None
+    low = {str(x).lower() for x in c.enum}
+    if low not in _YES_NO:
+        return None
+    return str(v).lower() in ("yes", "true", "y")
+
+
 def view_query(view: DomainView) -> dict:
     return view.query_tool
 
@@ -139,6 +153,9 @@ class Phrases:
         fk = view.fk(table, col)
         if fk:
             return f"{words(fk.get('table'))} {v}"
+        yes = _yes(c, v)
+        if yes is not None:
+            return f"{'with' if yes else 'without'} {words(col)}"
         if c is not None and c.enum:
             return words(v)  # an adjective, never "<column> <value>"
         if _is_date(v):
@@ -158,7 +175,9 @@ class Phrases:
         adj, rest = [], []
         for k, v in filters.items():
             c = t.colmap.get(k)
-            if c is not None and c.enum and not view.fk(table, k):
+            if _yes(c, v) is not None:
+                rest.append(self.value(table, k, v))
+            elif c is not None and c.enum and not view.fk(table, k):
                 adj.append(words(v))
             elif view.fk(table, k):
                 rest.append(f"for {self.value(table, k, v)}")
@@ -172,6 +191,9 @@ class Phrases:
         fk = view.fk(table, col)
         if fk:
             return f"moved to {words(fk.get('table'))} {new} (instead of {old})"
+        yes = _yes(c, new)
+        if yes is not None:
+            return f"{'with' if yes else 'without'} {words(col)} (not as now)"
         if c is not None and c.enum:
             return f"{words(new)} (it is {words(old)} now)"
         if _is_date(new):  # "date of birth 1979-01-31 instead of ...": the date says which one
