@@ -110,3 +110,19 @@ def test_report_numbers_and_summary_shape(tmp_path):
     det = json.loads((tmp_path / "out" / "details.json").read_text())["models"]
     assert det["base"]["noop_passes"] == 1 and det["base"]["passes"] == 1  # its one pass changed nothing
     assert "| base | 3 |" in (tmp_path / "out" / "table.md").read_text()
+
+
+def test_report_counts_passes_per_kind_of_task(tmp_path):
+    """details.json and the table say which kinds of task (action signatures) each model passes."""
+    def rec(tid, names, reward):
+        r = _traj((tid, reward, False, ["ok", "text"]))
+        r["task"] = {"ground_truth": {"actions": [{"name": n, "arguments": {}} for n in names]}}
+        return r
+
+    sft = [rec("a", ["q", "insert_x"], 1.0), rec("b", ["q", "insert_x"], 0.0), rec("c", ["q", "update_y"], 1.0)]
+    (tmp_path / "sft.jsonl").write_text("".join(json.dumps(r) + "\n" for r in sft))
+    L.report({"sft": str(tmp_path / "sft.jsonl")}, str(tmp_path / "out"))
+    det = json.loads((tmp_path / "out" / "details.json").read_text())["models"]["sft"]
+    assert det["by_signature"] == {"q > insert_x": {"n": 2, "passes": 1}, "q > update_y": {"n": 1, "passes": 1}}
+    table = (tmp_path / "out" / "table.md").read_text()
+    assert "| q > insert_x | 1/2 |" in table and "| q > update_y | 1/1 |" in table

@@ -168,7 +168,8 @@ def rows(recs: list[dict]) -> list[dict]:
             passed = bool(sd.get("R")) if "R" in sd else reward >= 1.0
             turns, valid = agent_turns(t)
             out.append({"task": r.get("id"), "reward": reward, "passed": passed, "turns": turns, "valid": valid,
-                        "noop_pass": passed and bool(sd.get("noop_target")), "model": t.get("agent_model")})
+                        "noop_pass": passed and bool(sd.get("noop_target")), "model": t.get("agent_model"),
+                        "signature": " > ".join(signature(r))})
     return out
 
 
@@ -177,6 +178,16 @@ def _boot(values: list[float], n_boot: int, rng: random.Random) -> tuple[float, 
         return float("nan"), float("nan")
     means = sorted(sum(rng.choice(values) for _ in values) / len(values) for _ in range(n_boot))
     return means[int(0.025 * n_boot)], means[min(n_boot - 1, int(0.975 * n_boot))]
+
+
+def _by_signature(rs: list[dict]) -> dict[str, dict]:
+    """Passes per kind of task (action signature): which kinds a model learned."""
+    out: dict[str, dict] = {}
+    for r in rs:
+        d = out.setdefault(r.get("signature") or "", {"n": 0, "passes": 0})
+        d["n"] += 1
+        d["passes"] += int(bool(r["passed"]))
+    return dict(sorted(out.items()))
 
 
 def model_stats(rs: list[dict], n_boot: int = 2000, seed: int = 0) -> dict:
@@ -193,7 +204,8 @@ def model_stats(rs: list[dict], n_boot: int = 2000, seed: int = 0) -> dict:
                   noop_passes=sum(1 for r in rs if r["noop_pass"]),
                   reward_ci=_boot(rewards, n_boot, rng), pass_ci=_boot(passes, n_boot, rng),
                   valid_ci=_boot(per_traj_valid, n_boot, rng),
-                  models=sorted({str(r["model"]) for r in rs if r.get("model")}))
+                  models=sorted({str(r["model"]) for r in rs if r.get("model")}),
+                  by_signature=_by_signature(rs))
     return {"summary": st, "detail": detail}
 
 
@@ -225,6 +237,14 @@ def table(details: dict, diffs: dict) -> str:
         lines.append(f"| {m} | {d['n']} | {d['valid_tool_call_rate']:.3f} {_fmt_ci(d['valid_ci'])} "
                      f"({d['valid_turns']}/{d['agent_turns']} turns) | {d['reward_mean']:.3f} {_fmt_ci(d['reward_ci'])} | "
                      f"{d['pass_rate']:.3f} {_fmt_ci(d['pass_ci'])} | {d['noop_passes']} of {d['passes']} |")
+    sigs = sorted({k for d in details.values() for k in d.get("by_signature") or {}})
+    if len(sigs) > 1:
+        lines += ["", "| passes per kind of task (action signature) | " + " | ".join(details) + " |",
+                  "|---|" + "---|" * len(details)]
+        for k in sigs:
+            got = [(d.get("by_signature") or {}).get(k) for d in details.values()]
+            cells = [f"{c['passes']}/{c['n']}" if c else "-" for c in got]
+            lines.append(f"| {k or '(no actions)'} | " + " | ".join(cells) + " |")
     lines.append("")
     for k, v in diffs.items():
         lines.append(f"- {k}: mean reward difference {v['diff']:+.3f}, 95% paired bootstrap CI "
