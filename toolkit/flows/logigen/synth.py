@@ -154,40 +154,46 @@ class GoalDesigner:
         if d is None:
             failed[kind] = failed.get(kind, 0) + 1
             return None
-        try:
-            _, d.results = execute(env, d.origin, d.actions)
-        except ValueError as e:
-            failed[f"{kind}: replay"] = failed.get(f"{kind}: replay", 0) + 1
-            d.notes.append(str(e))
-            return None
-        from toolkit.flows.logigen.explorer import canonical_state, probe_goals
-
-        d.goals = probe_goals(self.view, d.actions)
-        if d.goals and rng.random() < self.inject_share:
-            strat = STRATEGIES[(i + rng.randint(0, 3)) % len(STRATEGIES)]
-            apply_injection(self.view, env, d, strat, rng, self.volume)
-        d.origin = canonical_state(env, d.origin)
-        try:
-            d.target, d.results = execute(env, d.origin, d.actions)
-        except ValueError:
-            failed["replay after injection"] = failed.get("replay after injection", 0) + 1
-            return None
-        if env.diff(d.origin, d.target)["total"] == 0:
-            failed["changes nothing"] = failed.get("changes nothing", 0) + 1
-            return None
-        from toolkit.flows.logigen.validate import target_rule_violations
-
-        broken = target_rule_violations(env, d.origin, d.target)
-        if broken:
-            failed["target breaks a rule"] = failed.get("target breaks a rule", 0) + 1
-            return None
-        key = env.hash_state(d.target)
-        if key in seen:
-            failed["same target as an earlier task"] = failed.get("same target as an earlier task", 0) + 1
-            return None
         sig = tuple(a["name"] for a in d.actions)
         if sig in sigs and i < n * max_tries // 2 and rule is None:
             return None  # the same sequence of tools as an earlier task: draw another one
+        from toolkit.flows.logigen.explorer import probe_goals
+        from toolkit.flows.logigen.replay import run_traced
+
+        d.goals = probe_goals(self.view, d.actions)
+        inject = bool(d.goals) and rng.random() < self.inject_share
+        if inject:
+            # the injection compares the path's results on the new s_origin with these
+            try:
+                _, d.results = execute(env, d.origin, d.actions)
+            except ValueError as e:
+                failed[f"{kind}: replay"] = failed.get(f"{kind}: replay", 0) + 1
+                d.notes.append(str(e))
+                return None
+            strat = STRATEGIES[(i + rng.randint(0, 3)) % len(STRATEGIES)]
+            apply_injection(self.view, env, d, strat, rng, self.volume)
+        # one traced run: the canonical s_origin, s_target, both hashes, the tables changed and
+        # the facts the labels need (gentask.to_record), without replaying the task again
+        try:
+            tr = run_traced(env, d.origin, d.actions)
+        except ValueError as e:
+            why = "replay after injection" if inject else f"{kind}: replay"
+            failed[why] = failed.get(why, 0) + 1
+            d.notes.append(str(e))
+            return None
+        d.origin, d.target, d.results, d.trace = tr["origin"], tr["target"], tr["results"], tr
+        if tr["h_origin"] == tr["h_target"]:  # equal hashes <=> DIFF 0
+            failed["changes nothing"] = failed.get("changes nothing", 0) + 1
+            return None
+        key = tr["h_target"]
+        if key in seen:
+            failed["same target as an earlier task"] = failed.get("same target as an earlier task", 0) + 1
+            return None
+        from toolkit.flows.logigen.validate import target_rule_violations
+
+        if target_rule_violations(env, d.origin, d.target):
+            failed["target breaks a rule"] = failed.get("target breaks a rule", 0) + 1
+            return None
         seen.add(key)
         sigs.add(sig)
         return d
