@@ -18,7 +18,7 @@ import random
 import re
 from typing import Any
 
-from toolkit.flows.logigen.explorer import Draft, DomainView, execute
+from toolkit.flows.logigen.explorer import DomainView, Draft, execute
 
 STRATEGIES = ("distractor", "substitute", "tradeoff", "noise")
 ARCHETYPES = ("Mismatch", "Entangled", "Rookie", "Edge")
@@ -155,7 +155,9 @@ def inject(view: DomainView, env_base: Any, draft: Draft, strategy: str, rng: ra
            volume: int = 0) -> dict | None:
     """Apply one resource-injection strategy to draft.origin; returns the record of it (or None
     when nothing fits). The caller re-executes the reference path to keep it valid."""
-    state = copy.deepcopy(draft.origin)
+    # the new s_origin shares the rows of draft.origin (never mutated: new rows are appended,
+    # clone_row copies the row it clones)
+    state = {t: list(rows) if isinstance(rows, list) else rows for t, rows in draft.origin.items()}
     added: list[dict] = []
     if strategy == "noise" and volume > 0:
         # realistic volume: rows generated from the column types, in tables the reference path
