@@ -84,7 +84,8 @@ def _waterfall(env: Any, table: str, before: dict, after: dict) -> bool:
 def run_traced(env_base: Any, origin: dict, actions: list[dict]) -> dict:
     """`execute` and `canonical_state` in one run, keeping the execution trace the generator's
     labels are computed from (labels.facts_from_trace; validation replays independently with
-    labels.analyze_path): {"origin": the canonical s_origin, "target", "results", "h_origin",
+    labels.analyze_path): {"origin": the canonical s_origin, "target", "target_bytes" (its
+    database, for restore()), "results", "h_origin",
     "h_target" (state hashes), "tables_changed" (tables whose canonical rows differ), "actions"
     (a copy of the path traced), "steps": per action {"write": a write that changed the state,
     "table", "dep": argument values found in an earlier tool result, "waterfall", "alone_fails":
@@ -94,7 +95,7 @@ def run_traced(env_base: Any, origin: dict, actions: list[dict]) -> dict:
     tools = env.domain.tools
     h_origin = env.state_hash()
     canon0 = {t: tc.digest for t, tc in env.canonical().items()}
-    origin_c = env.snapshot_loadable()
+    origin_c = env.snapshot()
     start = env.checkpoint()
     seen: set[str] = set()
     results, steps = [], []
@@ -136,5 +137,6 @@ def run_traced(env_base: Any, origin: dict, actions: list[dict]) -> dict:
         h0 = h1
     canon1 = {t: tc.digest for t, tc in env.canonical().items()}
     changed = sorted(t for t in set(canon0) | set(canon1) if canon0.get(t) != canon1.get(t))
-    return {"origin": origin_c, "target": env.snapshot_loadable(), "results": results, "h_origin": h_origin,
-            "h_target": h0, "tables_changed": changed, "actions": copy.deepcopy(actions), "steps": steps}
+    return {"origin": origin_c, "target": env.snapshot(), "target_bytes": env.checkpoint(), "results": results,
+            "h_origin": h_origin, "h_target": h0, "tables_changed": changed, "steps": steps,
+            "actions": [{**a, "arguments": copy.copy(a.get("arguments"))} for a in actions]}

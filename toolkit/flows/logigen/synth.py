@@ -186,7 +186,7 @@ class GoalDesigner:
             return None
         from toolkit.flows.logigen.validate import target_rule_violations
 
-        if target_rule_violations(env, d.origin, d.target):
+        if target_rule_violations(env, d.origin, d.target, tr["target_bytes"]):
             failed["target breaks a rule"] = failed.get("target breaks a rule", 0) + 1
             return None
         seen.add(key)
