@@ -167,10 +167,13 @@ class GoalDesigner:
             d.results = [{"ok": not a.get("expect_error"), "code": a.get("expect_error")} for a in d.actions]
             strat = STRATEGIES[(i + rng.randint(0, 3)) % len(STRATEGIES)]
             apply_injection(self.view, env, d, strat, rng, self.volume)
-        # one traced run: the canonical s_origin, s_target, both hashes, the tables changed and
-        # the facts the labels need (gentask.to_record), without replaying the task again
+        # one traced run (the injection's, when one was kept): the canonical s_origin, s_target,
+        # both hashes, the tables changed and the facts the labels need (gentask.to_record),
+        # without replaying the task again
         try:
-            tr = run_traced(env, d.origin, d.actions)
+            tr = d.trace
+            if tr is None or tr["origin"] is not d.origin:
+                tr = run_traced(env, d.origin, d.actions)
         except ValueError as e:
             why = "replay after injection" if inject else f"{kind}: replay"
             failed[why] = failed.get(why, 0) + 1
