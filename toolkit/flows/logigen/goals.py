@@ -332,9 +332,11 @@ class GoalExplorer:
         return any(v in anchors for v in p.args.values() if isinstance(v, str))
 
     def step_candidates(self, state: dict, rng: random.Random, anchors: set, created: dict,
-                        used: dict, who: Any = None, width: int = 1) -> list[Probe]:
+                        used: dict, who: Any = None, width: int = 1, lazy: bool = False) -> Any:
         """Candidate writes on the principal `who`'s rows; `width` > 1: every tool, more rows and
-        insert drafts (the boundary search), 1: a random half of the tools (a chain step)."""
+        insert drafts (the boundary search), 1: a random half of the tools (a chain step).
+        `lazy`: an iterator that checks ownership only of the candidates taken (the drafts are
+        shuffled first: the same random order of the owned ones)."""
         view = self.view
         out: list[Probe] = []
         owned: dict = {}  # (table, row key) -> owns, for updates that change no reference
@@ -396,7 +398,11 @@ class GoalExplorer:
                         c = rng.choice(enums)
                         args[c.name] = rng.choice(c.enum)
                     ps.append(Probe(td.name, args, "insert", td.table))
-            out += [p for p in ps if self._owns_cached(state, p, who, owned)]
+            out += ps
+        if lazy:
+            rng.shuffle(out)
+            return (p for p in out if self._owns_cached(state, p, who, owned))
+        out = [p for p in out if self._owns_cached(state, p, who, owned)]
         rng.shuffle(out)
         return out
 
@@ -602,7 +608,8 @@ class GoalExplorer:
         w = self.walker
         h0 = w.hash()
         cp = None
-        for p in self.step_candidates(state, rng, anchors, created, used, who)[:MAX_TRIES_PER_STEP]:
+        for p in itertools.islice(self.step_candidates(state, rng, anchors, created, used, who, lazy=True),
+                                  MAX_TRIES_PER_STEP):
             if cp is None:
                 cp = w.cp()
             r = w.call(p.name, p.args)
