@@ -101,11 +101,14 @@ def run_traced(env_base: Any, origin: dict, actions: list[dict]) -> dict:
     results, steps = [], []
     writes = 0
     h0 = h_origin
+    snap = origin_c  # the current state's rows while known (reads and failed calls keep them)
     for i, a in enumerate(actions):
         td = tools.get(a["name"])
         is_write = td is not None and td.kind in ("insert", "update")
-        before = env.snapshot() if is_write else None
+        before = (snap if snap is not None else env.snapshot()) if is_write else None
         res = env.call(a["name"], copy.deepcopy(a["arguments"]))
+        if res.ok and (td is None or td.kind != "query"):
+            snap = None
         err = res.error or {}
         want = a.get("expect_error")
         if want and (res.ok or err.get("code") != want):
@@ -123,7 +126,7 @@ def run_traced(env_base: Any, origin: dict, actions: list[dict]) -> dict:
             step = {"write": True, "table": td.table, "alone_fails": None,
                     "dep": [str(v) for v in args.values() if v is not None and not isinstance(v, bool)
                             and str(v) in seen],
-                    "waterfall": _waterfall(env, td.table, before, env.snapshot())}
+                    "waterfall": _waterfall(env, td.table, before, snap := env.snapshot())}
             if writes > 1 and not want:
                 cp = env.checkpoint()
                 env.restore(start)
@@ -137,6 +140,7 @@ def run_traced(env_base: Any, origin: dict, actions: list[dict]) -> dict:
         h0 = h1
     canon1 = {t: tc.digest for t, tc in env.canonical().items()}
     changed = sorted(t for t in set(canon0) | set(canon1) if canon0.get(t) != canon1.get(t))
-    return {"origin": origin_c, "target": env.snapshot(), "target_bytes": env.checkpoint(), "results": results,
+    return {"origin": origin_c, "target": snap if snap is not None else env.snapshot(),
+            "target_bytes": env.checkpoint(), "results": results,
             "h_origin": h_origin, "h_target": h0, "tables_changed": changed, "steps": steps,
             "actions": [{**a, "arguments": copy.copy(a.get("arguments"))} for a in actions]}
