@@ -332,16 +332,20 @@ class GoalExplorer:
         return any(v in anchors for v in p.args.values() if isinstance(v, str))
 
     def step_candidates(self, state: dict, rng: random.Random, anchors: set, created: dict,
-                        used: dict, who: Any = None, width: int = 1, lazy: bool = False) -> Any:
+                        used: dict, who: Any = None, width: int = 1, lazy: bool = False,
+                        only: Any = None) -> Any:
         """Candidate writes on the principal `who`'s rows; `width` > 1: every tool, more rows and
         insert drafts (the boundary search), 1: a random half of the tools (a chain step).
         `lazy`: an iterator that checks ownership only of the candidates taken (the drafts are
-        shuffled first: the same random order of the owned ones)."""
+        shuffled first: the same random order of the owned ones). `only`: tool names to draft
+        for (the others are not drafted at all)."""
         view = self.view
         out: list[Probe] = []
         owned: dict = {}  # (table, row key) -> owns, for updates that change no reference
         tools = list(self.writes)
         rng.shuffle(tools)
+        if only is not None:
+            tools = [td for td in tools if td.name in only]
         for td in tools if width > 1 else tools[:max(3, len(tools) // 2)]:
             if td.kind == "update":
                 t = view.tables[td.table]
