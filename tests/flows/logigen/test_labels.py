@@ -8,7 +8,13 @@ import asyncio
 from pathlib import Path
 
 from toolkit.envs import load_env
-from toolkit.flows.logigen.labels import _waterfall, analyze_path, labels
+from toolkit.flows.logigen.labels import (
+    _waterfall,
+    analyze_path,
+    facts_from_trace,
+    labels,
+)
+from toolkit.flows.logigen.replay import run_traced
 from toolkit.schema import Record
 from toolkit.stages import strategies
 
@@ -16,9 +22,13 @@ ENV = {"backend": "sqlite", "path": str(Path(__file__).resolve().parents[2] / "d
 
 
 def facts_of(actions, texts):
+    """The facts by replaying (analyze_path, validation's path); the generator's own trace
+    (replay.run_traced + facts_from_trace) must give the same facts."""
     env = load_env(ENV)
     try:
-        return analyze_path(env, None, actions, texts)
+        facts = analyze_path(env, None, actions, texts)
+        assert facts_from_trace(run_traced(env, env.snapshot(), actions), texts) == facts
+        return facts
     finally:
         env.close()
 
@@ -129,5 +139,27 @@ def test_generated_rows_follow_types_and_constraints():
         assert sum({k: v for k, v in r.items() if k != "car_id"} in old for r in rows) < 5
         loaded = canonical_state(env, dict(state, car=state["car"] + rows))  # constraints hold
         assert len(loaded["car"]) == len(state["car"]) + 200
+    finally:
+        env.close()
+
+
+def test_generator_trace_matches_an_independent_replay():
+    # every drafted task's trace (one run: hashes, tables changed, label facts) against the
+    # independent computations: hash_state of the stored states, DIFF, analyze_path
+    from toolkit.flows.logigen.synth import GoalDesigner
+
+    env = load_env(ENV)
+    try:
+        drafts = GoalDesigner(env, env.snapshot(), 3, {}).drafts(12, 8)
+        assert len(drafts) == 12
+        steps = 0
+        for d in drafts:
+            tr = d.trace
+            texts = ["customer " + " ".join(str(v) for v in d.actions[0]["arguments"].values())]
+            assert facts_from_trace(tr, texts) == analyze_path(env, d.origin, d.actions, texts)
+            assert (tr["h_origin"], tr["h_target"]) == (env.hash_state(d.origin), env.hash_state(d.target))
+            assert tr["tables_changed"] == sorted(env.diff(d.origin, d.target)["tables"])
+            steps += sum(s["write"] for s in tr["steps"])
+        assert steps >= 12  # every task writes
     finally:
         env.close()

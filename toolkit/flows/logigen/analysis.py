@@ -64,6 +64,7 @@ subqueries, arithmetic, function calls, CASE (opaque)). What it cannot parse com
 
 from __future__ import annotations
 
+import functools
 import re
 import sqlite3
 from dataclasses import dataclass, field
@@ -732,6 +733,14 @@ def _bind(sql: str) -> tuple[str, list[tuple[str, str]]]:
     return "".join(p if i % 2 else _REF_RE.sub(sub, p) for i, p in enumerate(parts)), names
 
 
+@functools.lru_cache(maxsize=4096)
+def _bound_query(sql: str) -> tuple[str, tuple[tuple[str, str, str], ...]]:
+    """`evaluate`'s SELECT for `sql` and its parameters (key, new|old, column), once per text."""
+    text, names = _bind(sql)
+    return (f"SELECT CASE WHEN ({text}) THEN 1 ELSE 0 END",
+            tuple((key, *spec.split(":", 1)) for key, spec in names))
+
+
 def evaluate(env: Any, sql: str | None, new: dict | None = None, old: dict | None = None) -> bool | None:
     """Does the boolean SQL expression `sql` (a RuleCheck.sql, guard or WHERE) hold for the row
     values `new` (NEW.x) and `old` (OLD.x) in env's current state? Read-only (one SELECT).
@@ -741,16 +750,14 @@ def evaluate(env: Any, sql: str | None, new: dict | None = None, old: dict | Non
     """
     if not sql or not sql.strip():
         return True
-    text, names = _bind(sql)
+    q, names = _bound_query(sql)
     params: dict[str, Any] = {}
-    for key, spec in names:
-        which, col = spec.split(":", 1)
+    for key, which, col in names:
         row = new if which == "new" else old
         if row is None or col not in row:
             return None
         v = row[col]
         params[key] = int(v) if isinstance(v, bool) else v
-    q = f"SELECT CASE WHEN ({text}) THEN 1 ELSE 0 END"
     try:
         if isinstance(env, sqlite3.Connection):
             r = env.execute(q, params).fetchone()
@@ -766,5 +773,5 @@ def domain_analysis(env: Any):
     falls back to executing calls."""
     try:
         return analyze(env)
-    except Exception:
+    except Exception:  # noqa: BLE001 - any analysis failure: the search falls back to executing calls
         return None

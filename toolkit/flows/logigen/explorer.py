@@ -367,6 +367,7 @@ class Draft:
     archetype: str = "Rookie"
     target: dict | None = None
     results: list[dict] = field(default_factory=list)  # per reference call: ok / code / rule
+    trace: dict | None = None  # replay.run_traced of (origin, actions): hashes and label facts
     notes: list[str] = field(default_factory=list)
     before_goal: dict | None = None  # the state each goal description is read against
     usage: dict = field(default_factory=dict)  # LLM usage of an llm exploration
@@ -670,7 +671,7 @@ class SymbolicExplorer:
             row[col] = t.boundary
             try:
                 origin = canonical_state(self.env_base, origin)
-            except Exception:
+            except Exception:  # noqa: BLE001, S112 - a seed the state cannot hold is skipped
                 continue
             crossing = [g.call(), g.call()]
             b = Boundary(rule=rc.rule, arg=f"{table}.{col}", threshold=t.boundary, goal=g, crossing=crossing,

@@ -37,11 +37,11 @@ import random
 import zlib
 from typing import Any
 
+from toolkit.flows.logigen import options as O
+from toolkit.flows.logigen.llm_explorer import LLM_MAX_WRITES
 from toolkit.io import StageError, add_provenance, log
 from toolkit.schema import Action, GroundTruth, Record, Task, UserScenario, Verifier
 from toolkit.stages.registry import StageContext, strategy
-from toolkit.flows.logigen import options as O
-from toolkit.flows.logigen.llm_explorer import LLM_MAX_WRITES
 
 
 def _bool(v: Any, default: bool) -> bool:
@@ -76,7 +76,7 @@ def load_sqlite_env(record: Record):
                          field="env.backend")
     try:
         return load_env(record.env)
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - any failure to build the env is a StageError
         raise StageError(f"cannot build the environment: {type(e).__name__}: {e}", field="env") from None
 
 
@@ -126,17 +126,24 @@ def view_leaks(d: Any, view_: dict, dview: Any) -> list[str]:
 
 def to_record(parent: Record, k: int, d: Any, view_: dict, view_info: dict, explorer: str, seed: int,
               inline_target: bool, env_view: Any) -> Record:
+    from toolkit.flows.logigen.labels import analyze_path, facts_from_trace, labels
     from toolkit.flows.logigen.set_designer import complexity
 
-    from toolkit.flows.logigen.labels import analyze_path, labels
-
     env = env_view.env
-    delta = env.diff(d.origin, d.target) if hasattr(env, "diff") else {"tables": {}}
-    cx, level = complexity(d, sorted(delta.get("tables", {})))
-    # honest labels: computed from what the task requires (replayed), not from how it was drawn
+    tr = d.trace
+    if tr is not None and (tr["origin"] is not d.origin or tr["target"] is not d.target or tr["actions"] != d.actions):
+        tr = None  # the draft changed after its traced run: replay it
+    if tr is not None:
+        tables_changed = tr["tables_changed"]
+    else:
+        tables_changed = sorted((env.diff(d.origin, d.target) if hasattr(env, "diff") else {"tables": {}})
+                                .get("tables", {}))
+    cx, level = complexity(d, tables_changed)
+    # honest labels: computed from what the task requires (executed), not from how it was drawn
     texts = [view_.get(k) for k in ("instruction", "persona", "reason_for_call", "known_info", "unknown_info",
                                     "instructions")]
-    facts = analyze_path(env, d.origin, d.actions, [t for t in texts if t])
+    texts = [t for t in texts if t]
+    facts = facts_from_trace(tr, texts) if tr is not None else analyze_path(env, d.origin, d.actions, texts)
     lab = labels(facts, d.boundary is not None, d.patterns, d.injections)
     level = lab["level"]
     cx.update(archetype=lab["archetype"], tags=lab["tags"], level=level, writes=facts["writes"],
@@ -146,10 +153,10 @@ def to_record(parent: Record, k: int, d: Any, view_: dict, view_info: dict, expl
         cx["seeded"] = d.seeded
     env_ref = parent.env.model_dump(exclude_none=True)
     env_ref["state"] = d.origin
-    env_ref["state_ref"] = env_view.env.hash_state(d.origin)
+    env_ref["state_ref"] = tr["h_origin"] if tr is not None else env.hash_state(d.origin)
     gt = GroundTruth(actions=[Action(**a) for a in d.actions],
                      target_state=d.target if inline_target else None,
-                     target_state_ref=env_view.env.hash_state(d.target))
+                     target_state_ref=tr["h_target"] if tr is not None else env.hash_state(d.target))
     us = UserScenario(persona=view_["persona"], reason_for_call=view_["reason_for_call"],
                       known_info=view_["known_info"], unknown_info=view_["unknown_info"],
                       instructions=view_["instructions"])
@@ -352,4 +359,4 @@ async def _llm_injections(designer: Designer, drafts: list, ctx: Any, cfg: dict,
     return out
 
 
-__all__ = ["build", "Designer", "load_sqlite_env", "project", "to_record"]
+__all__ = ["Designer", "build", "load_sqlite_env", "project", "to_record"]

@@ -354,14 +354,20 @@ class GoalExplorer:
         return any(v in anchors for v in p.args.values() if isinstance(v, str))
 
     def step_candidates(self, state: dict, rng: random.Random, anchors: set, created: dict,
-                        used: dict, who: Any = None, width: int = 1) -> list[Probe]:
+                        used: dict, who: Any = None, width: int = 1, lazy: bool = False,
+                        only: Any = None) -> Any:
         """Candidate writes on the principal `who`'s rows; `width` > 1: every tool, more rows and
-        insert drafts (the boundary search), 1: a random half of the tools (a chain step)."""
+        insert drafts (the boundary search), 1: a random half of the tools (a chain step).
+        `lazy`: an iterator that checks ownership only of the candidates taken (the drafts are
+        shuffled first: the same random order of the owned ones). `only`: tool names to draft
+        for (the others are not drafted at all)."""
         view = self.view
         out: list[Probe] = []
         owned: dict = {}  # (table, row key) -> owns, for updates that change no reference
         tools = list(self.writes)
         rng.shuffle(tools)
+        if only is not None:
+            tools = [td for td in tools if td.name in only]
         for td in tools if width > 1 else tools[:max(3, len(tools) // 2)]:
             if td.kind == "update":
                 t = view.tables[td.table]
@@ -418,7 +424,11 @@ class GoalExplorer:
                         c = rng.choice(enums)
                         args[c.name] = rng.choice(c.enum)
                     ps.append(Probe(td.name, args, "insert", td.table))
-            out += [p for p in ps if self._owns_cached(state, p, who, owned)]
+            out += ps
+        if lazy:
+            rng.shuffle(out)
+            return (p for p in out if self._owns_cached(state, p, who, owned))
+        out = [p for p in out if self._owns_cached(state, p, who, owned)]
         rng.shuffle(out)
         return out
 
@@ -624,7 +634,8 @@ class GoalExplorer:
         w = self.walker
         h0 = w.hash()
         cp = None
-        for p in self.step_candidates(state, rng, anchors, created, used, who)[:MAX_TRIES_PER_STEP]:
+        for p in itertools.islice(self.step_candidates(state, rng, anchors, created, used, who, lazy=True),
+                                  MAX_TRIES_PER_STEP):
             if cp is None:
                 cp = w.cp()
             r = w.call(p.name, p.args)

@@ -102,6 +102,29 @@ def analyze_path(env: Any, origin: dict | None, actions: list[dict], user_texts:
     return out
 
 
+def facts_from_trace(trace: dict, user_texts: list[str]) -> dict:
+    """analyze_path's facts from the generator's own execution trace (replay.run_traced) instead
+    of a second replay; validation keeps replaying independently (record_labels)."""
+    blob = "\n".join(t for t in user_texts if t)
+    actions = trace["actions"]
+    out = {"writes": 0, "read_dependent": 0, "state_dependent": 0, "waterfall": 0, "violation_first": False,
+           "actions": len(actions), "write_tables": [], "dependent_args": []}
+    for i, (a, st) in enumerate(zip(actions, trace["steps"])):
+        if a.get("expect_error"):
+            out["violation_first"] = out["violation_first"] or out["writes"] == 0
+        if not st["write"]:
+            continue
+        out["writes"] += 1
+        out["write_tables"].append(st["table"])
+        dep = [v for v in st["dep"] if not _in_text(v, blob)]
+        if dep:
+            out["read_dependent"] += 1
+            out["dependent_args"].append({"step": i, "values": dep})
+        out["waterfall"] += bool(st["waterfall"])
+        out["state_dependent"] += bool(st["alone_fails"])
+    return out
+
+
 def _waterfall(env: Any, table: str, before: dict, after: dict, keys: Any) -> bool:
     """A side effect that updates an existing row of another table."""
     for name, t in env.domain.tables.items():

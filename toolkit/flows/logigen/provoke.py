@@ -61,6 +61,7 @@ class ViolationSearch:
         self.visible = set()
         for side in sides:
             self.visible |= set(env.tool_names(side))
+        self._agent_tools = frozenset(env.tool_names("agent"))  # side_of, asked for every call tried
         if base_state is not None:
             env.reset(base_state)
         self.snapshot0 = env.snapshot()
@@ -79,7 +80,7 @@ class ViolationSearch:
         self.dates = _dates_around(sorted(dates)) if dates else []
 
     def side_of(self, tool: str) -> str:
-        return "agent" if tool in self.env.tool_names("agent") else "user"
+        return "agent" if tool in self._agent_tools else "user"
 
     # -- candidate values ----------------------------------------------------------------------
 

@@ -55,3 +55,92 @@ def execute(env_base: Any, origin: dict, actions: list[dict]) -> tuple[dict, lis
 
 def canonical_state(env_base: Any, state: dict) -> dict:
     return _scratch_env(env_base, state).snapshot_loadable()
+
+
+def _scalars(obj: Any, out: set[str]) -> None:
+    if isinstance(obj, dict):
+        for v in obj.values():
+            _scalars(v, out)
+    elif isinstance(obj, list):
+        for v in obj:
+            _scalars(v, out)
+    elif obj is not None and not isinstance(obj, bool):
+        out.add(str(obj))
+
+
+def _waterfall(env: Any, table: str, before: dict, after: dict) -> bool:
+    """A side effect that updates an existing row of another table (labels.py's definition)."""
+    for name, t in env.domain.tables.items():
+        if name == table or not t.pk or before.get(name) == after.get(name):
+            continue
+        old = {tuple(r.get(k) for k in t.pk): r for r in before.get(name, [])}
+        for r in after.get(name, []):
+            o = old.get(tuple(r.get(k) for k in t.pk))
+            if o is not None and o != r:
+                return True
+    return False
+
+
+def run_traced(env_base: Any, origin: dict, actions: list[dict]) -> dict:
+    """`execute` and `canonical_state` in one run, keeping the execution trace the generator's
+    labels are computed from (labels.facts_from_trace; validation replays independently with
+    labels.analyze_path): {"origin": the canonical s_origin, "target", "target_bytes" (its
+    database, for restore()), "results", "h_origin",
+    "h_target" (state hashes), "tables_changed" (tables whose canonical rows differ), "actions"
+    (a copy of the path traced), "steps": per action {"write": a write that changed the state,
+    "table", "dep": argument values found in an earlier tool result, "waterfall", "alone_fails":
+    the write fails or changes nothing when run alone on s_origin (None: not checked)}}. Raises
+    ValueError like `execute`."""
+    env = _scratch_env(env_base, origin)
+    tools = env.domain.tools
+    h_origin = env.state_hash()
+    canon0 = {t: tc.digest for t, tc in env.canonical().items()}
+    origin_c = env.snapshot()
+    start = env.checkpoint()
+    seen: set[str] = set()
+    results, steps = [], []
+    writes = 0
+    h0 = h_origin
+    snap = origin_c  # the current state's rows while known (reads and failed calls keep them)
+    for i, a in enumerate(actions):
+        td = tools.get(a["name"])
+        is_write = td is not None and td.kind in ("insert", "update")
+        before = (snap if snap is not None else env.snapshot()) if is_write else None
+        res = env.call(a["name"], copy.deepcopy(a["arguments"]))
+        if res.ok and (td is None or td.kind != "query"):
+            snap = None
+        err = res.error or {}
+        want = a.get("expect_error")
+        if want and (res.ok or err.get("code") != want):
+            raise ValueError(f"action {i} ({a['name']}) should fail with {want}, got "
+                             f"{'success' if res.ok else err.get('code')}")
+        if not want and not res.ok:
+            raise ValueError(f"action {i} ({a['name']}) failed: {err.get('code')}: {err.get('message')}")
+        results.append({"ok": res.ok, "code": err.get("code"), "rule": err.get("violated_rule"),
+                        "message": err.get("message")})
+        h1 = env.state_hash()
+        step: dict = {"write": False}
+        if res.ok and h1 != h0 and is_write:
+            writes += 1
+            args = a.get("arguments") or {}
+            step = {"write": True, "table": td.table, "alone_fails": None,
+                    "dep": [str(v) for v in args.values() if v is not None and not isinstance(v, bool)
+                            and str(v) in seen],
+                    "waterfall": _waterfall(env, td.table, before, snap := env.snapshot())}
+            if writes > 1 and not want:
+                cp = env.checkpoint()
+                env.restore(start)
+                h_a = env.state_hash()
+                r2 = env.call(a["name"], copy.deepcopy(args))
+                step["alone_fails"] = not r2.ok or env.state_hash() == h_a
+                env.restore(cp)
+        steps.append(step)
+        if res.ok:
+            _scalars(res.content, seen)
+        h0 = h1
+    canon1 = {t: tc.digest for t, tc in env.canonical().items()}
+    changed = sorted(t for t in set(canon0) | set(canon1) if canon0.get(t) != canon1.get(t))
+    return {"origin": origin_c, "target": snap if snap is not None else env.snapshot(),
+            "target_bytes": env.checkpoint(), "results": results,
+            "h_origin": h_origin, "h_target": h0, "tables_changed": changed, "steps": steps,
+            "actions": [{**a, "arguments": copy.copy(a.get("arguments"))} for a in actions]}

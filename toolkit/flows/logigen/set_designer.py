@@ -18,7 +18,7 @@ import random
 import re
 from typing import Any
 
-from toolkit.flows.logigen.explorer import Draft, DomainView, execute
+from toolkit.flows.logigen.explorer import DomainView, Draft
 
 STRATEGIES = ("distractor", "substitute", "tradeoff", "noise")
 ARCHETYPES = ("Mismatch", "Entangled", "Rookie", "Edge")
@@ -155,7 +155,9 @@ def inject(view: DomainView, env_base: Any, draft: Draft, strategy: str, rng: ra
            volume: int = 0) -> dict | None:
     """Apply one resource-injection strategy to draft.origin; returns the record of it (or None
     when nothing fits). The caller re-executes the reference path to keep it valid."""
-    state = copy.deepcopy(draft.origin)
+    # the new s_origin shares the rows of draft.origin (never mutated: new rows are appended,
+    # clone_row copies the row it clones)
+    state = {t: list(rows) if isinstance(rows, list) else rows for t, rows in draft.origin.items()}
     added: list[dict] = []
     if strategy == "noise" and volume > 0:
         # realistic volume: rows generated from the column types, in tables the reference path
@@ -195,24 +197,27 @@ def inject(view: DomainView, env_base: Any, draft: Draft, strategy: str, rng: ra
 def apply_injection(view: DomainView, env_base: Any, draft: Draft, strategy: str, rng: random.Random,
                     volume: int = 0) -> bool:
     """Inject, then re-execute the reference path on the new s_origin: keep the injection only
-    when every call behaves as before (and a boundary still holds)."""
+    when every call behaves as before (and a boundary still holds). The re-execution is the
+    draft's traced run (replay.run_traced): a kept injection leaves it in `draft.trace`, with
+    `draft.origin` its canonical s_origin."""
     from toolkit.envs.sqlite import DomainError
     from toolkit.flows.logigen.explorer import boundary_check
+    from toolkit.flows.logigen.replay import run_traced
 
     inj = inject(view, env_base, draft, strategy, rng, volume)
     if inj is None:
         return False
     try:
-        _, results = execute(env_base, inj["state"], draft.actions)
+        tr = run_traced(env_base, inj["state"], draft.actions)
     except (ValueError, DomainError):
         return False
-    if [r["code"] for r in results] != [r["code"] for r in draft.results]:
+    if [r["code"] for r in tr["results"]] != [r["code"] for r in draft.results]:
         return False
     if draft.boundary is not None:
         ok, _ = boundary_check(env_base, inj["state"], draft.boundary.goal.call(), draft.boundary.crossing)
         if not ok:
             return False
-    draft.origin = inj["state"]
+    draft.origin, draft.trace = tr["origin"], tr
     draft.injections.append({"strategy": strategy,
                              "rows": [{"table": a["table"], **({"like": a["like"]} if "like" in a else {})}
                                       for a in inj["rows"]][:20], "count": len(inj["rows"]),

@@ -146,7 +146,6 @@ class GoalDesigner:
                 seen: set, sigs: set, failed: dict):
         """One draft, executed, injected, replayed and checked; None (counted in `failed`) when
         it does not make a task."""
-        from toolkit.flows.logigen.explorer import execute
         from toolkit.flows.logigen.set_designer import STRATEGIES, apply_injection
 
         env = self.env
@@ -154,40 +153,45 @@ class GoalDesigner:
         if d is None:
             failed[kind] = failed.get(kind, 0) + 1
             return None
-        try:
-            _, d.results = execute(env, d.origin, d.actions)
-        except ValueError as e:
-            failed[f"{kind}: replay"] = failed.get(f"{kind}: replay", 0) + 1
-            d.notes.append(str(e))
-            return None
-        from toolkit.flows.logigen.explorer import canonical_state, probe_goals
-
-        d.goals = probe_goals(self.view, d.actions)
-        if d.goals and rng.random() < self.inject_share:
-            strat = STRATEGIES[(i + rng.randint(0, 3)) % len(STRATEGIES)]
-            apply_injection(self.view, env, d, strat, rng, self.volume)
-        d.origin = canonical_state(env, d.origin)
-        try:
-            d.target, d.results = execute(env, d.origin, d.actions)
-        except ValueError:
-            failed["replay after injection"] = failed.get("replay after injection", 0) + 1
-            return None
-        if env.diff(d.origin, d.target)["total"] == 0:
-            failed["changes nothing"] = failed.get("changes nothing", 0) + 1
-            return None
-        from toolkit.flows.logigen.validate import target_rule_violations
-
-        broken = target_rule_violations(env, d.origin, d.target)
-        if broken:
-            failed["target breaks a rule"] = failed.get("target breaks a rule", 0) + 1
-            return None
-        key = env.hash_state(d.target)
-        if key in seen:
-            failed["same target as an earlier task"] = failed.get("same target as an earlier task", 0) + 1
-            return None
         sig = tuple(a["name"] for a in d.actions)
         if sig in sigs and i < n * max_tries // 2 and rule is None:
             return None  # the same sequence of tools as an earlier task: draw another one
+        from toolkit.flows.logigen.explorer import probe_goals
+        from toolkit.flows.logigen.replay import run_traced
+
+        d.goals = probe_goals(self.view, d.actions)
+        inject = bool(d.goals) and rng.random() < self.inject_share
+        if inject:
+            # the injection keeps the path's results on the new s_origin: what the chain that drew
+            # it executed (ok, or its expect_error; the traced run below checks it on s_origin)
+            d.results = [{"ok": not a.get("expect_error"), "code": a.get("expect_error")} for a in d.actions]
+            strat = STRATEGIES[(i + rng.randint(0, 3)) % len(STRATEGIES)]
+            apply_injection(self.view, env, d, strat, rng, self.volume)
+        # one traced run (the injection's, when one was kept): the canonical s_origin, s_target,
+        # both hashes, the tables changed and the facts the labels need (gentask.to_record),
+        # without replaying the task again
+        try:
+            tr = d.trace
+            if tr is None or tr["origin"] is not d.origin:
+                tr = run_traced(env, d.origin, d.actions)
+        except ValueError as e:
+            why = "replay after injection" if inject else f"{kind}: replay"
+            failed[why] = failed.get(why, 0) + 1
+            d.notes.append(str(e))
+            return None
+        d.origin, d.target, d.results, d.trace = tr["origin"], tr["target"], tr["results"], tr
+        if tr["h_origin"] == tr["h_target"]:  # equal hashes <=> DIFF 0
+            failed["changes nothing"] = failed.get("changes nothing", 0) + 1
+            return None
+        key = tr["h_target"]
+        if key in seen:
+            failed["same target as an earlier task"] = failed.get("same target as an earlier task", 0) + 1
+            return None
+        from toolkit.flows.logigen.validate import target_rule_violations
+
+        if target_rule_violations(env, d.origin, d.target, tr["target_bytes"]):
+            failed["target breaks a rule"] = failed.get("target breaks a rule", 0) + 1
+            return None
         seen.add(key)
         sigs.add(sig)
         return d

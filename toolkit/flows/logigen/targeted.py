@@ -335,7 +335,8 @@ class Targeted:
         base = gx.base
         who = self.cov._owner(base, v)
         w = gx.walker
-        for p in gx.step_candidates(base, self.rng, set(), {}, {}, who, width=2):
+        ins = {td.name for td in gx.writes if td.kind == "insert" and td.table in tables}
+        for p in gx.step_candidates(base, self.rng, set(), {}, {}, who, width=2, only=ins):
             if p.kind != "insert" or p.table not in tables:
                 continue
             w.restore(gx.base_cp)
@@ -368,7 +369,7 @@ class Targeted:
         seen: set = set()
         k = 0
         rank = {t: i for i, t in enumerate(tools)}
-        cands = [p for p in gx.step_candidates(origin, self.rng, anchors, {}, {}, who, width=2) if p.name in rank]
+        cands = gx.step_candidates(origin, self.rng, anchors, {}, {}, who, width=2, only=rank)
         cands.sort(key=lambda p: rank[p.name])  # direct writers first, then writes through triggers
         for p in cands:
             params = self.view.params.get(p.name, set())

@@ -27,10 +27,10 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from toolkit.flows.logigen import options as O
 from toolkit.io import StageError, add_provenance
 from toolkit.schema import Record, Verdict
 from toolkit.stages.registry import StageContext, strategy
-from toolkit.flows.logigen import options as O
 
 STAGE = "validate-task"
 
@@ -186,11 +186,13 @@ def check_record(record: Record, seen: dict, lock: threading.Lock, cache: Any) -
 _ANALYSES: dict[int, tuple[Any, Any]] = {}
 
 
-def target_rule_violations(env: Any, origin: dict, target: dict) -> list[str]:
+def target_rule_violations(env: Any, origin: dict, target: dict, target_bytes: bytes | None = None) -> list[str]:
     """Rows the task adds or changes that break a rule's condition when re-run on the target
     (a limit checked by one event only, e.g. INSERT, can be broken through the other). Only limits
     on the row's own values (`NEW.col <op> ...`) are re-run; conditions that need the OLD row or
-    count rows of their own table (the row itself would be counted) are not."""
+    count rows of their own table (the row itself would be counted) are not. `target_bytes`: the
+    target's database (a checkpoint), restored instead of loading `target`; the target is loaded
+    only when a changed row has a limit to re-check. The env is reset after."""
     import re
 
     from toolkit.flows.logigen.analysis import analyze, evaluate
@@ -212,7 +214,7 @@ def target_rule_violations(env: Any, origin: dict, target: dict) -> list[str]:
     dynamic = {td.table for n, td in env.domain.tools.items() if td.kind in ("insert", "update") and n in visible}
     for tr in an.triggers:
         dynamic |= {e.table for e in tr.effects}
-    env.reset(target)
+    loaded = False  # the target is loaded (`target_bytes`: its database, restored) for the first check
     try:
         for name, t in env.domain.tables.items():
             if not t.pk:
@@ -240,6 +242,9 @@ def target_rule_violations(env: Any, origin: dict, target: dict) -> list[str]:
                         o = old.get(tuple(r.get(k) for k in t.pk))
                         if o is not None and all(o.get(c) == r.get(c) for c in cols):
                             continue  # the limited values did not change: they were checked when written
+                        if not loaded:
+                            env.restore(target_bytes) if target_bytes is not None else env.reset(target)
+                            loaded = True
                         if evaluate(env, sql, new=r) is True:
                             out.append(f"target row {name} { {k: r.get(k) for k in t.pk} } breaks rule {rule!r} "
                                        f"(trigger {rc.trigger})")
