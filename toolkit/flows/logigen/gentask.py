@@ -225,9 +225,13 @@ def build(cfg: dict, ctx: StageContext):
                         extra = [d for d in extra if env.hash_state(d.target) not in seen]
                         drafts = drafts[:max(0, n - len(extra))] + extra
                     coverage = designer.coverage(drafts)
-                    log(f"gen-task: {record.id}: rule coverage: violation-first {coverage['violation_covered']}, "
-                        f"boundary {coverage['boundary_covered']}"
-                        + _missing_boundary(coverage))
+                    if designer.coverage_on:
+                        log(f"gen-task: {record.id}: rule coverage: violation-first {coverage['violation_covered']}, "
+                            f"boundary {coverage['boundary_covered']}"
+                            + _missing_boundary(coverage))
+                    else:  # no rule was planned: listing rules "without a boundary" would mislead
+                        log(f"gen-task: {record.id}: rule coverage off (rule_coverage: false): violation-first "
+                            f"{coverage['violation_covered']}, boundary {coverage['boundary_covered']} as drawn")
                 else:
                     from toolkit.flows.logigen.llm_explorer import llm_drafts
 
