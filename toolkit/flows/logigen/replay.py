@@ -33,6 +33,19 @@ def _scratch_env(env_base: Any, state: dict) -> Any:
     return env
 
 
+def _as_declared(i: int, a: dict, res: Any) -> dict:
+    """The result of reference action `i`, or ValueError when it did not behave as declared (ok, or
+    its expect_error)."""
+    err = res.error or {}
+    want = a.get("expect_error")
+    if want and (res.ok or err.get("code") != want):
+        raise ValueError(f"action {i} ({a['name']}) should fail with {want}, got "
+                         f"{'success' if res.ok else err.get('code')}")
+    if not want and not res.ok:
+        raise ValueError(f"action {i} ({a['name']}) failed: {err.get('code')}: {err.get('message')}")
+    return {"ok": res.ok, "code": err.get("code"), "rule": err.get("violated_rule"), "message": err.get("message")}
+
+
 def execute(env_base: Any, origin: dict, actions: list[dict]) -> tuple[dict, list[dict]]:
     """Run the reference path on s_origin in a fresh state (a reused scratch environment):
     (s_target, per-call results). Raises ValueError when a call does not behave as declared (ok,
@@ -41,15 +54,7 @@ def execute(env_base: Any, origin: dict, actions: list[dict]) -> tuple[dict, lis
     results = []
     for i, a in enumerate(actions):
         res = env.call(a["name"], copy.deepcopy(a["arguments"]))
-        err = res.error or {}
-        want = a.get("expect_error")
-        if want and (res.ok or err.get("code") != want):
-            raise ValueError(f"action {i} ({a['name']}) should fail with {want}, got "
-                             f"{'success' if res.ok else err.get('code')}")
-        if not want and not res.ok:
-            raise ValueError(f"action {i} ({a['name']}) failed: {err.get('code')}: {err.get('message')}")
-        results.append({"ok": res.ok, "code": err.get("code"), "rule": err.get("violated_rule"),
-                        "message": err.get("message")})
+        results.append(_as_declared(i, a, res))
     return env.snapshot_loadable(), results
 
 
@@ -109,15 +114,7 @@ def run_traced(env_base: Any, origin: dict, actions: list[dict]) -> dict:
         res = env.call(a["name"], copy.deepcopy(a["arguments"]))
         if res.ok and (td is None or td.kind != "query"):
             snap = None
-        err = res.error or {}
-        want = a.get("expect_error")
-        if want and (res.ok or err.get("code") != want):
-            raise ValueError(f"action {i} ({a['name']}) should fail with {want}, got "
-                             f"{'success' if res.ok else err.get('code')}")
-        if not want and not res.ok:
-            raise ValueError(f"action {i} ({a['name']}) failed: {err.get('code')}: {err.get('message')}")
-        results.append({"ok": res.ok, "code": err.get("code"), "rule": err.get("violated_rule"),
-                        "message": err.get("message")})
+        results.append(_as_declared(i, a, res))
         h1 = env.state_hash()
         step: dict = {"write": False}
         if res.ok and h1 != h0 and is_write:
@@ -127,7 +124,7 @@ def run_traced(env_base: Any, origin: dict, actions: list[dict]) -> dict:
                     "dep": [str(v) for v in args.values() if v is not None and not isinstance(v, bool)
                             and str(v) in seen],
                     "waterfall": _waterfall(env, td.table, before, snap := env.snapshot())}
-            if writes > 1 and not want:
+            if writes > 1 and not a.get("expect_error"):
                 cp = env.checkpoint()
                 env.restore(start)
                 h_a = env.state_hash()
