@@ -1,6 +1,8 @@
-"""Issue 21's acceptance, on a domain the explorer was never tuned on (tests/data/carrental: a
-car-rental counter with its own schema and rules), checked with code independent of the
-generator: 100 symbolic tasks, then
+"""Issue 21's acceptance, on domains the explorer was never tuned on (tests/data/carrental: a
+car-rental counter; tests/data/retail: a web shop with a count cap and a CASE limit;
+tests/data/library; tests/data/hotel and tests/data/pharmacy, written blind by an engineer who
+never read the generator), checked with code independent of the generator: 100 symbolic tasks
+each, then
 - >= 50% need >= 3 writes (a write = a step that changes the state hash, replayed here);
 - >= 25% have a write that depends on an earlier read: one of its argument values appears in an
   earlier tool result of the replay and nowhere in what the user says or knows;
@@ -18,6 +20,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -25,20 +28,72 @@ import pytest
 from tests.flows.logigen.test_tasks import gen, replay_rewards, validate
 from toolkit.envs import load_env
 
-CARRENTAL = str(Path(__file__).resolve().parents[2] / "data" / "carrental")
+DATA = Path(__file__).resolve().parents[2] / "data"
+CARRENTAL = str(DATA / "carrental")
 ENV = {"backend": "sqlite", "path": CARRENTAL}
-# no visible tool changes a customer's status or licence, and these conditions read only the
-# call's own arguments (or a date nobody can change): no state is one action away from them
+
+
+@dataclass(frozen=True)
+class Held:
+    """A domain the explorer was not tuned on, and what was decided by hand from its schema and
+    tools: its trigger rules, those no state can be one action away from (NO_BOUNDARY), those of
+    them the trigger analysis decides without a search, and those searched and not found."""
+    name: str
+    rules: int
+    no_boundary: frozenset
+    impossible: frozenset
+    dropped: frozenset
+
+    @property
+    def env(self) -> dict:
+        return {"backend": "sqlite", "path": str(DATA / self.name)}
+
+
+# carrental: no visible tool changes a customer's status or licence, and these conditions read
+# only the call's own arguments (or a date nobody can change); damage_needs_pickup reads
+# rental.status, which update_rental writes, but status_flow only lets a picked-up rental become
+# returned (both allowed), which the static analysis does not follow: searched, reported dropped
 NO_BOUNDARY = {"customer_in_good_standing", "van_licence", "new_rental_booked", "start_not_past",
                "damage_needs_pickup"}
+# retail: card_owner reads gift_card.user_id (no visible writer) and orders.user_id (frozen by
+# order_fixed); order_fixed and tier_locked freeze columns; pending_first reads NEW.status only;
+# qty_range compares NEW.qty with a CASE on users.tier, which tier_locked freezes
+RETAIL_NO = frozenset({"card_owner", "order_fixed", "pending_first", "qty_range", "tier_locked"})
+# library: member.status has no visible writer (update_member is hidden); new_loan_active: NEW.status
+LIBRARY_NO = frozenset({"member_in_good_standing", "new_loan_active"})
+# hotel (written blind by another engineer): new_booking_booked reads NEW.status only;
+# booking_guest_fixed freezes guest_id; room_in_service: room.status has no visible writer
+# (update_room hidden) and no booking can be put into a room under maintenance, so the only N-1
+# (a booking already in room 201 moved out, then back) needs a state no call reaches: searched,
+# reported not found
+HOTEL_NO = frozenset({"new_booking_booked", "booking_guest_fixed", "room_in_service"})
+# pharmacy (written blind): fill_quantity, rx_not_expired and rx_terms_fixed read only frozen
+# prescription terms and the call's arguments (static); insured_only and plan_quantity_limit read
+# the patient's plan (update_patient hidden) through a JOIN the analysis does not follow;
+# in_stock needs two fillable prescriptions of one drug (none: every shared drug has one
+# expired, cancelled, refill-less or filled in the last 21 days); controlled_fill_cap: PT-1002 is
+# at the cap, PT-1005's second controlled prescription was filled 10 days ago; annual_benefit_cap:
+# only PT-1004 is near its cap (465.50 of 500) and no claimable amount fits between 32.82 and
+# 34.50 -- searched, reported not found
+PHARMACY_STATIC = frozenset({"fill_quantity", "rx_not_expired", "rx_terms_fixed"})
+PHARMACY_SEARCHED = frozenset({"insured_only", "plan_quantity_limit", "in_stock", "controlled_fill_cap",
+                               "annual_benefit_cap"})
+DOMAINS = {
+    "hotel": Held("hotel", 17, HOTEL_NO, HOTEL_NO - {"room_in_service"}, frozenset({"room_in_service"})),
+    "pharmacy": Held("pharmacy", 13, PHARMACY_STATIC | PHARMACY_SEARCHED, PHARMACY_STATIC, PHARMACY_SEARCHED),
+    "carrental": Held("carrental", 12, frozenset(NO_BOUNDARY), frozenset(NO_BOUNDARY - {"damage_needs_pickup"}),
+                      frozenset({"damage_needs_pickup"})),
+    "retail": Held("retail", 11, RETAIL_NO, RETAIL_NO, frozenset()),
+    "library": Held("library", 7, LIBRARY_NO, LIBRARY_NO, frozenset()),
+}
 
-_RECS: list = []
+_RECS: dict = {}
 
 
-def recs():
-    if not _RECS:
-        _RECS.extend(gen(ENV, n=100, seed=7))
-    return [r.model_copy(deep=True) for r in _RECS]
+def recs(name: str = "carrental"):
+    if name not in _RECS:
+        _RECS[name] = gen(DOMAINS[name].env, n=100, seed=7)
+    return [r.model_copy(deep=True) for r in _RECS[name]]
 
 
 def _scalars(obj) -> set[str]:
@@ -77,34 +132,38 @@ def replay(r):
     return writes, dep
 
 
-def test_writes_and_read_dependencies():
-    rs = recs()
+NAMES = sorted(DOMAINS)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_writes_and_read_dependencies(name):
+    rs = recs(name)
     assert len(rs) == 100
     facts = [replay(r) for r in rs]
     assert sum(w >= 3 for w, _ in facts) >= 50
     assert sum(d > 0 for _, d in facts) >= 25
 
 
-def test_rule_coverage_and_boundaries_at_n_minus_1():
-    rs = recs()
-    env = load_env(ENV)
+@pytest.mark.parametrize("name", NAMES)
+def test_rule_coverage_and_boundaries_at_n_minus_1(name):
+    rs = recs(name)
+    dom = DOMAINS[name]
+    env = load_env(dom.env)
     try:
         schema = env.domain.spec.schema_sql
     finally:
         env.close()
     trigger_rules = set(re.findall(r"POLICY_VIOLATION: (\w+):", schema))
-    assert len(trigger_rules) == 12
+    assert len(trigger_rules) == dom.rules
     viol = {r.task.complexity["violation"]["rule"] for r in rs if r.task.complexity.get("violation")}
     assert viol == trigger_rules
     bnd = [r for r in rs if r.task.complexity.get("boundary")]
-    assert {r.task.complexity["boundary"]["rule"] for r in bnd} == trigger_rules - NO_BOUNDARY
-    # the trigger analysis decides the same set without a search, except damage_needs_pickup: it
-    # reads rental.status, which update_rental writes, but status_flow only lets a picked-up
-    # rental become returned (both allowed), which the static analysis does not follow; it is
-    # searched and reported as not found
+    assert {r.task.complexity["boundary"]["rule"] for r in bnd} == trigger_rules - dom.no_boundary
+    # the trigger analysis decides the same set without a search (carrental: except
+    # damage_needs_pickup, searched and reported as not found)
     cov = rs[0].task.extra["rule_coverage"]
-    assert set(cov["boundary_impossible"]) == NO_BOUNDARY - {"damage_needs_pickup"}
-    assert set(cov["boundary_dropped"]) == {"damage_needs_pickup"}
+    assert set(cov["boundary_impossible"]) == dom.impossible
+    assert set(cov["boundary_dropped"]) == dom.dropped
     for r in bnd:
         b = r.task.complexity["boundary"]
         assert b["seeded"].get("n_minus_1") is True, r.id
@@ -132,29 +191,31 @@ def test_rule_coverage_and_boundaries_at_n_minus_1():
             e.close()
 
 
-def test_signatures_and_user_views():
-    rs = recs()
+@pytest.mark.parametrize("name", NAMES)
+def test_signatures_and_user_views(name):
+    rs = recs(name)
     sigs = {tuple(a.name for a in r.task.ground_truth.actions) for r in rs}
     assert len(sigs) / len(rs) >= 0.8
-    env = load_env(ENV)
+    env = load_env(DOMAINS[name].env)
     try:
         cols = {c.name: c for t in env.domain.tables.values() for c in t.columns if not c.pk}
     finally:
         env.close()
     for r in rs:
         text = user_texts(r)
-        for name, c in cols.items():
-            if "_" in name:
-                assert not re.search(r"(?<![\w-])" + re.escape(name) + r"(?![\w-])", text), (r.id, name)
+        for col, c in cols.items():
+            if "_" in col:
+                assert not re.search(r"(?<![\w-])" + re.escape(col) + r"(?![\w-])", text), (r.id, col)
             for v in c.enum or []:
-                for n in {name, name.replace("_", " ")}:
+                for n in {col, col.replace("_", " ")}:
                     for vv in {str(v), str(v).replace("_", " ")}:
                         assert not re.search(r"(?i)\b" + re.escape(n) + r"\W{0,3}" + re.escape(vv) + r"\b", text), \
                             (r.id, n, vv)
 
 
-def test_replay_and_validate():
-    rs = recs()
+@pytest.mark.parametrize("name", NAMES)
+def test_replay_and_validate(name):
+    rs = recs(name)
     assert replay_rewards(rs) == [1.0] * len(rs)
     checked = validate(rs, filter="passed")
     bad = [(r.id, [v.name for v in r.verdicts if v.stage == "validate-task" and not v.passed]) for r in checked

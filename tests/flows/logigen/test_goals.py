@@ -67,3 +67,38 @@ def test_target_rule_recheck_from_bytes_matches_the_rows():
         assert env.state_hash() == env.initial_state_hash()  # reset after the check
     finally:
         env.close()
+
+
+def test_an_insert_names_the_row_it_points_to_by_what_the_user_knows():
+    # look up -> act: a charge on order 2 of retail's seed (u1's Mug delivered 2025-05-25). The
+    # user describes the order, the agent's query finds it, and its key comes from the result
+    from pathlib import Path
+
+    from toolkit.flows.logigen.explorer import Probe
+
+    ref = {"backend": "sqlite", "path": str(Path(__file__).resolve().parents[2] / "data" / "retail")}
+    env = load_env(ref)
+    gx = GoalExplorer(env, env.snapshot(), 5)
+    try:
+        p = Probe("insert_charge", {"order_id": 2, "card_id": "g1", "amount": 1.0}, "insert", "charge")
+        seen = set()
+        for seed in range(8):
+            acts, req, pats, q = gx.plan_write(p, gx.base, random.Random(seed), {}, 0.0, 1.0)
+            assert q is p and "lookup" in pats
+            (look,) = acts
+            arg, table, key = (("order_id", "orders", 2) if look["name"] == "query_orders"
+                               else ("card_id", "gift_card", "g1"))
+            assert look["name"] == f"query_{table}" and arg not in look["arguments"]
+            res = env.call(look["name"], dict(look["arguments"]))
+            assert [r[arg] for r in res.content["rows"]] == [key]  # the filters single out the row
+            assert f"{table.replace('_', ' ')} {key}" not in req["text"]
+            assert not any(str(key) in k for k in req["known"])
+            seen.add(table)
+        assert seen == {"orders", "gift_card"}  # either reference may be the looked-up one
+        # lookup_share 0: the user names the order by its number, as before
+        acts, req, pats, _ = gx.plan_write(p, gx.base, random.Random(0), {}, 0.0, 0.0)
+        assert "lookup" not in pats and acts == [{"name": "query_orders", "arguments": {"order_id": 2}}]
+        assert "orders 2" in req["text"]
+    finally:
+        gx.close()
+        env.close()

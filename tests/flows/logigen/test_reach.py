@@ -85,3 +85,23 @@ def test_immutability_and_effects_are_read_from_the_triggers():
     # seats move only through the AFTER triggers of insert_reservation / update_reservation
     assert set(r.effect_by[("flight_cabin", "seats_available")]) == {"insert_reservation", "update_reservation"}
     assert ("flight_cabin", "seats_available") not in r.set_by
+
+
+def test_a_subquery_inside_case_is_read_like_a_top_level_one():
+    # retail's qty_range: NEW.qty > CASE (SELECT tier FROM users WHERE user_id = NEW.user_id)
+    # WHEN 'vip' THEN 10 ELSE 3 END. It reads users.tier (keyed on the call's user_id), which only
+    # update_users writes and tier_locked rejects every change of: no state is one action away.
+    # Read as "the rows of users" (the CASE as text) it looked movable (update_users changes a
+    # user's name), and the search ran and dropped it.
+    r = _reach({"backend": "sqlite", "path": str(DATA / "retail")})
+    rc = r.an.rules["qty_range"][0]
+    case = next(c.rhs for c in rc.conditions if getattr(c.rhs, "column", None) == "CASE")
+    sub = case.parts[0]
+    assert (sub.kind, sub.table, sub.column, list(sub.keys)) == ("subquery", "users", "tier", ["user_id"])
+    assert case.refs == ["NEW.user_id"]
+    imp = r.impossible()
+    assert "users.tier: only update_users writes it and tier_locked rejects every change of it" in imp["qty_range"]
+    # by hand from retail/schema.sql: card_owner (gift_card.user_id has no writer, orders.user_id
+    # is frozen by order_fixed), order_fixed, tier_locked (immutability rules), pending_first
+    # (NEW.status only); open_orders_cap counts orders rows, which insert_orders adds
+    assert set(imp) == {"qty_range", "card_owner", "order_fixed", "pending_first", "tier_locked"}

@@ -33,3 +33,27 @@ def test_or_binds_looser_than_and():
 def test_unbalanced_input_is_a_parse_error():
     with pytest.raises(_ParseError):
         _Parser("(a = 1").expr()
+
+
+def test_case_with_and_without_a_base_expression():
+    node = _Parser("NEW.qty > CASE (SELECT tier FROM users WHERE user_id = NEW.user_id) WHEN 'vip' THEN 10 ELSE 3 END").expr()
+    assert node[:2] == ("CMP", ">")
+    case = node[3]
+    assert case[0] == "CASE"
+    base, arms, els = case[1], case[2], case[3]
+    assert base[0] == "SUB" and base[1]["tables"] == [("users", "users")]
+    assert arms == [(("LIT", "vip", "'vip'"), ("LIT", 10, "10"))]
+    assert els == ("LIT", 3, "3")
+    assert case[-1].startswith("CASE (SELECT tier") and case[-1].endswith("END")
+    node = _Parser("CASE WHEN NEW.a > 1 THEN 'x' WHEN NEW.a > 0 THEN 'y' END = 'x'").expr()
+    case = node[2]
+    assert case[0] == "CASE" and case[1] is None and case[3] is None
+    assert [a[0][:2] for a in case[2]] == [("CMP", ">"), ("CMP", ">")]
+
+
+def test_a_case_outside_the_grammar_stays_opaque_text():
+    # MATCH is not in the grammar: the CASE is kept as text, and the rest still parses
+    node = _Parser("CASE WHEN a MATCH b THEN 1 END = 1 AND NEW.x > 2").expr()
+    assert node[0] == "AND"
+    assert node[1][0][2] == ("OPAQUE", "CASE WHEN a MATCH b THEN 1 END")
+    assert node[1][1][:2] == ("CMP", ">")

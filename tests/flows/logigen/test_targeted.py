@@ -158,3 +158,28 @@ def test_library_loan_limit_walks_to_one_below_the_tier_limit():
     assert cov.draws["loan_limit"]["found_by"] == "targeted"
     if b.seeded.get("by") == "executed calls":
         assert all(c["name"] == "insert_loan" for c in b.seeded["calls"])
+
+
+RETAIL = {"backend": "sqlite", "path": str(DATA / "retail")}
+
+
+def test_retail_open_orders_cap_witness_by_repeating_an_order_then_its_boundary():
+    # (SELECT COUNT(*) FROM orders WHERE user_id = NEW.user_id AND status = 'pending') >= 2: no
+    # single call from the seed violates it (u1 has no pending order, u2 one), so the witness is
+    # an accepted insert_orders repeated until the cap refuses it; its setup calls are s_origin
+    cov = coverage(RETAIL)
+    wit = next(w for w in cov.violations["open_orders_cap"] if w.seeded.get("found_by") == "repeated call")
+    calls = wit.seeded["calls"]
+    assert wit.seeded["by"] == "executed calls" and calls
+    assert {c["name"] for c in calls} == {wit.call.name} == {"insert_orders"}
+    user = wit.call.args["user_id"]
+    seed = load_env(RETAIL).snapshot()
+    pending = [o for o in seed["orders"] if o["user_id"] == user and o["status"] == "pending"]
+    assert len(pending) + len(calls) == 2  # exactly up to the cap, by hand from seed.json
+    assert outcome(RETAIL, seed, calls + [wit.call.call()]) == [None] * len(calls) + ["open_orders_cap"]
+    # the boundary: one pending order below the cap, the goal is the second, the next unit a third
+    b, origin, _ = boundary(RETAIL, "open_orders_cap")
+    goal, nxt = b.crossing
+    assert goal["name"] == nxt["name"] == "insert_orders"
+    who = nxt["arguments"]["user_id"]
+    assert len([o for o in origin["orders"] if o["user_id"] == who and o["status"] == "pending"]) == 1

@@ -104,6 +104,9 @@ class Operand:
     aggregate: str | None = None
     refs: list[str] = field(default_factory=list)  # "NEW.col" / "OLD.col" used anywhere inside
     tables: dict[str, str] = field(default_factory=dict)  # subquery FROM: {alias: table}
+    # func / expr: the subqueries and NEW/OLD references nested inside (a CASE's
+    # `(SELECT tier FROM users WHERE user_id = NEW.user_id)`), so what it reads is known
+    parts: list[Operand] = field(default_factory=list)
 
     @property
     def ref(self) -> str | None:
@@ -129,6 +132,8 @@ class Operand:
             d["refs"] = list(self.refs)
         if self.tables:
             d["tables"] = dict(self.tables)
+        if self.parts:
+            d["parts"] = [o.to_dict() for o in self.parts]
         return d
 
 
@@ -366,12 +371,37 @@ def _operand(node: tuple) -> Operand:
             inner.default = args[1][1]
             inner.text = node[3]
             return inner
-        return Operand("func", node[3], column=name, refs=refs)
+        return Operand("func", node[3], column=name, refs=refs, parts=_parts(node))
     if k == "ARITH":
-        return Operand("expr", node[-1], refs=refs)
+        return Operand("expr", node[-1], refs=refs, parts=_parts(node))
     if k == "LIST":
         return Operand("list", node[2], value=[_operand(x) for x in node[1]], refs=refs)
+    if k == "CASE":
+        return Operand("func", node[-1], column="CASE", refs=refs, parts=_parts(node))
     return Operand("func", _text(node) or "?", refs=refs)
+
+
+def _parts(node: Any) -> list[Operand]:
+    """The subqueries and NEW/OLD columns nested anywhere inside a function, arithmetic or CASE
+    node (not inside the subqueries themselves: those are their own operands)."""
+    out: list[Operand] = []
+
+    def walk(x: Any, top: bool) -> None:
+        if isinstance(x, tuple) and x:
+            if not top and x[0] == "SUB":
+                out.append(_sub_operand(x[1], x[2]))
+                return
+            if not top and x[0] == "COL" and x[1] and x[1].upper() in ("NEW", "OLD"):
+                out.append(_operand(x))
+                return
+            for y in x[1:]:
+                walk(y, False)
+        elif isinstance(x, list):
+            for y in x:
+                walk(y, False)
+
+    walk(node, True)
+    return out
 
 
 def _sub_operand(sub: dict, text: str) -> Operand:

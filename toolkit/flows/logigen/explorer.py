@@ -174,6 +174,11 @@ class Prober:
 # candidate calls from the schema and the state
 
 
+def _is_date(v: Any) -> bool:
+    """An ISO date string (YYYY-MM-DD)."""
+    return isinstance(v, str) and len(v) == 10 and v[4] == "-" and v[7] == "-" and v[:4].isdigit()
+
+
 def _shift_date(v: str, days: int) -> str | None:
     try:
         return (date.fromisoformat(v) + timedelta(days=days)).isoformat()
@@ -705,7 +710,8 @@ class SymbolicExplorer:
 
     def _boundary_holds(self, d: Draft) -> bool:
         """On s_origin: the goal succeeds and the crossing step is a POLICY_VIOLATION."""
-        return boundary_check(self.env_base, d.origin, d.boundary.goal.call(), d.boundary.crossing)[0]
+        return boundary_check(self.env_base, d.origin, d.boundary.goal.call(), d.boundary.crossing,
+                              rule=d.boundary.rule)[0]
 
     def _path(self, goals: list[Probe], attempt: Probe | None = None) -> list[dict]:
         acts = []
@@ -745,16 +751,47 @@ def boundary_rule(env_base: Any, origin: dict, crossing: list[dict] | dict) -> s
         env.close()
 
 
-def boundary_check(env_base: Any, origin: dict, goal: dict, crossing: list[dict] | dict) -> tuple[bool, str]:
+def _argument_limit(env_base: Any, goal: dict, last: dict) -> bool:
+    """Whether the next unit is the goal's own call one value further (an argument at its
+    limit: the same update of the same row, or the same insert with one number or date moved),
+    where no state before the goal has to be checked."""
+    if goal["name"] != last["name"] or set(goal["arguments"]) != set(last["arguments"]):
+        return False
+    td = env_base.domain.tools.get(goal["name"])
+    if td is None:
+        return False
+    if td.kind == "update":
+        return True
+    diff = [k for k in goal["arguments"] if goal["arguments"][k] != last["arguments"][k]]
+    return len(diff) == 1 and all(
+        (isinstance(x, (int, float)) and not isinstance(x, bool)) or _is_date(x)
+        for x in (goal["arguments"][diff[0]], last["arguments"][diff[0]]))
+
+
+def boundary_check(env_base: Any, origin: dict, goal: dict, crossing: list[dict] | dict,
+                   rule: str | None = None) -> tuple[bool, str]:
     """(holds, reason): on s_origin the goal call succeeds, and the crossing step(s) end in a call
-    rejected with POLICY_VIOLATION that leaves the state unchanged (one step from a violation)."""
+    rejected with POLICY_VIOLATION that leaves the state unchanged (one step from a violation).
+    With `rule` (N-1 of that rule): rejected for that rule (an injected row can make another rule
+    fire first), and, for a state rule (the next unit is not the goal's own update one value
+    further), the next unit alone is not rejected for it on s_origin."""
     from toolkit.envs.sqlite import SqliteEnvironment
 
     env = SqliteEnvironment(env_base.domain, state=origin, config=env_base.config)
     try:
-        r1, rule, why = _run_crossing(env, crossing)
+        r1, hit, why = _run_crossing(env, crossing)
         if r1 is None:
             return False, why
+        if rule is not None:
+            if hit != rule:
+                return False, f"the crossing step is rejected for {hit or 'another reason'}, not for {rule}"
+            last = crossing[-1] if isinstance(crossing, list) else crossing
+            if not _argument_limit(env_base, goal, last):
+                env.reset()
+                r0 = env.call(last["name"], copy.deepcopy(last["arguments"]))
+                if not r0.ok and (r0.error or {}).get("violated_rule") == rule:
+                    return False, f"the next unit already breaks {rule} on s_origin: not N-1"
+        rule = hit
         env.reset()
         r2 = env.call(goal["name"], copy.deepcopy(goal["arguments"]))
         if not r2.ok:

@@ -60,9 +60,10 @@ def _missing_boundary(cov: dict) -> str:
     if not miss:
         return ""
     found = [r for r in miss if r not in imp]
-    out = f"; no boundary for {', '.join(found) or 'none but the impossible'}"
+    out = f"; no boundary for {', '.join(found)}" if found else ""
     if imp & set(miss):
-        out += f" (impossible, no state can be one action away: {', '.join(r for r in miss if r in imp)})"
+        out += (f"; {'' if found else 'no boundary for '}{', '.join(r for r in miss if r in imp)}: impossible, "
+                "no state can be one action away")
     return out
 
 

@@ -28,6 +28,7 @@ import copy
 import itertools
 import math
 import random
+from collections import Counter
 from datetime import date, timedelta
 from typing import Any
 
@@ -161,6 +162,9 @@ class GoalExplorer:
         except Exception:  # noqa: BLE001 - a domain without a policy text: schema only
             policy = ""
         self.principal = choose_principal(self.view, policy)
+        # how many accepted tasks began with each sequence of write tools (GoalDesigner counts
+        # them): a chain step tries a write that starts a rarer sequence first
+        self.prefixes: Counter = Counter()
         self._owners: dict = {}
         self._owner_ids: dict = {}
         self._owned: dict = {}
@@ -436,6 +440,23 @@ class GoalExplorer:
                                     "other": others[0][to] if others else None}
         return None
 
+    def _ref_lookup(self, p: Probe, state: dict, rng: random.Random) -> tuple[str, dict, str] | None:
+        """(argument, query filters, phrase) for a reference of an insert to a row of another
+        table that is not the principal (the user's order a charge goes on): the row named by
+        attributes that single it out, so its key comes from the look-up, not from the user."""
+        view = self.view
+        fks = [k for k in p.args if view.fk(p.table, k)]
+        rng.shuffle(fks)
+        for k in fks:
+            fk = view.fk(p.table, k)
+            rt = view.tables.get(fk.get("table"))
+            if rt is None or rt.name == self.principal or rt.name not in view.query_tool or len(rt.pk) != 1:
+                continue
+            lk = self.lookup(state, rt.name, {fk.get("to") or rt.pk[0]: p.args[k]}, rng)
+            if lk is not None:
+                return k, lk[0], lk[1]
+        return None
+
     def describe_insert(self, p: Probe, skip: set) -> str:
         view = self.view
         t = view.tables[p.table]
@@ -498,7 +519,8 @@ class GoalExplorer:
             used[call["name"]] = used.get(call["name"], 0) + 1
             state = w.snapshot()
         while writes < want:
-            step = self._next_write(state, rng, anchors, created, used, menu_share, lookup_share, who)
+            prefix = tuple(a["name"] for a in actions if not a.get("expect_error") and self._is_write(a["name"]))
+            step = self._next_write(state, rng, anchors, created, used, menu_share, lookup_share, who, prefix)
             if step is None:
                 break
             actions += step["actions"]
@@ -514,6 +536,16 @@ class GoalExplorer:
         d.requests = requests
         d.patterns = sorted(set(patterns))
         return d
+
+    def _is_write(self, name: str) -> bool:
+        td = self.view.tools.get(name)
+        return td is not None and td.kind in ("insert", "update")
+
+    def count_prefixes(self, actions: list[dict]) -> None:
+        """Count the sequences of write tools an accepted task begins with (`_novel_first`)."""
+        names = tuple(a["name"] for a in actions if not a.get("expect_error") and self._is_write(a["name"]))
+        for i in range(1, len(names) + 1):
+            self.prefixes[names[:i]] += 1
 
     def _after_write(self, call: dict, r: Any, anchors: set, created: dict, state: dict) -> None:
         view = self.view
@@ -546,13 +578,31 @@ class GoalExplorer:
         pool = owners if owners and rng.random() < 0.7 else everyone
         return rng.choice(pool) if pool else None
 
+    def _novel_first(self, cands: Any, prefix: tuple, defer: int = 8) -> Any:
+        """`cands` with the writes that continue `prefix` into a sequence of write tools no
+        accepted task began with first: up to `defer` others wait, and come last, rarest first
+        (a narrow domain's chains would otherwise repeat the same few tool sequences)."""
+        if not self.prefixes:
+            yield from cands
+            return
+        waiting: list = []
+        for p in cands:
+            k = self.prefixes.get(prefix + (p.name,), 0)
+            if k and len(waiting) < defer:
+                waiting.append((k, len(waiting), p))
+                continue
+            yield p
+        for _, _, p in sorted(waiting, key=lambda x: x[:2]):
+            yield p
+
     def _next_write(self, state: dict, rng: random.Random, anchors: set, created: dict, used: dict,
-                    menu_share: float, lookup_share: float, who: Any = None) -> dict | None:
+                    menu_share: float, lookup_share: float, who: Any = None, prefix: tuple = ()) -> dict | None:
         w = self.walker
         h0 = w.hash()
         cp = None
-        for p in itertools.islice(self.step_candidates(state, rng, anchors, created, used, who, lazy=True),
-                                  MAX_TRIES_PER_STEP):
+        cands = itertools.islice(self.step_candidates(state, rng, anchors, created, used, who, lazy=True),
+                                 MAX_TRIES_PER_STEP)
+        for p in self._novel_first(cands, prefix):
             if cp is None:
                 cp = w.cp()
             r = w.call(p.name, p.args)
@@ -586,7 +636,7 @@ class GoalExplorer:
         pats: list[str] = []
         req: dict = {"kind": p.kind, "table": p.table}
         if p.kind == "insert":
-            m = None
+            m = ref = None
             if rng.random() < menu_share:
                 after = None
                 if walker_moved is not None:
@@ -609,15 +659,25 @@ class GoalExplorer:
                                           f"your mind and ask for the {m['word']} {words(m['column'])} instead")
                     pats.append("mind-change")
             else:
-                req["text"] = self.describe_insert(p, skip=set())
-                for k, v in p.args.items():
-                    fk = view.fk(p.table, k)
-                    if fk and fk.get("table") in view.query_tool:
-                        rt = view.tables[fk["table"]]
-                        acts.append({"name": view.query_tool[rt.name], "arguments": {fk.get("to") or rt.pk[0]: v}})
-                        break
+                ref = self._ref_lookup(p, state, rng) if rng.random() < lookup_share else None
+                if ref is not None:
+                    # the row it points to, named by what the user knows of it (look up -> act):
+                    # "a new charge (gift card g1, amount 1.0) for the delivered order on 2025-05-20"
+                    k, filters, phrase = ref
+                    acts.append({"name": view.query_tool[view.fk(p.table, k)["table"]], "arguments": filters})
+                    req["text"] = f"{self.describe_insert(p, skip={k})} for {phrase}"
+                    pats.append("lookup")
+                else:
+                    req["text"] = self.describe_insert(p, skip=set())
+                    for k, v in p.args.items():
+                        fk = view.fk(p.table, k)
+                        if fk and fk.get("table") in view.query_tool:
+                            rt = view.tables[fk["table"]]
+                            acts.append({"name": view.query_tool[rt.name], "arguments": {fk.get("to") or rt.pk[0]: v}})
+                            break
             req["known"] = [self.say.value(p.table, k, v) for k, v in p.args.items()
-                            if view.fk(p.table, k) and isinstance(v, str) and not (m and k == m["arg"])]
+                            if view.fk(p.table, k) and isinstance(v, str) and not (m and k == m["arg"])
+                            and not (ref is not None and k == ref[0])]
             return acts, req, pats, p
         key = {k: p.args[k] for k in t.pk}
         mine = tuple(p.args.get(k) for k in t.pk) in created.get(p.table, ())

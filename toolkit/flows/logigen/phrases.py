@@ -6,15 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from toolkit.flows.logigen.explorer import DomainView
+from toolkit.flows.logigen.explorer import DomainView, _is_date
 
 
 def words(ident: Any) -> str:
     return str(ident).replace("_", " ").strip()
-
-
-def _is_date(v: Any) -> bool:
-    return isinstance(v, str) and len(v) == 10 and v[4] == "-" and v[7] == "-" and v[:4].isdigit()
 
 
 _YES_NO = ({"yes", "no"}, {"true", "false"}, {"y", "n"})

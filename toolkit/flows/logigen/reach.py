@@ -10,9 +10,13 @@ what one rule check reads from the state (besides the call's own arguments):
 - a **cell** of another table's row selected by a scalar subquery on its key
   (`(SELECT status FROM flight WHERE flight_id = NEW.flight_id)`): the selected column and the
   non-key columns it filters on;
-- the **rows** of a table (an aggregate, EXISTS, IN, a subquery not on the row's key, a
-  subquery inside a function or expression — e.g. `(SELECT today FROM clock)`): any insert or
-  any column update of that table.
+- the **rows** of a table (an aggregate, EXISTS, IN, a subquery not on the row's key — e.g.
+  `(SELECT today FROM clock)`, also inside a function or expression): any insert or any column
+  update of that table.
+
+A subquery nested in a function, arithmetic or CASE (`CASE (SELECT tier FROM users WHERE
+user_id = NEW.user_id) WHEN 'vip' THEN 10 ELSE 3 END`) is read like a top-level one; only an
+expression the parser keeps as text falls back to "the rows of every table it names".
 
 `movable(...)` says whether a visible write tool can change a read: an update tool of that
 table with the column as a parameter, or an AFTER trigger of a visible tool that updates it
@@ -70,7 +74,19 @@ def _cond_operands(c: Any) -> list:
         if o.kind == "subquery":
             for f in o.filters:
                 ops.extend(_cond_operands(f))
+        if o.kind in ("func", "expr"):
+            ops.extend(_nested(o))
     return ops
+
+
+def _nested(o: Any) -> list:
+    out = []
+    for x in getattr(o, "parts", None) or []:
+        out.append(x)
+        if x.kind == "subquery":
+            for f in x.filters:
+                out.extend(_cond_operands(f))
+    return out
 
 
 def row_refs(rc: Any) -> set[tuple[str, str]]:
@@ -106,7 +122,7 @@ def reads(rc: Any, tables: dict) -> list[Read]:
             else:
                 for tb in tabs:
                     add(Read("rows", tb, None, "subquery"))
-        elif o.kind in ("func", "expr"):
+        elif o.kind in ("func", "expr") and not o.parts:  # parsed parts are operands of their own
             for tb in _FROM.findall(o.text or ""):
                 add(Read("rows", tb, None, "function"))
     for c in rc.conditions:

@@ -30,9 +30,13 @@ from toolkit.flows.logigen.explorer import (
     POLICY_VIOLATION,
     Boundary,
     Probe,
+    _is_date,
+    _new_key,
+    _shift_date,
     candidates,
     canonical_state,
 )
+from toolkit.flows.logigen.reach import _operands
 
 DEFAULT_MAX_DRAWS = 50  # `boundary_max_draws`: fruitless random draws per rule before it is dropped
 DEFAULT_TARGETED_DRAWS = 400
@@ -122,6 +126,8 @@ class RuleCoverage:
         from toolkit.flows.logigen.provoke import ViolationSearch, find_violating_call
 
         for rule in missing:
+            if rule not in stuck and self._repeat_witness(rule):
+                continue
             if rule in stuck:
                 hit = None
             else:
@@ -164,6 +170,71 @@ class RuleCoverage:
                         self.violations[rule].append(Witness(st, p, {"by": "state cell", "derived": label}))
                         break
         w.restore(self.gx.base_cp)
+
+    def _repeat_witness(self, rule: str, max_steps: int = 6, max_starts: int = 8) -> bool:
+        """A count or sum limit (`(SELECT COUNT(*) FROM orders WHERE user_id = NEW.user_id AND
+        status = 'pending') >= 2`): an accepted call of the rule's own tool, executed again and
+        again (a fresh key each time) until the rule rejects it. The calls before the rejected
+        one are the witness's setup: its state is the task's s_origin (`seeded.by = "executed
+        calls"`). Cheap, so it runs before the general search (`find_violating_call`); only for
+        rules whose analysis reads an aggregate. True when a witness of an owner with rows of
+        their own was added."""
+        if not self.an:
+            return False
+        checks = self.an.rules.get(rule, [])
+        if not any(o.kind == "subquery" and o.aggregate for rc in checks for o in _operands(rc)):
+            return False
+        limit = max([int(th.violating) for rc in checks for th in rc.thresholds
+                     if "(" in th.ref and isinstance(th.violating, (int, float))] or [max_steps - 1])
+        steps = max(2, min(max_steps, limit + 1))
+        tools = {t for rc in checks for t in rc.tools}
+        gx, w, base = self.gx, self.gx.walker, self.gx.base
+        starts: list[Probe] = []
+        seen: set = set()
+        for _ in range(4):  # candidates are drawn at random: a few draws, so accepted ones are among them
+            for p in candidates(self.view, base, self.rng):
+                k = self._ckey(p.call())
+                if p.name in tools and k not in seen:
+                    seen.add(k)
+                    starts.append(p)
+        tried = 0
+        for p in starts:
+            if tried >= max_starts:
+                break
+            w.restore(gx.base_cp)
+            if not w.probe(p.name, p.args).ok:
+                continue
+            tried += 1
+            t = self.view.tables[p.table]
+            fresh = [c for c in t.columns if c.pk and not c.rowid_alias and c.name in p.args]
+            calls: list[dict] = []
+            for _ in range(steps):
+                args = dict(p.args)
+                if calls:
+                    snap = w.env.snapshot() if fresh else {}
+                    for c in fresh:
+                        args[c.name] = _new_key(snap, t, c, self.rng)
+                h0 = w.hash()
+                r = w.call(p.name, args)
+                if r.ok and w.hash() != h0:
+                    calls.append({"name": p.name, "arguments": args})
+                    continue
+                if not r.ok and (r.error or {}).get("violated_rule") == rule and calls:
+                    w.restore(gx.base_cp)
+                    origin = self._after(base, calls)
+                    q = self._probe_of({"name": p.name, "arguments": args}, rule)
+                    if origin is not None and q is not None:
+                        self._load(origin)
+                        ok = self._violates(q.call(), rule)
+                        w.restore(gx.base_cp)
+                        if ok:
+                            self.violations[rule].append(Witness(origin, q, {
+                                "by": "executed calls", "calls": calls, "found_by": "repeated call"}))
+                            if self._has_rows(origin, self._owner(origin, q)):
+                                return True
+                break
+        w.restore(gx.base_cp)
+        return False
 
     def _cell_witness(self, rule: str) -> bool:
         """For a rule whose witnesses belong to someone with nothing else to do: set the state
@@ -298,6 +369,11 @@ class RuleCoverage:
             if b is not None:
                 st["found_by"] = "update limit"
                 return b
+        for wit in wits[:3]:
+            b = self._amount_limit(rule, wit)
+            if b is not None:
+                st["found_by"] = "amount limit"
+                return b
         if reach is not None:
             from toolkit.flows.logigen.targeted import Targeted
 
@@ -352,51 +428,135 @@ class RuleCoverage:
         return (not r.ok) and (r.error or {}).get("violated_rule") == rule
 
     def _update_threshold(self, rule: str, wit: Witness) -> tuple[Boundary, dict] | None:
-        """An integer column updated past its limit: seed it at N-1 by executing the update."""
+        """A column updated past its limit (an integer, or an ISO date moved by days): the goal is
+        the last accepted value, the next unit one further, and the row is seeded one before the
+        goal by executing the update. The witness's row first, then other rows of the table (the
+        witness's own row may have no room below its limit: a single room holds one guest)."""
         v = wit.call
         if v.kind != "update":
             return None
         t = self.view.tables[v.table]
+        key0 = {k: v.args[k] for k in t.pk}
+        rows = [r for r in wit.origin.get(v.table, []) if all(r.get(k) == x for k, x in key0.items())]
+        rows += [r for r in wit.origin.get(v.table, []) if r not in rows][:6]
+        for col, bad in v.args.items():
+            c = t.colmap.get(col)
+            if c is None or c.pk or col in self.view.exclude_keys:
+                continue
+            if c.json_type == "integer" and isinstance(bad, int) and not isinstance(bad, bool):
+                def shift(x: Any, d: int) -> Any:
+                    return x + d if isinstance(x, int) and not isinstance(x, bool) else None
+            elif _is_date(bad):
+                def shift(x: Any, d: int) -> Any:
+                    return _shift_date(x, d) if _is_date(x) else None
+            else:
+                continue
+            for row in rows[:4]:
+                b = self._limit_on_row(rule, wit, v, t, row, col, bad, shift)
+                if b is not None:
+                    return b
+        return None
+
+    def _limit_on_row(self, rule: str, wit: Witness, v: Probe, t: Any, row: dict, col: str, bad: Any,
+                      shift: Any) -> tuple[Boundary, dict] | None:
+        w = self.gx.walker
+        key = {k: row.get(k) for k in t.pk}
+        cur = row.get(col)
+        own = all(row.get(k) == v.args.get(k) for k in t.pk)
+        for step in (-1, 1):
+            # the last accepted value: walking back from the violating value on the witness's row,
+            # forward from the current value (towards the limit) on another row
+            self._load(wit.origin)
+            n_val = None
+            if own:
+                for i in range(1, 30):
+                    x = shift(bad, step * i)
+                    if x is None or (isinstance(x, int) and x < 0):
+                        break
+                    if w.probe(v.name, {**key, col: x}).ok:
+                        n_val = x
+                        break
+            else:
+                last = cur
+                for i in range(1, 30):
+                    x = shift(cur, -step * i)
+                    if x is None or (isinstance(x, int) and x < 0):
+                        break
+                    r = w.probe(v.name, {**key, col: x})
+                    if not r.ok:
+                        if (r.error or {}).get("violated_rule") == rule:
+                            n_val = last
+                        break
+                    last = x
+            if n_val is None:
+                continue
+            seed_val = shift(n_val, step)
+            if seed_val is None or (isinstance(seed_val, int) and seed_val < 0):
+                continue
+            seed_call = {"name": v.name, "arguments": {**key, col: seed_val}}
+            if cur != seed_val:
+                origin = self._after(wit.origin, [seed_call])
+                seeded = {"by": "executed calls", "calls": [seed_call], "value": seed_val, "was": cur}
+            else:
+                origin = wit.origin
+                seeded = {"by": "state already at N-1 (verified)", "value": seed_val}
+            if origin is None:
+                continue
+            goal = Probe(v.name, {**key, col: n_val}, "update", v.table, column=col)
+            nxt = {"name": v.name, "arguments": {**key, col: shift(n_val, -step)}}
+            if self._verify(origin, goal.call(), nxt, rule, state_rule=False):
+                seeded.update(n_minus_1=True, **({"witness": wit.seeded} if wit.seeded else {}))
+                b = Boundary(rule=rule, arg=col, threshold=n_val, goal=goal, crossing=[goal.call(), nxt],
+                             seeded=seeded, found_by="execution search")
+                return b, origin
+        return None
+
+    def _amount_limit(self, rule: str, wit: Witness) -> tuple[Boundary, dict] | None:
+        """An insert whose amount the state caps (`NEW.points > (SELECT points FROM guest ...)`,
+        a balance, a stock): the goal takes the largest amount accepted on S (found by
+        bisection), the next unit the same call for the smallest one, which S accepts and the
+        state after the goal does not."""
+        v = wit.call
+        if v.kind != "insert" or not self.an:
+            return None
+        from toolkit.flows.logigen.reach import row_refs
+
+        reads = {c for rc in self.an.rules.get(rule, []) for side, c in row_refs(rc) if side == "NEW"}
+        t = self.view.tables[v.table]
         w = self.gx.walker
         for col, bad in v.args.items():
             c = t.colmap.get(col)
-            if c is None or c.pk or c.json_type != "integer" or not isinstance(bad, int) or isinstance(bad, bool):
+            if (c is None or c.pk or col not in reads or c.json_type not in ("integer", "number")
+                    or isinstance(bad, bool) or not isinstance(bad, (int, float)) or bad <= 2):
                 continue
-            key = {k: v.args[k] for k in t.pk}
-            for step in (-1, 1):
-                self._load(wit.origin)
-                n_val = None
-                for i in range(1, 30):
-                    x = bad + step * i
-                    if x < 0:
-                        break
-                    r = w.probe(v.name, {**key, col: x})
-                    if r.ok:
-                        n_val = x
-                        break
-                if n_val is None:
-                    continue
-                seed_val = n_val + step
-                if seed_val < 0:
-                    continue
-                cur = next((r.get(col) for r in wit.origin.get(v.table, [])
-                            if all(r.get(k) == x for k, x in key.items())), None)
-                seed_call = {"name": v.name, "arguments": {**key, col: seed_val}}
-                if cur != seed_val:
-                    origin = self._after(wit.origin, [seed_call])
-                    seeded = {"by": "executed calls", "calls": [seed_call], "value": seed_val, "was": cur}
-                else:
-                    origin = wit.origin
-                    seeded = {"by": "state already at N-1 (verified)", "value": seed_val}
-                if origin is None:
-                    continue
-                goal = Probe(v.name, {**key, col: n_val}, "update", v.table, column=col)
-                nxt = {"name": v.name, "arguments": {**key, col: n_val - step}}
-                if self._verify(origin, goal.call(), nxt, rule, state_rule=False):
-                    seeded.update(n_minus_1=True, **({"witness": wit.seeded} if wit.seeded else {}))
-                    b = Boundary(rule=rule, arg=col, threshold=n_val, goal=goal, crossing=[goal.call(), nxt],
-                                 seeded=seeded, found_by="execution search")
-                    return b, origin
+            self._load(wit.origin)
+
+            def ok(x: int, col: str = col) -> bool:
+                return w.probe(v.name, {**v.args, col: x}).ok
+
+            if not ok(1):
+                continue
+            lo, hi = 1, int(bad)  # lo accepted, hi refused (the witness's own amount)
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+            if lo <= 1:
+                continue
+            goal = {"name": v.name, "arguments": {**v.args, col: lo}}
+            nxt = {"name": v.name, "arguments": {**v.args, col: 1}}
+            for k in t.pk:  # a second row of a table keyed by the call: its own new key
+                kc = t.colmap.get(k)
+                if k in v.args and kc is not None and not kc.rowid_alias:
+                    nxt["arguments"][k] = _new_key(wit.origin, t, kc, self.rng)
+            w.restore(self.gx.base_cp)
+            if self._verify(wit.origin, goal, nxt, rule, state_rule=True):
+                gp = self._probe_of(goal, rule)
+                gp.rule = gp.code = None
+                seeded = {"by": "state already at N-1 (verified)", "n_minus_1": True, "amount": lo,
+                          **({"witness": wit.seeded} if wit.seeded else {})}
+                return Boundary(rule=rule, arg=col, threshold=lo, goal=gp, crossing=[goal, nxt],
+                                seeded=seeded, found_by="execution search"), wit.origin
+        w.restore(self.gx.base_cp)
         return None
 
     def _verify(self, origin: dict, goal: dict, nxt: dict, rule: str, state_rule: bool) -> bool:

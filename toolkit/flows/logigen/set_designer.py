@@ -214,7 +214,8 @@ def apply_injection(view: DomainView, env_base: Any, draft: Draft, strategy: str
     if [r["code"] for r in tr["results"]] != [r["code"] for r in draft.results]:
         return False
     if draft.boundary is not None:
-        ok, _ = boundary_check(env_base, inj["state"], draft.boundary.goal.call(), draft.boundary.crossing)
+        ok, _ = boundary_check(env_base, inj["state"], draft.boundary.goal.call(), draft.boundary.crossing,
+                               rule=draft.boundary.rule)
         if not ok:
             return False
     draft.origin, draft.trace = tr["origin"], tr

@@ -1,13 +1,14 @@
 """A small recursive-descent parser of SQLite expressions (the subset trigger WHEN/WHERE clauses
 use): comparisons, AND/OR/NOT, IS [NOT] [DISTINCT FROM], [NOT] IN (list | subquery), [NOT] EXISTS,
 LIKE/GLOB, BETWEEN, scalar subqueries (SELECT cols FROM tables [JOIN ... ON] [WHERE ...]),
-arithmetic, function calls, CAST; CASE is kept as opaque text.
+arithmetic, function calls, CAST, CASE (a CASE outside this grammar is kept as opaque text).
 
 `_Parser(sql).expr()` returns tuple nodes ("OR"|"AND", items, text), ("NOT", node, text),
 ("CMP", op, l, r, text), ("NULL", op, node, text), ("IN", op, l, rhs, text),
 ("EXISTS", op, subquery, text), ("LIKE", op, l, r, text), ("BETWEEN", op, x, lo, hi, text),
 ("ARITH", op, l, r, text), ("LIT", value, text), ("COL", qualifier, name, text),
-("FUNC", NAME, args, text), ("SUB", subquery, text), ("LIST", items, text), ("OPAQUE", text);
+("FUNC", NAME, args, text), ("SUB", subquery, text), ("LIST", items, text),
+("CASE", base | None, [(when, then)], else | None, text), ("OPAQUE", text);
 a subquery is {"cols", "tables": [(name, alias)], "where": node | None, "text"}. Errors raise
 `_ParseError`. Used by toolkit.flows.logigen.analysis, which turns nodes into data.
 """
@@ -237,6 +238,25 @@ class _Parser:
             return ("ARITH", op, ("LIT", 0, "0"), inner, self.span(a, self.i))
         return self.primary()
 
+    def _case(self, a: int) -> tuple:
+        """CASE [base] WHEN w THEN t ... [ELSE e] END -> ("CASE", base | None, [(w, t)], e | None, text)."""
+        self.take("CASE")
+        base = None if self.at("WHEN") else self.expr()
+        arms = []
+        while self.at("WHEN"):
+            self.take()
+            w = self.expr()
+            self.take("THEN")
+            arms.append((w, self.expr()))
+        if not arms:
+            raise _ParseError("CASE without WHEN")
+        els = None
+        if self.at("ELSE"):
+            self.take()
+            els = self.expr()
+        self.take("END")
+        return ("CASE", base, arms, els, self.span(a, self.i))
+
     def primary(self) -> tuple:
         a = self.i
         t = self.peek()
@@ -290,6 +310,11 @@ class _Parser:
             self.take()
             return ("FUNC", t.up, [], t.text)
         if t.up == "CASE":
+            save = self.i
+            try:
+                return self._case(a)
+            except _ParseError:
+                self.i = save  # a CASE this grammar does not cover: its text, unparsed
             depth = 0
             while self.peek() is not None:
                 w = self.take().up

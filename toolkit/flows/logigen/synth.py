@@ -131,7 +131,7 @@ class GoalDesigner:
                     kind = "edge"
                 else:
                     kind = "goal"
-            d = self._accept(kind, rule, rng, i, n, max_tries, seen, sigs, failed)
+            d = self._accept(kind, rule, rng, i, n, max_tries, seen, sigs, failed, need=n - len(out))
             if d is None:
                 retries[(kind, rule)] = retries.get((kind, rule), 0) + 1
                 if rule is not None and retries[(kind, rule)] < 6:
@@ -143,7 +143,7 @@ class GoalDesigner:
         return out
 
     def _accept(self, kind: str, rule: str | None, rng: random.Random, i: int, n: int, max_tries: int,
-                seen: set, sigs: set, failed: dict):
+                seen: set, sigs: set, failed: dict, need: int = 1):
         """One draft, executed, injected, replayed and checked; None (counted in `failed`) when
         it does not make a task."""
         from toolkit.flows.logigen.set_designer import STRATEGIES, apply_injection
@@ -154,7 +154,10 @@ class GoalDesigner:
             failed[kind] = failed.get(kind, 0) + 1
             return None
         sig = tuple(a["name"] for a in d.actions)
-        if sig in sigs and i < n * max_tries // 2 and rule is None:
+        if sig in sigs and rule is None and n * max_tries - i > 2 * need:
+            # a narrow domain repeats its few tool sequences: draw again while the tries left
+            # are more than twice the tasks still wanted
+            failed["same tools as an earlier task"] = failed.get("same tools as an earlier task", 0) + 1
             return None  # the same sequence of tools as an earlier task: draw another one
         from toolkit.flows.logigen.explorer import probe_goals
         from toolkit.flows.logigen.replay import run_traced
@@ -194,6 +197,7 @@ class GoalDesigner:
             return None
         seen.add(key)
         sigs.add(sig)
+        self.gx.count_prefixes(d.actions)
         return d
 
     def coverage(self, drafts: list) -> dict:

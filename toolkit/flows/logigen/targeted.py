@@ -28,7 +28,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from toolkit.flows.logigen.explorer import Boundary, Probe
+from toolkit.flows.logigen.explorer import Boundary, Probe, _is_date, _shift_date
 from toolkit.flows.logigen.reach import Read, _cond_operands, _operands
 
 
@@ -68,9 +68,24 @@ def _fits(c: Any, v: Any) -> bool:
     return True
 
 
+def state_constants(rc: Any, state: dict) -> list:
+    """Values the condition reads from a one-row table with no key (`(SELECT date FROM today)`)
+    in `state`: the dates a date window is measured from."""
+    out: list = []
+    for o in _operands(rc):
+        if o.kind != "subquery" or o.refs or o.keys or o.filters or not o.column or len(set((o.tables or {}).values())) > 1:
+            continue
+        rows = state.get(o.table) or []
+        if len(rows) == 1 and rows[0].get(o.column) is not None and rows[0].get(o.column) not in out:
+            out.append(rows[0].get(o.column))
+    return out
+
+
 def values(view: Any, state: dict, table: str, col: str, rc: Any, cur: Any, limit: int = 8) -> list:
-    """Values to set a cell to: the condition's literals, the column's enum, values of the column
-    in the state, the analysis's thresholds, and one step either side of an integer."""
+    """Values to set a cell to: the condition's literals, the column's enum, the analysis's
+    thresholds, one step either side of an integer; for a date, the days around the dates the
+    condition reads from the state (today) and around its own value; then values of the column
+    in the state."""
     c = view.tables[table].colmap.get(col)
     if c is None:
         return []
@@ -80,6 +95,9 @@ def values(view: Any, state: dict, table: str, col: str, rc: Any, cur: Any, limi
             cands += [th.boundary, th.violating]
     if isinstance(cur, int) and not isinstance(cur, bool):
         cands += [cur + 1, cur - 1]
+    if _is_date(cur):
+        for d in [x for x in state_constants(rc, state) if _is_date(x)] + [cur]:
+            cands += [_shift_date(d, k) for k in (1, 0, -1, 2)]
     cands += [r.get(col) for r in state.get(table, [])]
     out: list = []
     for v in cands:
@@ -103,6 +121,53 @@ def _row_of(state: dict, table: str, pk: list, args: dict) -> dict | None:
     return next((r for r in state.get(table, []) if all(r.get(k) == args[k] for k in pk)), None)
 
 
+def _sub_columns(sub: Any) -> list:
+    """The columns a subquery selects and filters on (`status IN ('booked', 'checked_in')`)."""
+    if sub is None:
+        return []
+    out = [sub.column] if sub.column else []
+    for f in sub.filters:
+        for o in _cond_operands(f):
+            if o.kind == "column" and o.column and o.column not in out:
+                out.append(o.column)
+    return out
+
+
+def _with_dates_moved(view: Any, tool: str, table: str, row: dict, key: dict, col: str, val: Any) -> list[dict]:
+    """The update setting `col` to `val`; for a date moved by k days, also the same update with
+    the row's other dates the tool sets moved by k days (a stay moved by a day keeps its length:
+    moving check-in alone past a one-night stay's check-out breaks another rule)."""
+    out = [{**key, col: val}]
+    cur = row.get(col)
+    if _is_date(cur) and _is_date(val):
+        from datetime import date
+
+        k = (date.fromisoformat(val) - date.fromisoformat(cur)).days
+        params = view.params.get(tool, set())
+        moved = {c: _shift_date(row[c], k) for c in params
+                 if c != col and c not in key and _is_date(row.get(c))}
+        if k and moved and all(moved.values()):
+            out.append({**key, col: val, **moved})
+    return out
+
+
+def _round_robin(gens: list[tuple]):
+    """(rc, read, pair) from the plans' pair generators, (rank, rc, read, generator) in rank
+    order: a rank's plans in turn (no plan waits for another of its rank to run out of pairs),
+    the next rank after."""
+    for k in sorted({x[0] for x in gens}):
+        live = [x[1:] for x in gens if x[0] == k]
+        while live:
+            nxt = []
+            for rc, r, g in live:
+                item = next(g, None)
+                if item is None:
+                    continue
+                nxt.append((rc, r, g))
+                yield rc, r, item
+            live = nxt
+
+
 class Targeted:
     """One rule's targeted search on a RuleCoverage `cov` (see the module doc)."""
 
@@ -119,15 +184,22 @@ class Targeted:
 
     def run(self, wits: list) -> tuple[Boundary, dict] | None:
         plans = []
+        labels: set = set()
         for rc in self.cov.an.rules.get(self.rule, []):
             ok, _ = self.reach.check_movable(rc)
-            plans += [(rc, r) for r in ok if r.via != "NEW limit"]
+            for r in ok:  # one plan per cell (NEW.status and OLD.status are the same goals)
+                if r.via != "NEW limit" and (id(rc), r.label()) not in labels:
+                    labels.add((id(rc), r.label()))
+                    plans.append((rc, r))
         if not plans:
             return None
         # reads compared with a literal or a subquery's cell first, guards (`NEW.c IS NOT OLD.c`)
         # and whole tables after
-        plans.sort(key=lambda p: (0 if p[1].kind == "cell" and (p[1].via == "subquery" or _literals(p[0], p[1].table, p[1].column)) else
-                                  1 if p[1].kind == "rows" else 2))
+        def rank(p: tuple) -> int:
+            return (0 if p[1].kind == "cell" and (p[1].via == "subquery" or _literals(p[0], p[1].table, p[1].column))
+                    else 1 if p[1].kind == "rows" else 2)
+
+        plans.sort(key=rank)
         for wit in wits:
             origins = [(self.gx.base, {"by": "s_origin already one action away (verified)"})]
             if wit.origin is not self.gx.base:
@@ -138,23 +210,24 @@ class Targeted:
                 self.cov.errors.append(f"{self.rule}: targeted cell seeds failed: {type(e).__name__}: {e}")
             origins += self._fresh_rows(wit.call, plans)
             for origin, seeded in origins:
-                per = self.tried + max(30, self.budget // 10)  # no origin takes the whole budget
-                for rc, r in plans:
-                    for g, n, thr in self._pairs(rc, r, wit.call, origin):
-                        if self.tried >= self.budget:
-                            return None
-                        if self.tried >= per:
-                            break
-                        self.tried += 1
-                        if g == n or not self.cov._verify(origin, g, n, self.rule, state_rule=True):
-                            continue
-                        gp = _probe(self.view, g)
-                        if gp is None:
-                            continue
-                        sd = dict(seeded, n_minus_1=True, search="targeted", moves=r.label())
-                        b = Boundary(rule=self.rule, arg=r.label(), threshold=thr, goal=gp, crossing=[g, n],
-                                     seeded=sd, found_by="trigger analysis")
-                        return b, origin
+                # no origin takes the whole budget: a share of it per witness and origin
+                per = self.tried + max(30, self.budget // (len(wits) * len(origins)))
+                for rc, r, (g, n, thr) in _round_robin([(rank((rc, r)), rc, r, self._pairs(rc, r, wit.call, origin))
+                                                        for rc, r in plans]):
+                    if self.tried >= self.budget:
+                        return None
+                    if self.tried >= per:
+                        break
+                    self.tried += 1
+                    if g == n or not self.cov._verify(origin, g, n, self.rule, state_rule=True):
+                        continue
+                    gp = _probe(self.view, g)
+                    if gp is None:
+                        continue
+                    sd = dict(seeded, n_minus_1=True, search="targeted", moves=r.label())
+                    b = Boundary(rule=self.rule, arg=r.label(), threshold=thr, goal=gp, crossing=[g, n],
+                                 seeded=sd, found_by="trigger analysis")
+                    return b, origin
             for rc, r in plans:
                 if r.kind == "rows":
                     hit = self._walk(rc, r, wit.call, self.gx.base, dict(origins[0][1]))
@@ -174,22 +247,43 @@ class Targeted:
             if v.kind != "update" or v.table != r.table or vrow is None:
                 return
             ranked = []
-            for row in self._rows(origin, v.table, vrow, limit=12):
-                key = {k: row[k] for k in vt.pk}
-                nexts = [{"name": v.name, "arguments": {**v.args, **key}}]
-                if r.column in v.args:
-                    nexts.append({"name": v.name, "arguments": {**v.args, **key, r.column: row.get(r.column)}})
-                ok = [not self.cov._probe_on(origin, x, self.rule) for x in nexts]
-                if any(ok):  # else the rule already fires on this row in S
-                    # rows where the witness's own call is accepted first (then the undo only)
-                    ranked.append((not ok[0], row, key, [x for x, y in zip(nexts, ok) if y]))
+            for extra in (False, True):
+                # extra next units only when the witness is refused on every row of S
+                if extra and (any(not x[0][0] for x in ranked) or r.column in v.args
+                              or v.name not in self.reach.set_by.get((r.table, r.column), [])):
+                    break
+                ranked = []
+                for row in self._rows(origin, v.table, vrow, limit=12):
+                    key = {k: row[k] for k in vt.pk}
+                    nexts = [{"name": v.name, "arguments": {**v.args, **key}}]
+                    if r.column in v.args:
+                        nexts.append({"name": v.name, "arguments": {**v.args, **key, r.column: row.get(r.column)}})
+                    if extra:
+                        # the witness's tool setting the column the rule reads (cancelling the
+                        # extra that a cancelled booking has already cancelled)
+                        nexts += [{"name": v.name, "arguments": {**key, r.column: x}}
+                                  for x in values(view, origin, r.table, r.column, rc, row.get(r.column))[:3]]
+                    ok = [not self.cov._probe_on(origin, x, self.rule) for x in nexts]
+                    if any(ok):  # else the rule already fires on this row in S
+                        # rows where the witness's own call is accepted outright first (another
+                        # rule may refuse it: a checked-in booking cannot be cancelled at all),
+                        # then rows where only the undo is
+                        ranked.append(((not ok[0], not self._accepted(origin, nexts[0], changes=True),
+                                        not self._accepted(origin, nexts[0])), row, key,
+                                       [x for x, y in zip(nexts, ok) if y]))
             ranked.sort(key=lambda x: x[0])
             for _, row, key, nexts in ranked[:4]:
                 for tool in self.reach.set_by.get((r.table, r.column), []):
                     for val in values(view, origin, r.table, r.column, rc, row.get(r.column)):
-                        g = {"name": tool, "arguments": {**key, r.column: val}}
-                        for n in nexts:
-                            yield g, n, val
+                        for args in _with_dates_moved(view, tool, r.table, row, key, r.column, val):
+                            g = {"name": tool, "arguments": args}
+                            for n in nexts:
+                                yield g, n, val
+                # a write of the row it points to whose AFTER trigger changes the column
+                # (cancelling the booking cancels its extras)
+                for g in self._parent_updates(origin, r, rc, row):
+                    for n in nexts:
+                        yield g, n, None
             return
         n = v.call()
         n.pop("expect_error", None)
@@ -223,6 +317,10 @@ class Targeted:
         else:
             tools = self.reach.writers(r)
             for nn, pin in self._variants(origin, v, sub, r, n, keyvals):
+                # the row the subquery selects by its key, changed one column at a time (the
+                # booking an extra is added to, cancelled)
+                for g in self._row_updates(origin, r.table, pin, rc, _sub_columns(sub)):
+                    yield g, nn, None
                 for g in self._writes(origin, v, tools, pin, like=nn):
                     yield g, nn, None
                 # someone else's write (another patient taking the slot)
@@ -305,15 +403,50 @@ class Targeted:
                 st, calls = nxt[0], calls + [nxt[1]]
         return None
 
-    def _accepted(self, origin: dict, call: dict) -> bool:
-        """Whether `call` succeeds on `origin` (memoized per origin and call)."""
+    def _row_updates(self, origin: dict, table: str, pin: dict, rc: Any, cols: list | None = None,
+                     per_col: int = 4):
+        """Updates of the row of `table` whose key `pin` holds, one column (of `cols`, else any
+        the update tools set) at a time, to the values `values()` proposes."""
+        view = self.view
+        t = view.tables.get(table)
+        row = _row_of(origin, table, t.pk, pin) if t is not None else None
+        if row is None:
+            return
+        key = {k: row[k] for k in t.pk}
+        for (tb, col), tools in self.reach.set_by.items():
+            if tb != table or (cols and col not in cols) or (tb, col) in self.reach.fixed:
+                continue
+            for tool in tools:
+                for val in values(view, origin, table, col, rc, row.get(col))[:per_col]:
+                    for args in _with_dates_moved(view, tool, table, row, key, col, val):
+                        yield {"name": tool, "arguments": args}
+
+    def _parent_updates(self, origin: dict, r: Read, rc: Any, row: dict):
+        """Updates of the rows `row` references whose tool's AFTER trigger writes the read
+        column of `r.table`."""
+        tools = set(self.reach.effect_by.get((r.table, r.column), []) + self.reach.effect_by.get((r.table, None), []))
+        for col, val in row.items():
+            fk = self.view.fk(r.table, col)
+            pt = self.view.tables.get(fk.get("table")) if fk else None
+            if pt is None or len(pt.pk) != 1 or val is None:
+                continue
+            for g in self._row_updates(origin, pt.name, {pt.pk[0]: val}, rc):
+                if g["name"] in tools:
+                    yield g
+
+    def _accepted(self, origin: dict, call: dict, changes: bool = False) -> bool:
+        """Whether `call` succeeds on `origin` (with `changes`: and changes the state; a status
+        set to the value it has is accepted and does nothing). Memoized per origin and call."""
         key = (id(origin), self.cov._ckey(call))
         hit = self._ok.get(key)
         if hit is None or hit[0] is not origin:
             self.cov._load(origin)
-            hit = self._ok[key] = (origin, self.gx.walker.probe(call["name"], call["arguments"]).ok)
-            self.gx.walker.restore(self.gx.base_cp)
-        return hit[1]
+            w = self.gx.walker
+            h0 = w.hash()
+            ok = w.call(call["name"], call["arguments"]).ok  # the walker is restored below
+            hit = self._ok[key] = (origin, ok, ok and w.hash() != h0)
+            w.restore(self.gx.base_cp)
+        return hit[1] and (hit[2] or not changes)
 
     def _fresh_rows(self, v: Any, plans: list, limit: int = 2) -> list[tuple[dict, dict]]:
         """States after the witness's owner inserted a new row of a table the rule's subqueries

@@ -129,7 +129,7 @@ def check_record(record: Record, seen: dict, lock: threading.Lock, cache: Any) -
                 ok, why = False, "task.complexity.boundary needs `goal` (a call) and `crossing` (calls)"
             else:
                 try:
-                    ok, why = boundary_check(env, origin, b["goal"], b["crossing"])
+                    ok, why = boundary_check(env, origin, b["goal"], b["crossing"], rule=b.get("rule"))
                 except (KeyError, TypeError) as e:
                     ok, why = False, f"task.complexity.boundary is malformed: {type(e).__name__}: {e}"
             verdicts.append(_verdict("boundary", "rule", ok, [why]))
