@@ -467,7 +467,8 @@ class GoalExplorer:
                 continue
             if c.default is not None and str(c.default).strip("'\"") == str(v):
                 continue  # the default: nothing the user has to say
-            parts.append(self.say.value(p.table, k, v))
+            # a date with what it dates ("check in 2025-09-20, check out 2025-09-23")
+            parts.append(f"{words(k)} {v}" if _is_date(v) else self.say.value(p.table, k, v))
         return f"a new {words(p.table)}" + (f" ({', '.join(parts)})" if parts else "")
 
     def describe_update(self, p: Probe, state: dict) -> list[str]:
@@ -536,6 +537,23 @@ class GoalExplorer:
         d.requests = requests
         d.patterns = sorted(set(patterns))
         return d
+
+    def at_limit(self, req: dict, b: Any, origin: dict) -> dict:
+        """The request of a boundary goal that updates the limited column itself: the user asks
+        for it to go as far as the rules allow ("the check in as early as the rules allow"),
+        not for the value."""
+        p = b.goal
+        t = self.view.tables[p.table]
+        row = _row(origin, p.table, {k: p.args[k] for k in t.pk}) or {}
+        cur, new = row.get(p.column), p.args.get(p.column)
+        up = True
+        try:
+            up = new > cur
+        except TypeError:
+            pass
+        how = ("as late" if up else "as early") if _is_date(new) else ("as high" if up else "as low")
+        subject = req["text"].split(": ")[0]
+        return {**req, "text": f"{subject}: the {words(p.column)} {how} as the rules allow, exactly up to the limit"}
 
     def _is_write(self, name: str) -> bool:
         td = self.view.tools.get(name)

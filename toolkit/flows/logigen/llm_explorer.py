@@ -70,7 +70,7 @@ def edge_goal(gx: Any, b: Any, origin: dict, rng: random.Random, want: int) -> D
     phrased and continued by the goal machinery (as synth.GoalDesigner does for its own seeds)."""
     acts, req, pats, _ = gx.plan_write(b.goal, origin, rng, {}, 0.0, 0.7)
     if b.arg == b.goal.column and b.goal.kind == "update":
-        req["text"] = req["text"].split(": ")[0] + ": as much as the rules allow, exactly up to the limit"
+        req = gx.at_limit(req, b, origin)
         pats = pats + ["at-limit"]
     first = [{"call": b.goal.call(), "read": acts[0] if acts else None, "request": req,
               "patterns": pats + ["boundary"]}]

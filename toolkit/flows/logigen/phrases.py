@@ -85,5 +85,5 @@ class Phrases:
         if _is_date(new):  # "date of birth 1979-01-31 instead of ...": the date says which one
             return f"{words(col)} {new} instead of {old}"
         if isinstance(new, (int, float)) and not isinstance(new, bool):
-            return f"{new} {words(col)} instead of {old}"
+            return f"{words(col)} {new} instead of {old}"
         return f"{words(col)} '{new}' instead of '{old}'"

@@ -86,7 +86,7 @@ class GoalDesigner:
             st = origin
             acts, req, pats, _ = gx.plan_write(b.goal, st, rng, {}, 0.0, 0.7)
             if b.arg == b.goal.column and b.goal.kind == "update":
-                req["text"] = req["text"].split(": ")[0] + ": as much as the rules allow, exactly up to the limit"
+                req = gx.at_limit(req, b, st)
                 pats = pats + ["at-limit"]
             first = [{"call": b.goal.call(), "read": acts[0] if acts else None, "request": req,
                       "patterns": pats + ["boundary"]}]
