@@ -68,16 +68,16 @@ LIBRARY_NO = frozenset({"member_in_good_standing", "new_loan_active"})
 # reported not found
 HOTEL_NO = frozenset({"new_booking_booked", "booking_guest_fixed", "room_in_service"})
 # pharmacy (written blind): fill_quantity, rx_not_expired and rx_terms_fixed read only frozen
-# prescription terms and the call's arguments (static); insured_only and plan_quantity_limit read
-# the patient's plan (update_patient hidden) through a JOIN the analysis does not follow;
-# in_stock needs two fillable prescriptions of one drug (none: every shared drug has one
+# prescription terms and the call's arguments; insured_only and plan_quantity_limit read the
+# patient's plan (update_patient hidden) through a JOIN on primary keys whose other columns are
+# frozen (prescription.patient_id) or unwritable (dispensing.rx_id): all static. in_stock needs two fillable prescriptions of one drug (none: every shared drug has one
 # expired, cancelled, refill-less or filled in the last 21 days); controlled_fill_cap: PT-1002 is
 # at the cap, PT-1005's second controlled prescription was filled 10 days ago; annual_benefit_cap:
 # only PT-1004 is near its cap (465.50 of 500) and no claimable amount fits between 32.82 and
 # 34.50 -- searched, reported not found
-PHARMACY_STATIC = frozenset({"fill_quantity", "rx_not_expired", "rx_terms_fixed"})
-PHARMACY_SEARCHED = frozenset({"insured_only", "plan_quantity_limit", "in_stock", "controlled_fill_cap",
-                               "annual_benefit_cap"})
+PHARMACY_STATIC = frozenset({"fill_quantity", "rx_not_expired", "rx_terms_fixed", "insured_only",
+                             "plan_quantity_limit"})
+PHARMACY_SEARCHED = frozenset({"in_stock", "controlled_fill_cap", "annual_benefit_cap"})
 DOMAINS = {
     "hotel": Held("hotel", 17, HOTEL_NO, HOTEL_NO - {"room_in_service"}, frozenset({"room_in_service"})),
     "pharmacy": Held("pharmacy", 13, PHARMACY_STATIC | PHARMACY_SEARCHED, PHARMACY_STATIC, PHARMACY_SEARCHED),

@@ -105,3 +105,26 @@ def test_a_subquery_inside_case_is_read_like_a_top_level_one():
     # is frozen by order_fixed), order_fixed, tier_locked (immutability rules), pending_first
     # (NEW.status only); open_orders_cap counts orders rows, which insert_orders adds
     assert set(imp) == {"qty_range", "card_owner", "order_fixed", "pending_first", "tier_locked"}
+
+
+def test_a_join_on_primary_keys_reads_the_joined_rows_only():
+    # pharmacy's insured_only: (SELECT pa.plan_code FROM dispensing f JOIN prescription r ON
+    # r.rx_id = f.rx_id JOIN patient pa ON pa.patient_id = r.patient_id WHERE f.fill_id =
+    # NEW.fill_id) = 'self_pay' reads one row per table: f.rx_id (update_dispensing is hidden),
+    # r.patient_id (rx_terms_fixed freezes it), pa.plan_code (update_patient is hidden)
+    r = _reach({"backend": "sqlite", "path": str(DATA / "pharmacy")})
+    from toolkit.flows.logigen.reach import reads
+
+    rc = r.an.rules["insured_only"][0]
+    assert {x.label() for x in reads(rc, r.view.tables)} == {"dispensing.rx_id", "prescription.patient_id",
+                                                             "patient.plan_code"}
+    imp = r.impossible()
+    assert {"insured_only", "plan_quantity_limit"} <= set(imp)
+    assert "prescription.patient_id: only update_prescription writes it and rx_terms_fixed" in imp["insured_only"]
+    # in_stock reads drug.stock through the same kind of join, and a fill's AFTER trigger lowers it
+    assert "in_stock" not in imp
+    # hotel's extras_per_level selects a CASE over the joined guest's level: what it reads is not
+    # a plain column, so the joined tables' rows count (searched, not skipped)
+    h = _reach({"backend": "sqlite", "path": str(DATA / "hotel")})
+    rc = h.an.rules["extras_per_level"][0]
+    assert {x.label() for x in reads(rc, h.view.tables)} >= {"rows of guest", "rows of booking"}

@@ -9,7 +9,9 @@ what one rule check reads from the state (besides the call's own arguments):
   row's value when the call does not set c);
 - a **cell** of another table's row selected by a scalar subquery on its key
   (`(SELECT status FROM flight WHERE flight_id = NEW.flight_id)`): the selected column and the
-  non-key columns it filters on;
+  non-key columns it filters on; through a JOIN whose every table is reached by its primary key
+  (`... FROM dispensing f JOIN prescription r ON r.rx_id = f.rx_id JOIN patient pa ON
+  pa.patient_id = r.patient_id WHERE f.fill_id = NEW.fill_id`), the columns of those rows;
 - the **rows** of a table (an aggregate, EXISTS, IN, a subquery not on the row's key — e.g.
   `(SELECT today FROM clock)`, also inside a function or expression): any insert or any column
   update of that table.
@@ -43,6 +45,7 @@ from typing import Any
 
 _REF = re.compile(r"\b(NEW|OLD)\.(\w+)", re.IGNORECASE)
 _FROM = re.compile(r"\b(?:FROM|JOIN)\s+([A-Za-z_]\w*)", re.IGNORECASE)
+_CONST_SELECT = re.compile(r"^\(?\s*SELECT\s+(?:\d+|\*|NULL)\s+FROM\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -110,7 +113,11 @@ def reads(rc: Any, tables: dict) -> list[Read]:
             t = tables.get(o.table)
             keyed = (t is not None and len(tabs) == 1 and o.aggregate is None and o.column is not None
                      and t.pk and set(t.pk) <= set(o.keys))
-            if keyed:
+            joined = _joined(o, tables) if not keyed and len(o.tables or {}) > 1 else None
+            if joined is not None:
+                for r in joined:
+                    add(r)
+            elif keyed:
                 add(Read("cell", o.table, o.column, "subquery"))
                 for k in o.keys:
                     if k not in t.pk:
@@ -129,6 +136,75 @@ def reads(rc: Any, tables: dict) -> list[Read]:
         if c.kind == "opaque":
             for tb in _FROM.findall(c.text or ""):
                 add(Read("rows", tb, None, "function"))
+    return out
+
+
+def _joined(o: Any, tables: dict) -> list[Read] | None:
+    """The cells a JOIN subquery reads when every table in it is reached by its primary key:
+    one table by a key equal to the call's row (`f.fill_id = NEW.fill_id`), the others through
+    `x.pk = y.col` equalities (`r.rx_id = f.rx_id`, `pa.patient_id = r.patient_id`). Such a
+    subquery reads exactly one row per table, so only those rows' columns matter (`pa.plan_code`,
+    `r.patient_id`, `f.rx_id`), not their tables' other rows. None when a table is reached
+    otherwise (an aggregate, a range): its rows are read."""
+    if o.aggregate is not None:
+        return None
+    al = dict(o.tables or {})
+    if any(t not in tables for t in al.values()):
+        return None
+
+    def pk(a: str) -> list:
+        return list(tables[al[a]].pk)
+
+    def where(name: str, qual: str | None = None) -> tuple[str, str] | None:
+        if "." in name:
+            qual, name = name.split(".", 1)
+        if qual is not None:
+            return (qual, name) if qual in al else None
+        hits = [a for a, t in al.items() if name in tables[t].colmap]
+        return (hits[0], name) if len(hits) == 1 else None
+
+    cols: dict[str, set] = {a: set() for a in al}
+    anchored: set = set()
+    for k, op in o.keys.items():
+        w = where(k)
+        if w is None:
+            return None
+        cols[w[0]].add(w[1])
+        if op.kind in ("new", "old", "literal") and pk(w[0]) == [w[1]]:
+            anchored.add(w[0])
+    edges = []
+    for f in o.filters:
+        ops = [x for x in _cond_operands(f) if x.kind == "column"]
+        for x in ops:
+            w = where(x.column, x.table)
+            if w is None:
+                return None
+            cols[w[0]].add(w[1])
+        if f.kind == "compare" and f.op in ("=", "IS") and len(ops) == 2:
+            edges.append(tuple(where(x.column, x.table) for x in ops))
+    if o.column is not None:
+        w = where(o.column)
+        if w is None:
+            return None
+        cols[w[0]].add(w[1])
+    elif not _CONST_SELECT.match(o.text or ""):
+        return None  # a computed select list (a CASE over a joined column): what it reads is unknown
+    grew = True
+    while grew:
+        grew = False
+        for (a, ca), (b, cb) in edges:
+            for (x, cx), (y, _) in (((a, ca), (b, cb)), ((b, cb), (a, ca))):
+                if y in anchored and x not in anchored and pk(x) == [cx]:
+                    anchored.add(x)
+                    grew = True
+    if anchored != set(al):
+        return None
+    out: list[Read] = []
+    for a, cs in cols.items():
+        for c in sorted(cs):
+            r = Read("cell", al[a], c, "join")
+            if c not in pk(a) and r not in out:
+                out.append(r)
     return out
 
 

@@ -289,7 +289,7 @@ class Targeted:
         n.pop("expect_error", None)
         sub = self._subquery(rc, r)
         keyvals = self._keys(sub, v, vrow) if sub is not None else {}
-        if r.kind == "cell":
+        if r.kind == "cell" and r.via != "join":
             t = view.tables.get(r.table)
             row = _row_of(origin, r.table, t.pk, keyvals) if t is not None else None
             if row is None:
