@@ -393,17 +393,25 @@ class GoalExplorer:
                     return f, self.say.row(table, f)
         return None
 
+    def _refs(self, p: Probe, rng: random.Random):
+        """(argument, foreign key, referenced table) for the references of `p`, in random order,
+        to a table other than the principal's with a query tool and a one-column key."""
+        view = self.view
+        fks = [k for k in p.args if view.fk(p.table, k)]
+        rng.shuffle(fks)
+        for k in fks:
+            fk = view.fk(p.table, k)
+            rt = view.tables.get(fk.get("table"))
+            if rt is None or rt.name == self.principal or rt.name not in view.query_tool or len(rt.pk) != 1:
+                continue
+            yield k, fk, rt
+
     def menu(self, p: Probe, state: dict, rng: random.Random) -> dict | None:
         """An option menu for one reference of an insert: filters on the referenced table, the
         options the policy accepts (probed), and a preference that picks exactly one of them."""
         view = self.view
-        fks = [k for k in p.args if view.fk(p.table, k)]
-        rng.shuffle(fks)
-        for a in fks:
-            fk = view.fk(p.table, a)
-            rt = view.tables.get(fk.get("table"))
-            if rt is None or rt.name not in view.query_tool or len(rt.pk) != 1 or rt.name == self.principal \
-                    or any(f.get("table") == self.principal for f in rt.fks):
+        for a, fk, rt in self._refs(p, rng):
+            if any(f.get("table") == self.principal for f in rt.fks):
                 continue  # options come from shared resources, not from the user's own rows
             to = fk.get("to") or rt.pk[0]
             rows = state.get(rt.name, [])
@@ -444,14 +452,7 @@ class GoalExplorer:
         """(argument, query filters, phrase) for a reference of an insert to a row of another
         table that is not the principal (the user's order a charge goes on): the row named by
         attributes that single it out, so its key comes from the look-up, not from the user."""
-        view = self.view
-        fks = [k for k in p.args if view.fk(p.table, k)]
-        rng.shuffle(fks)
-        for k in fks:
-            fk = view.fk(p.table, k)
-            rt = view.tables.get(fk.get("table"))
-            if rt is None or rt.name == self.principal or rt.name not in view.query_tool or len(rt.pk) != 1:
-                continue
+        for k, fk, rt in self._refs(p, rng):
             lk = self.lookup(state, rt.name, {fk.get("to") or rt.pk[0]: p.args[k]}, rng)
             if lk is not None:
                 return k, lk[0], lk[1]
