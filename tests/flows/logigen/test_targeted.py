@@ -183,3 +183,22 @@ def test_retail_open_orders_cap_witness_by_repeating_an_order_then_its_boundary(
     assert goal["name"] == nxt["name"] == "insert_orders"
     who = nxt["arguments"]["user_id"]
     assert len([o for o in origin["orders"] if o["user_id"] == who and o["status"] == "pending"]) == 1
+
+
+HOTEL = {"backend": "sqlite", "path": str(DATA / "hotel")}
+
+
+def test_hotel_room_in_service_from_a_booking_already_in_the_closed_room():
+    # booking_stay_change: NEW.room_no IS NOT OLD.room_no AND EXISTS (room under maintenance):
+    # no call puts a booking into room 201 (its only writer refuses), so the N-1 state has a
+    # booking that was in 201 before it closed (a state cell); there moving it back to 201 is a
+    # no-op, moving it out is the goal, and then moving it back is refused
+    b, origin, _ = boundary(HOTEL, "room_in_service")
+    assert b.seeded["by"] == "state cell" and b.seeded["column"] == "room_no" and b.seeded["value"] == "201"
+    goal, nxt = b.crossing
+    key = b.seeded["row"]
+    assert _row(origin, "booking", **key)["room_no"] == "201"
+    assert goal["name"] == nxt["name"] == "update_booking"
+    assert nxt["arguments"] == {**key, "room_no": "201"} and goal["arguments"]["room_no"] != "201"
+    seed = load_env(HOTEL).snapshot()
+    assert not [x for x in seed["booking"] if x["room_no"] == "201"]  # by hand: seed.json has none

@@ -652,6 +652,7 @@ class RuleCoverage:
                 if isinstance(arg, float) and op in ("<=", ">="):
                     continue  # no next unit of a real number
                 cells.append((sub.table, sub.column, {"<": arg, "<=": arg + 1, ">": arg, ">=": arg - 1}[op]))
+        out += self._guard_seeds(rule, v, vrow)
         for tbl, col, value in cells:
                 t = self.view.tables.get(tbl)
                 if t is None or col not in t.colmap or not isinstance(value, (int, float)):
@@ -673,6 +674,37 @@ class RuleCoverage:
                                      "was": was, "row": {k: base[tbl][i].get(k) for k in t.pk},
                                      "found_by": "trigger analysis"}))
         return out
+
+    def _guard_seeds(self, rule: str, v: Probe, vrow: dict) -> list[tuple[dict, dict]]:
+        """For an update refused only when it changes a column (`NEW.room_no IS NOT OLD.room_no
+        AND <the new room is under maintenance>`): the state where the row already holds the
+        refused value (a booking made before its room went into maintenance), so the refused call
+        is a no-op there and moving the row away is the goal that makes it cross."""
+        if v.kind != "update" or not vrow or not self.an:
+            return []
+        t = self.view.tables[v.table]
+        out = []
+        for rc in self.an.rules.get(rule, []):
+            for cond in rc.conditions:
+                kinds = sorted(getattr(x, "kind", "") for x in (cond.lhs, cond.rhs))
+                if cond.kind != "compare" or cond.op not in ("IS NOT", "!=", "<>") or kinds != ["new", "old"]:
+                    continue
+                col = cond.lhs.column
+                if col != cond.rhs.column or col not in v.args or col in t.pk or vrow.get(col) == v.args[col]:
+                    continue
+                base = self.gx.base
+                i = next(k for k, r in enumerate(base[v.table]) if r is vrow)
+                st = copy.deepcopy(base)
+                st[v.table][i][col] = v.args[col]
+                try:
+                    st = canonical_state(self.gx.env_base, st)
+                except Exception as e:  # noqa: BLE001 - a seed that does not load is skipped, counted
+                    self.errors.append(f"{rule}: guard seed {v.table}.{col}={v.args[col]!r} does not load: {e}")
+                    continue
+                out.append((st, {"by": "state cell", "table": v.table, "column": col, "value": v.args[col],
+                                 "was": vrow.get(col), "row": {k: vrow.get(k) for k in t.pk},
+                                 "found_by": "trigger analysis (guard)"}))
+        return out[:2]
 
     def _owner(self, state: dict, v: Probe) -> Any:
         gx = self.gx
