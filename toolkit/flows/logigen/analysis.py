@@ -104,6 +104,9 @@ class Operand:
     aggregate: str | None = None
     refs: list[str] = field(default_factory=list)  # "NEW.col" / "OLD.col" used anywhere inside
     tables: dict[str, str] = field(default_factory=dict)  # subquery FROM: {alias: table}
+    # subquery: the columns its select list reads, as written ("c.kyc_status" in `SELECT CASE
+    # c.kyc_status WHEN ... END FROM account a JOIN customer c ...`)
+    selects: list[str] = field(default_factory=list)
     # func / expr: the subqueries and NEW/OLD references nested inside (a CASE's
     # `(SELECT tier FROM users WHERE user_id = NEW.user_id)`), so what it reads is known
     parts: list[Operand] = field(default_factory=list)
@@ -347,6 +350,26 @@ def _collect_refs(node: Any, out: list[str]) -> None:
             _collect_refs(x, out)
 
 
+def _collect_cols(node: Any, out: list[str]) -> None:
+    """The table columns (not NEW/OLD, not inside a nested subquery) an expression reads, as
+    "qualifier.column" or "column"."""
+    if isinstance(node, tuple) and node:
+        if node[0] == "SUB":
+            return
+        if node[0] == "COL":
+            q = node[1]
+            if not (q and q.upper() in ("NEW", "OLD")):
+                name = f"{q}.{node[2]}" if q else node[2]
+                if name not in out:
+                    out.append(name)
+            return
+        for x in node[1:]:
+            _collect_cols(x, out)
+    elif isinstance(node, list):
+        for x in node:
+            _collect_cols(x, out)
+
+
 def _text(node: tuple) -> str:
     return node[-1] if isinstance(node[-1], str) else ""
 
@@ -410,6 +433,9 @@ def _sub_operand(sub: dict, text: str) -> Operand:
     tables = sub["tables"]
     op = Operand("subquery", text, table=tables[0][0] if tables else None, refs=refs)
     cols = sub["cols"]
+    found: list = []
+    _collect_cols(cols, found)
+    op.selects = found
     if len(cols) == 1:
         c = cols[0]
         if c[0] == "COL":

@@ -111,14 +111,17 @@ def reads(rc: Any, tables: dict) -> list[Read]:
         if o.kind == "subquery":
             tabs = list(dict.fromkeys((o.tables or {}).values())) or ([o.table] if o.table else [])
             t = tables.get(o.table)
-            keyed = (t is not None and len(tabs) == 1 and o.aggregate is None and o.column is not None
-                     and t.pk and set(t.pk) <= set(o.keys))
+            selected = [c.split(".")[-1] for c in (getattr(o, "selects", None) or [])] or \
+                ([o.column] if o.column else [])
+            keyed = (t is not None and len(tabs) == 1 and o.aggregate is None and bool(selected)
+                     and all(c in t.colmap for c in selected) and t.pk and set(t.pk) <= set(o.keys))
             joined = _joined(o, tables) if not keyed and len(o.tables or {}) > 1 else None
             if joined is not None:
                 for r in joined:
                     add(r)
             elif keyed:
-                add(Read("cell", o.table, o.column, "subquery"))
+                for c in selected:  # `SELECT balance + overdraft_limit FROM account WHERE ...`: both
+                    add(Read("cell", o.table, c, "subquery"))
                 for k in o.keys:
                     if k not in t.pk:
                         add(Read("cell", o.table, k, "subquery"))
@@ -182,13 +185,14 @@ def _joined(o: Any, tables: dict) -> list[Read] | None:
             cols[w[0]].add(w[1])
         if f.kind == "compare" and f.op in ("=", "IS") and len(ops) == 2:
             edges.append(tuple(where(x.column, x.table) for x in ops))
-    if o.column is not None:
-        w = where(o.column)
+    selects = list(getattr(o, "selects", None) or ([o.column] if o.column else []))
+    if not selects and not _CONST_SELECT.match(o.text or ""):
+        return None  # a select list whose reads are not known
+    for name in selects:  # a plain column, or those a computed one reads (a CASE on c.kyc_status)
+        w = where(name)
         if w is None:
             return None
         cols[w[0]].add(w[1])
-    elif not _CONST_SELECT.match(o.text or ""):
-        return None  # a computed select list (a CASE over a joined column): what it reads is unknown
     grew = True
     while grew:
         grew = False
