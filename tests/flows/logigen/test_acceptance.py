@@ -1,7 +1,7 @@
 """Issue 21's acceptance, on domains the explorer was never tuned on (tests/data/carrental: a
 car-rental counter; tests/data/retail: a web shop with a count cap and a CASE limit;
-tests/data/library; tests/data/hotel and tests/data/pharmacy, written blind by an engineer who
-never read the generator), checked with code independent of the generator: 100 symbolic tasks
+tests/data/library; tests/data/hotel, tests/data/pharmacy and tests/data/bank, written blind by
+engineers who never read the generator), checked with code independent of the generator: 100 symbolic tasks
 each, then
 - >= 50% need >= 3 writes (a write = a step that changes the state hash, replayed here);
 - >= 25% have a write that depends on an earlier read: one of its argument values appears in an
@@ -77,7 +77,13 @@ HOTEL_NO = frozenset({"new_booking_booked", "booking_guest_fixed"})
 PHARMACY_STATIC = frozenset({"fill_quantity", "rx_not_expired", "rx_terms_fixed", "insured_only",
                              "plan_quantity_limit"})
 PHARMACY_SEARCHED = frozenset({"in_stock", "controlled_fill_cap", "annual_benefit_cap"})
+# bank (written blind): account_owner_fixed freezes the owner and type; kyc_pending_limit reads the
+# customer's KYC status (read-only) through the account's owner (frozen). The others have an N-1:
+# close_zero_balance (a transfer into an empty account, then closing it), transfer_reversal (a
+# transfer reversed, then un-reversing it), sufficient_funds (the whole balance sent, then 1 more)
+BANK_NO = frozenset({"account_owner_fixed", "kyc_pending_limit"})
 DOMAINS = {
+    "bank": Held("bank", 12, BANK_NO, BANK_NO, frozenset()),
     "hotel": Held("hotel", 17, HOTEL_NO, HOTEL_NO, frozenset()),
     "pharmacy": Held("pharmacy", 13, PHARMACY_STATIC | PHARMACY_SEARCHED, PHARMACY_STATIC, PHARMACY_SEARCHED),
     "carrental": Held("carrental", 12, frozenset(NO_BOUNDARY), frozenset(NO_BOUNDARY - {"damage_needs_pickup"}),

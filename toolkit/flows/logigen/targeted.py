@@ -260,17 +260,20 @@ class Targeted:
                         nexts.append({"name": v.name, "arguments": {**v.args, **key, r.column: row.get(r.column)}})
                     if extra:
                         # the witness's tool setting the column the rule reads (cancelling the
-                        # extra that a cancelled booking has already cancelled)
+                        # extra that a cancelled booking has already cancelled), or setting it to
+                        # the value it has (a no-op on S that undoes g after it: un-reversing a
+                        # transfer that g reversed)
                         nexts += [{"name": v.name, "arguments": {**key, r.column: x}}
-                                  for x in values(view, origin, r.table, r.column, rc, row.get(r.column))[:3]]
+                                  for x in [row.get(r.column)] + values(view, origin, r.table, r.column, rc,
+                                                                         row.get(r.column))[:3]]
                     ok = [not self.cov._probe_on(origin, x, self.rule) for x in nexts]
                     if any(ok):  # else the rule already fires on this row in S
                         # rows where the witness's own call is accepted outright first (another
                         # rule may refuse it: a checked-in booking cannot be cancelled at all),
                         # then rows where only the undo is
-                        ranked.append(((not ok[0], not self._accepted(origin, nexts[0], changes=True),
-                                        not self._accepted(origin, nexts[0])), row, key,
-                                       [x for x, y in zip(nexts, ok) if y]))
+                        usable = [x for x, y in zip(nexts, ok) if y]
+                        ranked.append(((not ok[0], not any(self._accepted(origin, x, changes=True) for x in usable),
+                                        not any(self._accepted(origin, x) for x in usable)), row, key, usable))
             ranked.sort(key=lambda x: x[0])
             for _, row, key, nexts in ranked[:4]:
                 for tool in self.reach.set_by.get((r.table, r.column), []):
@@ -280,8 +283,12 @@ class Targeted:
                             for n in nexts:
                                 yield g, n, val
                 # a write of the row it points to whose AFTER trigger changes the column
-                # (cancelling the booking cancels its extras)
+                # (cancelling the booking cancels its extras), or of a row pointing to it (a
+                # transfer into the account changes its balance)
                 for g in self._parent_updates(origin, r, rc, row):
+                    for n in nexts:
+                        yield g, n, None
+                for g in self._child_writes(origin, v, r, row):
                     for n in nexts:
                         yield g, n, None
             return
@@ -433,6 +440,24 @@ class Targeted:
             for g in self._row_updates(origin, pt.name, {pt.pk[0]: val}, rc):
                 if g["name"] in tools:
                     yield g
+
+    def _child_writes(self, origin: dict, v: Any, r: Read, row: dict, limit: int = 6):
+        """Writes into tables that reference `row`'s table, pointed at `row`, whose AFTER trigger
+        changes the read column (`transfer.to_account` = the account: its balance goes up)."""
+        view = self.view
+        t = view.tables[r.table]
+        if len(t.pk) != 1:
+            return
+        tools = list(dict.fromkeys(self.reach.effect_by.get((r.table, r.column), [])
+                                   + self.reach.effect_by.get((r.table, None), [])))
+        for tool in tools:
+            td = view.tools.get(tool)
+            ct = view.tables.get(td.table) if td is not None else None
+            if ct is None or ct.name == r.table:
+                continue
+            who = self.gx.owner_of(origin, r.table, row)  # the account's owner sends the money
+            for fc in [c.name for c in ct.columns if (view.fk(ct.name, c.name) or {}).get("table") == r.table]:
+                yield from self._writes(origin, v, [tool], {fc: row[t.pk[0]]}, limit=limit, who=who)
 
     def _accepted(self, origin: dict, call: dict, changes: bool = False) -> bool:
         """Whether `call` succeeds on `origin` (with `changes`: and changes the state; a status
