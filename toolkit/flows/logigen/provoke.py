@@ -173,10 +173,19 @@ class ViolationSearch:
     # -- templates -----------------------------------------------------------------------------
 
     def insert_templates(self, table: str) -> list[dict]:
+        """Insert arguments modelled on existing rows. A key made of references (an enrollment
+        keyed by (student_id, section_id)) is not invented: one key column at a time takes
+        another value of the table it references, the others stay the row's, so the new row
+        pairs a real student with another real section (never a made-up id that only breaks a
+        foreign key)."""
         t = self.dom.tables[table]
         settable = [c for c in t.columns if not c.readonly]
         out: list[dict] = []
-        for row in self.snapshot0.get(table, [])[:15]:
+        rows = self.snapshot0.get(table, [])
+        pk = [c for c in t.columns if c.pk and not c.rowid_alias]
+        ref = {fk["column"]: fk for fk in t.fks if any(c.name == fk["column"] for c in pk)}
+        existing = {tuple(r.get(c.name) for c in pk) for r in rows}
+        for row in rows[:15]:
             args = {}
             for c in settable:
                 if c.rowid_alias:
@@ -187,7 +196,25 @@ class ViolationSearch:
                 if v is None and not c.notnull:
                     continue
                 args[c.name] = v
-            out.append(args)
+            if not ref:
+                out.append(args)
+                continue
+            made = 0
+            for c in pk:
+                fk = ref.get(c.name)
+                choices = (self.colvals.get((fk["table"], fk.get("to") or ""), []) if fk
+                           else [self._fresh_key(table, c)])
+                for v in choices:
+                    key = tuple(v if k is c else row.get(k.name) for k in pk)
+                    if key in existing:
+                        continue
+                    existing.add(key)
+                    out.append({**args, **{k.name: x for k, x in zip(pk, key)}})
+                    made += 1
+                    if made >= 4:
+                        break
+                if made >= 4:
+                    break
         if not out:  # synthesize one from the schema
             args = {}
             for c in settable:
