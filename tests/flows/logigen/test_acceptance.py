@@ -1,7 +1,7 @@
 """Issue 21's acceptance, on domains the explorer was never tuned on (tests/data/carrental: a
 car-rental counter; tests/data/retail: a web shop with a count cap and a CASE limit;
-tests/data/library; tests/data/hotel, tests/data/pharmacy and tests/data/bank, written blind by
-engineers who never read the generator), checked with code independent of the generator: 100 symbolic tasks
+tests/data/library; tests/data/hotel, tests/data/pharmacy, tests/data/bank and
+tests/data/university, written blind by engineers who never read the generator), checked with code independent of the generator: 100 symbolic tasks
 each, then
 - >= 50% need >= 3 writes (a write = a step that changes the state hash, replayed here);
 - >= 25% have a write that depends on an earlier read: one of its argument values appears in an
@@ -40,7 +40,7 @@ class Held:
     them the trigger analysis decides without a search, and those searched and not found."""
     name: str
     rules: int
-    no_boundary: frozenset
+    no_boundary: frozenset | None  # None: not decided by hand (every rule without one is reported)
     impossible: frozenset
     dropped: frozenset
 
@@ -82,7 +82,13 @@ PHARMACY_SEARCHED = frozenset({"in_stock", "controlled_fill_cap", "annual_benefi
 # close_zero_balance (a transfer into an empty account, then closing it), transfer_reversal (a
 # transfer reversed, then un-reversing it), sufficient_funds (the whole balance sent, then 1 more)
 BANK_NO = frozenset({"account_owner_fixed", "kyc_pending_limit"})
+# university (written blind): not decided by hand -- its rules are RAISE ... FROM comma joins,
+# nested NOT EXISTS and GROUP BY the analysis reads only in part; section_open is static (a
+# section's status has no visible writer), the others are searched and most are not found (a
+# reached state with a free seat AND two eligible students, or two open sections in one slot a
+# student may take, is what their N-1 needs). Every other acceptance item holds.
 DOMAINS = {
+    "university": Held("university", 12, None, frozenset({"section_open"}), frozenset()),
     "bank": Held("bank", 12, BANK_NO, BANK_NO, frozenset()),
     "hotel": Held("hotel", 17, HOTEL_NO, HOTEL_NO, frozenset()),
     "pharmacy": Held("pharmacy", 13, PHARMACY_STATIC | PHARMACY_SEARCHED, PHARMACY_STATIC, PHARMACY_SEARCHED),
@@ -163,12 +169,19 @@ def test_rule_coverage_and_boundaries_at_n_minus_1(name):
     viol = {r.task.complexity["violation"]["rule"] for r in rs if r.task.complexity.get("violation")}
     assert viol == trigger_rules
     bnd = [r for r in rs if r.task.complexity.get("boundary")]
-    assert {r.task.complexity["boundary"]["rule"] for r in bnd} == trigger_rules - dom.no_boundary
-    # the trigger analysis decides the same set without a search (carrental: except
-    # damage_needs_pickup, searched and reported as not found)
     cov = rs[0].task.extra["rule_coverage"]
-    assert set(cov["boundary_impossible"]) == dom.impossible
-    assert set(cov["boundary_dropped"]) == dom.dropped
+    with_boundary = {r.task.complexity["boundary"]["rule"] for r in bnd}
+    if dom.no_boundary is not None:
+        assert with_boundary == trigger_rules - dom.no_boundary
+        # the trigger analysis decides the same set without a search (carrental: except
+        # damage_needs_pickup, searched and reported as not found)
+        assert set(cov["boundary_impossible"]) == dom.impossible
+        assert set(cov["boundary_dropped"]) == dom.dropped
+    else:  # every rule without a boundary task is reported, with a reason
+        assert dom.impossible <= set(cov["boundary_impossible"])
+        missing = trigger_rules - with_boundary
+        assert missing == set(cov["boundary_impossible"]) | set(cov["boundary_dropped"])
+        assert all(cov["boundary_dropped"][x] for x in cov["boundary_dropped"])
     for r in bnd:
         b = r.task.complexity["boundary"]
         assert b["seeded"].get("n_minus_1") is True, r.id

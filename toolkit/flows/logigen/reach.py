@@ -104,7 +104,12 @@ def reads(rc: Any, tables: dict) -> list[Read]:
         if r not in out:
             out.append(r)
 
+    t0 = tables.get(rc.table)
     for side, col in sorted(row_refs(rc)):
+        if t0 is not None and col in t0.pk:
+            continue  # the row's key: which row, not something a write changes
+        if side == "NEW" and rc.event == "UPDATE" and list(rc.columns or []) == [col]:
+            continue  # `UPDATE OF status`: NEW.status is the call's own argument, never the row's
         if side == "OLD" or rc.event == "UPDATE":
             add(Read("cell", rc.table, col, f"{side}.{col}"))
     for o in _operands(rc):
@@ -113,7 +118,8 @@ def reads(rc: Any, tables: dict) -> list[Read]:
             t = tables.get(o.table)
             selected = [c.split(".")[-1] for c in (getattr(o, "selects", None) or [])] or \
                 ([o.column] if o.column else [])
-            keyed = (t is not None and len(tabs) == 1 and o.aggregate is None and bool(selected)
+            const = not selected and bool(_CONST_SELECT.match(o.text or ""))  # EXISTS (SELECT 1 ...)
+            keyed = (t is not None and len(tabs) == 1 and o.aggregate is None and (bool(selected) or const)
                      and all(c in t.colmap for c in selected) and t.pk and set(t.pk) <= set(o.keys))
             joined = _joined(o, tables) if not keyed and len(o.tables or {}) > 1 else None
             if joined is not None:
