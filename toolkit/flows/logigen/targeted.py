@@ -121,6 +121,16 @@ def _row_of(state: dict, table: str, pk: list, args: dict) -> dict | None:
     return next((r for r in state.get(table, []) if all(r.get(k) == args[k] for k in pk)), None)
 
 
+def _literal_columns(sub: Any) -> set:
+    """The columns a subquery compares with a literal (`status = 'active'`, `kind IN (...)`)."""
+    out = {k.split(".")[-1] for k, o in sub.keys.items() if o.kind == "literal"}
+    for f in sub.filters:
+        ops = _cond_operands(f)
+        if any(o.kind in ("literal", "list") for o in ops):
+            out |= {o.column for o in ops if o.kind == "column" and o.column}
+    return out
+
+
 def _sub_columns(sub: Any) -> list:
     """The columns a subquery selects and filters on (`status IN ('booked', 'checked_in')`)."""
     if sub is None:
@@ -209,6 +219,7 @@ class Targeted:
             except Exception as e:  # noqa: BLE001 - counted, the other origins are still tried
                 self.cov.errors.append(f"{self.rule}: targeted cell seeds failed: {type(e).__name__}: {e}")
             origins += self._fresh_rows(wit.call, plans)
+            origins += self._freed(wit.call, plans)
             for origin, seeded in origins:
                 # no origin takes the whole budget: a share of it per witness and origin
                 per = self.tried + max(30, self.budget // (len(wits) * len(origins)))
@@ -505,6 +516,50 @@ class Targeted:
             w.restore(gx.base_cp)
             if len(out) >= limit:
                 break
+        return out
+
+    def _freed(self, v: Any, plans: list, limit: int = 2) -> list[tuple[dict, dict]]:
+        """For a count already at its limit where the witness acts (a full section): states after
+        one counted row stops counting (an enrolled student drops: one seat free), by executing
+        an update of the columns the count filters on, where the witness is no longer refused
+        for the rule. Then taking the last seat is the goal, the witness the next unit
+        (`seeded.by = "executed calls"`)."""
+        view, gx = self.view, self.gx
+        base = gx.base
+        w = gx.walker
+        n = v.call()
+        n.pop("expect_error", None)
+        vt = view.tables.get(v.table)
+        vrow = _row_of(base, v.table, vt.pk, v.args) if vt is not None and v.kind == "update" else None
+        out: list[tuple[dict, dict]] = []
+        for rc, r in plans:
+            sub = self._subquery(rc, r)
+            t = view.tables.get(r.table)
+            if r.kind != "rows" or sub is None or not sub.aggregate or t is None:
+                continue
+            keyvals = {k: x for k, x in self._keys(sub, v, vrow).items() if k in t.colmap}
+            # only the columns compared with a constant (`status = 'enrolled'`): the row stops
+            # counting; never one tied to the call (moving a loan to another member)
+            filt = [k for k in keyvals if k not in t.pk and k in _literal_columns(sub)]
+            if not keyvals or not filt:
+                continue
+            rows = [x for x in base.get(r.table, []) if all(x.get(k) == val for k, val in keyvals.items())]
+            for row in rows[:4]:
+                key = {k: row[k] for k in t.pk}
+                for g in self._row_updates(base, r.table, key, rc, cols=filt, per_col=3):
+                    self.tried += 1
+                    w.restore(gx.base_cp)
+                    h0 = w.hash()
+                    res = w.call(g["name"], g["arguments"])
+                    if res.ok and w.hash() != h0:
+                        st = self.cov._snap()
+                        w.restore(gx.base_cp)
+                        if not self.cov._probe_on(st, n, self.rule):
+                            out.append((st, {"by": "executed calls", "calls": [g]}))
+                            break
+                    w.restore(gx.base_cp)
+                if len(out) >= limit:
+                    return out
         return out
 
     def _rows(self, state: dict, table: str, first: dict, limit: int = 4) -> list[dict]:
