@@ -350,24 +350,30 @@ def _collect_refs(node: Any, out: list[str]) -> None:
             _collect_refs(x, out)
 
 
+def _visit(node: Any, fn: Any) -> None:
+    """Depth first over an expression's nodes (tuples, and lists of them); `fn(node)` returns True
+    to not descend into that node."""
+    if isinstance(node, tuple) and node:
+        if fn(node):
+            return
+        for x in node[1:]:
+            _visit(x, fn)
+    elif isinstance(node, list):
+        for x in node:
+            _visit(x, fn)
+
+
 def _collect_cols(node: Any, out: list[str]) -> None:
     """The table columns (not NEW/OLD, not inside a nested subquery) an expression reads, as
     "qualifier.column" or "column"."""
-    if isinstance(node, tuple) and node:
-        if node[0] == "SUB":
-            return
-        if node[0] == "COL":
-            q = node[1]
-            if not (q and q.upper() in ("NEW", "OLD")):
-                name = f"{q}.{node[2]}" if q else node[2]
-                if name not in out:
-                    out.append(name)
-            return
-        for x in node[1:]:
-            _collect_cols(x, out)
-    elif isinstance(node, list):
-        for x in node:
-            _collect_cols(x, out)
+    def fn(x: tuple) -> bool:
+        if x[0] == "COL" and not (x[1] and x[1].upper() in ("NEW", "OLD")):
+            name = f"{x[1]}.{x[2]}" if x[1] else x[2]
+            if name not in out:
+                out.append(name)
+        return x[0] in ("SUB", "COL")
+
+    _visit(node, fn)
 
 
 def _text(node: tuple) -> str:
@@ -409,21 +415,17 @@ def _parts(node: Any) -> list[Operand]:
     node (not inside the subqueries themselves: those are their own operands)."""
     out: list[Operand] = []
 
-    def walk(x: Any, top: bool) -> None:
-        if isinstance(x, tuple) and x:
-            if not top and x[0] == "SUB":
-                out.append(_sub_operand(x[1], x[2]))
-                return
-            if not top and x[0] == "COL" and x[1] and x[1].upper() in ("NEW", "OLD"):
-                out.append(_operand(x))
-                return
-            for y in x[1:]:
-                walk(y, False)
-        elif isinstance(x, list):
-            for y in x:
-                walk(y, False)
+    def fn(x: tuple) -> bool:
+        if x[0] == "SUB":
+            out.append(_sub_operand(x[1], x[2]))
+            return True
+        if x[0] == "COL" and x[1] and x[1].upper() in ("NEW", "OLD"):
+            out.append(_operand(x))
+            return True
+        return False
 
-    walk(node, True)
+    for x in node[1:]:  # below the function / arithmetic / CASE node itself
+        _visit(x, fn)
     return out
 
 
