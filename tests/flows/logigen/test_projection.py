@@ -45,3 +45,25 @@ def test_yes_no_enum_values_are_phrased_with_their_attribute():
         assert leaks(["the reservation: insurance yes"], terms)  # the rule the phrasing avoids
     finally:
         env.close()
+
+
+def test_two_references_to_one_table_keep_their_role():
+    # bank's transfer has from_account and to_account, both to account: "account ACC-1" would
+    # not say which; a card's single account_id is just "account"
+    from pathlib import Path
+
+    from toolkit.envs import load_env
+    from toolkit.flows.logigen.explorer import DomainView
+    from toolkit.flows.logigen.phrases import Phrases
+
+    env = load_env({"backend": "sqlite", "path": str(Path(__file__).resolve().parents[2] / "data" / "bank")})
+    try:
+        say = Phrases(DomainView(env))
+    finally:
+        env.close()
+    assert say.value("transfer", "to_account", "ACC-1") == "to account ACC-1"
+    assert say.value("transfer", "from_account", "ACC-2") == "from account ACC-2"
+    assert say.value("card", "account_id", "ACC-1") == "account ACC-1"
+    assert say.row("transfer", {"to_account": "ACC-1"}) == "the transfer to account ACC-1"
+    assert say.row("card", {"account_id": "ACC-1"}) == "the card for account ACC-1"
+    assert say.change("transfer", "memo", None, "rent") == "memo 'rent' (none now)"

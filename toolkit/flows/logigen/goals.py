@@ -475,7 +475,8 @@ class GoalExplorer:
     def describe_update(self, p: Probe, state: dict) -> list[str]:
         t = self.view.tables[p.table]
         row = _row(state, p.table, {k: p.args[k] for k in t.pk}) or {}
-        return [self.say.change(p.table, k, row.get(k), v) for k, v in p.args.items() if k not in t.pk]
+        return [self.say.change(p.table, k, row.get(k), v) for k, v in p.args.items()
+                if k not in t.pk and (row.get(k) != v or not row)]
 
     # -- the chain -------------------------------------------------------------------------------
 
@@ -684,7 +685,9 @@ class GoalExplorer:
                     # "a new charge (gift card g1, amount 1.0) for the delivered order on 2025-05-20"
                     k, filters, phrase = ref
                     acts.append({"name": view.query_tool[view.fk(p.table, k)["table"]], "arguments": filters})
-                    req["text"] = f"{self.describe_insert(p, skip={k})} for {phrase}"
+                    noun = self.say.ref_noun(p.table, k)
+                    to = " for" if noun == words(view.fk(p.table, k)["table"]) else f", {noun}:"
+                    req["text"] = f"{self.describe_insert(p, skip={k})}{to} {phrase}"
                     pats.append("lookup")
                 else:
                     req["text"] = self.describe_insert(p, skip=set())

@@ -38,7 +38,7 @@ class Phrases:
         c = view.tables[table].colmap.get(col)
         fk = view.fk(table, col)
         if fk:
-            return f"{words(fk.get('table'))} {v}"
+            return f"{self.ref_noun(table, col)} {v}"
         yes = _yes(c, v)
         if yes is not None:
             return f"{'with' if yes else 'without'} {words(col)}"
@@ -49,6 +49,13 @@ class Phrases:
         if isinstance(v, bool) or (c is not None and c.json_type == "boolean"):
             return f"{'with' if v else 'without'} {words(col)}"
         return f"{words(col)} {v}" if attr else str(v)
+
+    def ref_noun(self, table: str, col: str) -> str:
+        """What a reference is called: the table it points to ("account"), or its own name when the
+        table has two references to that table ("from account", "to account")."""
+        fk = self.view.fk(table, col) or {}
+        same = [c for c in self.view.tables[table].columns if (self.view.fk(table, c.name) or {}).get("table") == fk.get("table")]
+        return words(col) if len(same) > 1 else words(fk.get("table"))
 
     def value_of_key(self, table: str, v: Any) -> str:
         return f"their {words(table)} number is {v}"
@@ -66,7 +73,9 @@ class Phrases:
             elif c is not None and c.enum and not view.fk(table, k):
                 adj.append(words(v))
             elif view.fk(table, k):
-                rest.append(f"for {self.value(table, k, v)}")
+                role = self.ref_noun(table, k) != words(view.fk(table, k).get("table"))
+                # "the transfer to account ACC-30022" where a table has two references to one table
+                rest.append(self.value(table, k, v) if role else f"for {self.value(table, k, v)}")
             else:
                 rest.append(self.value(table, k, v) if _is_date(v) else f"with {self.value(table, k, v)}")
         return " ".join(["the"] + adj + [words(table)] + rest)
@@ -76,7 +85,7 @@ class Phrases:
         c = view.tables[table].colmap.get(col)
         fk = view.fk(table, col)
         if fk:
-            return f"moved to {words(fk.get('table'))} {new} (instead of {old})"
+            return f"moved to {self.ref_noun(table, col)} {new} (instead of {old})"
         yes = _yes(c, new)
         if yes is not None:
             return f"{'with' if yes else 'without'} {words(col)} (not as now)"
@@ -86,4 +95,6 @@ class Phrases:
             return f"{words(col)} {new} instead of {old}"
         if isinstance(new, (int, float)) and not isinstance(new, bool):
             return f"{words(col)} {new} instead of {old}"
+        if old is None:
+            return f"{words(col)} '{new}' (none now)"
         return f"{words(col)} '{new}' instead of '{old}'"
