@@ -34,6 +34,7 @@ from typing import Any
 
 from toolkit.flows.logigen.explorer import (
     POLICY_VIOLATION,
+    WRITE_KINDS,
     DomainView,
     Draft,
     Probe,
@@ -559,7 +560,7 @@ class GoalExplorer:
 
     def _is_write(self, name: str) -> bool:
         td = self.view.tools.get(name)
-        return td is not None and td.kind in ("insert", "update")
+        return td is not None and td.kind in WRITE_KINDS
 
     def count_prefixes(self, actions: list[dict]) -> None:
         """Count the sequences of write tools an accepted task begins with (`_novel_first`)."""
@@ -685,8 +686,7 @@ class GoalExplorer:
                     # "a new charge (gift card g1, amount 1.0) for the delivered order on 2025-05-20"
                     k, filters, phrase = ref
                     acts.append({"name": view.query_tool[view.fk(p.table, k)["table"]], "arguments": filters})
-                    noun = self.say.ref_noun(p.table, k)
-                    to = " for" if noun == words(view.fk(p.table, k)["table"]) else f", {noun}:"
+                    to = f", {self.say.ref_noun(p.table, k)}:" if self.say.has_role(p.table, k) else " for"
                     req["text"] = f"{self.describe_insert(p, skip={k})}{to} {phrase}"
                     pats.append("lookup")
                 else:

@@ -50,12 +50,16 @@ class Phrases:
             return f"{'with' if v else 'without'} {words(col)}"
         return f"{words(col)} {v}" if attr else str(v)
 
+    def has_role(self, table: str, col: str) -> bool:
+        """Whether the reference `col` shares its target table with another reference of `table`
+        (a transfer's from_account and to_account): then its own name says which one it is."""
+        to = (self.view.fk(table, col) or {}).get("table")
+        return sum((self.view.fk(table, c.name) or {}).get("table") == to for c in self.view.tables[table].columns) > 1
+
     def ref_noun(self, table: str, col: str) -> str:
-        """What a reference is called: the table it points to ("account"), or its own name when the
-        table has two references to that table ("from account", "to account")."""
-        fk = self.view.fk(table, col) or {}
-        same = [c for c in self.view.tables[table].columns if (self.view.fk(table, c.name) or {}).get("table") == fk.get("table")]
-        return words(col) if len(same) > 1 else words(fk.get("table"))
+        """What a reference is called: the table it points to ("account"), or its own name when it
+        has a role ("from account", "to account")."""
+        return words(col) if self.has_role(table, col) else words((self.view.fk(table, col) or {}).get("table"))
 
     def value_of_key(self, table: str, v: Any) -> str:
         return f"their {words(table)} number is {v}"
@@ -73,9 +77,8 @@ class Phrases:
             elif c is not None and c.enum and not view.fk(table, k):
                 adj.append(words(v))
             elif view.fk(table, k):
-                role = self.ref_noun(table, k) != words(view.fk(table, k).get("table"))
                 # "the transfer to account ACC-30022" where a table has two references to one table
-                rest.append(self.value(table, k, v) if role else f"for {self.value(table, k, v)}")
+                rest.append(self.value(table, k, v) if self.has_role(table, k) else f"for {self.value(table, k, v)}")
             else:
                 rest.append(self.value(table, k, v) if _is_date(v) else f"with {self.value(table, k, v)}")
         return " ".join(["the"] + adj + [words(table)] + rest)

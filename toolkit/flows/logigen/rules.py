@@ -36,7 +36,7 @@ from toolkit.flows.logigen.explorer import (
     candidates,
     canonical_state,
 )
-from toolkit.flows.logigen.reach import _operands
+from toolkit.flows.logigen.reach import _operands, row_refs
 
 DEFAULT_MAX_DRAWS = 50  # `boundary_max_draws`: fruitless random draws per rule before it is dropped
 DEFAULT_TARGETED_DRAWS = 400
@@ -519,8 +519,6 @@ class RuleCoverage:
         v = wit.call
         if v.kind != "insert" or not self.an:
             return None
-        from toolkit.flows.logigen.reach import row_refs
-
         reads = {c for rc in self.an.rules.get(rule, []) for side, c in row_refs(rc) if side == "NEW"}
         t = self.view.tables[v.table]
         w = self.gx.walker
