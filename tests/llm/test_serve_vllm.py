@@ -101,7 +101,7 @@ def test_vllm_rollout_native_tools_and_verify_judge(vllm_server, tmp_path):
     judge strategy of verify runs on the same server."""
     url, ckpt = vllm_server["url"], vllm_server["ckpt"]
     tasks = run_cmd(["toolkit", "tasks", "airline", "--limit", "1"]).stdout
-    r = run_cmd(["rollout", "--base-url", url, "--model", ckpt, "--tool-protocol", "native", "--max-turns", "2",
+    r = run_cmd(["rollout", "--base-url", url, "--model", ckpt, "--tool-protocol", "native", "--max-turns", "1",
                  "--max-tokens", "48", "--llm-timeout", "900", "--seed", "2"], stdin=tasks, env=vllm_server["env"],
                 timeout=1800)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -129,7 +129,7 @@ def test_vllm_eval_tau2_one_task(vllm_server, tmp_path):
     pytest.importorskip("tau2")
     url, ckpt = vllm_server["url"], vllm_server["ckpt"]
     r = run_cmd(["eval-tau2", "--domain", "airline", "--tasks", "0", "--agent-base-url", url, "--agent-model", ckpt,
-                 "--user-base-url", url, "--user-model", ckpt, "--max-turns", "4", "--max-tokens", "48",
+                 "--user-base-url", url, "--user-model", ckpt, "--max-turns", "2", "--max-tokens", "32",
                  "--constrain-tool-calls", "json_schema", "--llm-timeout", "900",
                  "--summary-json", str(tmp_path / "s.json"), "-o", str(tmp_path / "e.jsonl")],
                 env=vllm_server["env"], timeout=1800)
