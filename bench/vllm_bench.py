@@ -33,6 +33,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+# spinning OpenMP workers collapse torch's throughput on a shared small box (docs/llm.md); the
+# servers get the same setting from toolkit.llm.embedded.server_env
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def prompts(n: int) -> list[list[dict]]:
