@@ -309,8 +309,8 @@ def serve_model(model: str, backend: str = "auto", port: int | None = None, devi
                          "(toolkit models list)")
     path = os.path.abspath(path)
     st = _read(path)
-    if _healthy(st):
-        return st
+    if _healthy(st) and (backend == "auto" or st.get("backend") == backend):
+        return st  # reused; a server of another backend than the one asked for is replaced
     if st and st.get("pid"):
         _stop_group(int(st["pid"]))
     be = pick_backend(backend, path)
