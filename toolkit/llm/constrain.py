@@ -71,19 +71,43 @@ def _tool_specs(tools: list[dict]) -> list[tuple[str, dict]]:
     return out
 
 
+def _hoist_defs(params: dict, prefix: str, defs: dict) -> dict:
+    """`params` without its root `$defs` / `definitions`, which move into `defs` under `prefix`ed
+    names, its `#/$defs/X` references rewritten to match: nested under `anyOf/.../arguments` a
+    tool's local pointers would point at nothing (vLLM: "Pointer '/$defs/FlightInfo' does not
+    exist", the tau2 tools)."""
+    local = {f"#/{key}/{k}": (prefix + k, v) for key in ("$defs", "definitions")
+             if isinstance(params.get(key), dict) for k, v in params[key].items()}
+    if not local:
+        return params
+
+    def rw(x: Any) -> Any:
+        if isinstance(x, list):
+            return [rw(v) for v in x]
+        if not isinstance(x, dict):
+            return x
+        return {k: ("#/$defs/" + local[v][0] if k == "$ref" and isinstance(v, str) and v in local else rw(v))
+                for k, v in x.items()}
+
+    for new, sub in local.values():
+        defs[new] = rw(sub)
+    return rw({k: v for k, v in params.items() if k not in ("$defs", "definitions")})
+
+
 def call_schema(tools: list[dict], with_text: bool = True) -> dict:
     """JSON schema of one call of an offered tool (`anyOf`, one branch per tool: the name as a
     `const`, the arguments as that tool's parameter schema), plus `{"content": str}` when
-    `with_text`."""
-    branches = []
-    for name, params in _tool_specs(tools):
+    `with_text`. The tools' own `$defs` are gathered at the root (`_hoist_defs`)."""
+    branches: list[dict] = []
+    defs: dict = {}
+    for i, (name, params) in enumerate(_tool_specs(tools)):
         branches.append({"type": "object",
-                         "properties": {"name": {"const": name}, "arguments": params},
+                         "properties": {"name": {"const": name}, "arguments": _hoist_defs(params, f"t{i}_", defs)},
                          "required": ["name", "arguments"], "additionalProperties": False})
     if with_text:
         branches.append({"type": "object", "properties": {"content": {"type": "string"}},
                          "required": ["content"], "additionalProperties": False})
-    return {"anyOf": branches}
+    return {"anyOf": branches, **({"$defs": defs} if defs else {})}
 
 
 def _gbnf_str(s: str) -> str:

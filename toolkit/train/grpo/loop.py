@@ -100,6 +100,10 @@ class GRPORun:
         if self.tok.pad_token is None:
             self.tok.pad_token = self.tok.eos_token
         args = grpo_config(cfg, o, out_dir)
+        if o.generation == "vllm" and o.vllm_mode == "colocate" and not torch.cuda.is_available():
+            # vLLM's CPU build would reserve TRL's vllm_gpu_memory_utilization (0.9) of the machine's RAM
+            # for its KV cache, and refuse to start when less is free: give it an explicit size (GiB)
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         dtype = torch.bfloat16 if args.bf16 else (torch.float16 if args.fp16 else torch.float32)
         model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
         # the dataloader only paces TRL's loop; tasks come from our own seeded stream (exact resume)
