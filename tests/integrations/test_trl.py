@@ -126,7 +126,8 @@ def test_schemas_come_from_the_environment(tmp_path):
     assert methods == set(tools)
     for name, f in tools.items():
         got = get_json_schema(getattr(cls, name))
-        assert got["name"] == name
+        got = got.get("function", got)  # transformers 5.x wraps it as {"type": "function", "function": {...}}
+        assert got["name"] == name and got["description"] == f["description"].strip()
         assert set(got["parameters"]["properties"]) == set(f["parameters"]["properties"])
         assert set(got["parameters"].get("required", [])) == set(f["parameters"].get("required", []))
         for p, ps in f["parameters"]["properties"].items():

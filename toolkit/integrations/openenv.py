@@ -150,6 +150,7 @@ def serve(records: list[Record], host: str = "127.0.0.1", port: int = 0, strateg
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
+    sock.listen(128)  # connections made once `ready` is told wait in the backlog until uvicorn serves them
     bound = sock.getsockname()[1]
     url = f"http://{'[' + host + ']' if ':' in host else host}:{bound}"
     if ready is not None:

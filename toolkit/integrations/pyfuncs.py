@@ -107,8 +107,8 @@ def _one_line(text: str) -> str:
 def docstring(tool: dict, params: list[tuple[str, str, dict]]) -> str:
     """Google style: the tool's description, then `Args:` with one line per parameter."""
     f = tool["function"]
-    desc = " ".join(_SECTION_RE.sub(lambda m: f"{m.group(1)} -", line) for line in
-                    (f.get("description") or f["name"]).splitlines()).strip() or f["name"]
+    desc = "\n".join(_SECTION_RE.sub(lambda m: f"{m.group(1)} -", line.rstrip()) for line in
+                     (f.get("description") or f["name"]).strip().splitlines()).strip() or f["name"]
     lines = [desc]
     if params:
         lines += ["", "Args:"]
@@ -153,7 +153,7 @@ def tool_method(tool: dict, mode: str = "typed", method_name: str | None = None)
     name = method_name or py_name(f["name"])
     src = (f"def {name}(self{', *, ' + ', '.join(sig) if sig else ''}) -> str:\n"
            f"    return self._tool_call({f['name']!r}, {{{', '.join(argmap)}}})\n")
-    exec(compile(src, f"<toolkit tool {f['name']}>", "exec"), ns)  # noqa: S102 - source built above from names we sanitized
+    exec(compile(src, f"<toolkit tool {f['name']}>", "exec", dont_inherit=True), ns)  # noqa: S102 - source built above from names we sanitized
     fn = ns[name]
     fn.__doc__ = docstring(tool, params)
     fn.__toolkit_tool__ = f["name"]  # type: ignore[attr-defined]
