@@ -1,6 +1,7 @@
 """Shared by the integration tests: task files (the bundled airline tasks; hotel tasks on the
-test-only domain in tests/data/hotel, a path-based environment) and a scripted agent that replays
-a task's reference actions as tool calls (the oracle) or does nothing."""
+test-only domain in tests/data/hotel, a path-based environment; two inline python environments)
+and a scripted agent that replays a task's reference actions as tool calls (the oracle) or does
+nothing."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from toolkit.schema import Record
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 HOTEL_TASKS = DATA / "integrations" / "hotel_tasks.jsonl"
+# two small python environments (tools run in the sandbox), short prompts for the training test
+PYTHON_TASKS = DATA / "integrations" / "python_tasks.jsonl"
 
 
 def airline_tasks(dest: Path) -> Path:

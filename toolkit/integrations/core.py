@@ -100,10 +100,15 @@ def toolset_key(record: Record) -> str:
 
 
 def toolset_name(record: Record) -> str:
-    """A readable name for the tool set of `record` (its domain / server / path stem)."""
+    """A readable name for the tool set of `record`: its domain / server id, its path's stem, the
+    first line of an inline policy (python environments), else the backend."""
     env = record.env
-    base = env.id or (os.path.splitext(os.path.basename(env.path.rstrip("/")))[0] if env.path else "") or env.backend
-    return "".join(ch if ch.isalnum() else "_" for ch in base).strip("_") or env.backend
+    base = env.id or (os.path.splitext(os.path.basename(env.path.rstrip("/")))[0] if env.path else "")
+    policy = (env.config or {}).get("policy")
+    if not base and isinstance(policy, str) and policy.strip():
+        base = policy.strip().splitlines()[0].lstrip("#").strip()[:40]
+    name = "_".join("".join(ch.lower() if ch.isalnum() else " " for ch in base or "").split())
+    return name or env.backend
 
 
 @dataclass
