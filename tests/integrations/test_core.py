@@ -4,6 +4,7 @@ the verify reward every integration reports (no peer framework needed)."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -104,3 +105,39 @@ def test_read_tasks_rejects_bad_lines_with_line_and_field(tmp_path, capsys):
     empty.write_text("{not json\n")
     with pytest.raises(TaskFileError, match="no usable task"):
         read_tasks(str(empty))
+
+
+def test_mcp_server_episode_is_confined_and_verified(tmp_path, monkeypatch):
+    """A live MCP server (mcp-server-git, the operator's servers file) as an exported task: each
+    Episode starts its own confined server in a fresh copy of the workdir, the oracle's calls
+    score 1.0 and nothing 0.0, and the server's process is gone when the episode closes."""
+    pytest.importorskip("mcp_server_git")
+    from tests.envs.mcp import test_env as M
+
+    repo = tmp_path / "template"
+    repo.mkdir()
+    M._git(repo, "init", "-q")
+    (repo / "a.txt").write_text("hello\n")
+    M._git(repo, "add", "a.txt")
+    M._git(repo, "commit", "-qm", "init")
+    (repo / "b.txt").write_text("new file\n")
+    marker = f"i35-{tmp_path.name}"
+    servers = tmp_path / "servers.json"
+    servers.write_text(json.dumps({"mcpServers": {"git": {
+        "command": M.GIT_SERVER, "args": ["--repository", "{workdir}"], "env": {**M.IDENT, "TOOLKIT_TEST_MARKER": marker},
+        "state_command": M.STATE, "limits": {"cpu_seconds": 60, "wall_seconds": 30}}}}))
+    monkeypatch.setenv("TOOLKIT_MCP_SERVERS", str(servers))
+    src = tmp_path / "tasks.jsonl"
+    src.write_text(json.dumps(M._task(repo, M.FULL)) + "\n")
+    (rec,) = read_tasks(str(src))
+    scorer = Scorer()
+    with Episode(rec) as ep:
+        assert M._servers_with_marker(marker) == [ep.env.server_pid]
+        for name, args in oracle(rec):
+            assert ep.call(name, args).ok, name
+        assert scorer.score(rec, ep.calls, prompt=ep.prompt).reward == 1.0
+        pid = ep.env.server_pid
+    assert not os.path.exists(f"/proc/{pid}")
+    with Episode(rec) as ep:
+        assert scorer.score(rec, ep.calls, prompt=ep.prompt).reward == 0.0
+    assert "?? b.txt" in M._git(repo, "status", "--porcelain")  # the template is untouched
