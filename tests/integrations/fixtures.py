@@ -54,6 +54,7 @@ class ScriptedAgent:
 
         self.by_text = {opening_message(r): r for r in recs}
         self.mode = mode
+        self.modes: dict[str, str] = {}  # per task id, over `mode` (episodes of several tasks at once)
         self.seen: list[str] = []  # task ids, one per request
 
     def task_of(self, messages: list[dict]) -> Record:
@@ -72,8 +73,9 @@ class ScriptedAgent:
         rec = self.task_of(msgs)
         self.seen.append(rec.id)
         done = sum(1 for m in msgs if m.get("role") == "tool")
-        calls = oracle(rec) if self.mode == "oracle" else []
+        mode = self.modes.get(rec.id, self.mode)
+        calls = oracle(rec) if mode == "oracle" else []
         if done < len(calls):
             name, args = calls[done]
             return {"tool_calls": [{"id": "call_" + uuid.uuid4().hex[:8], "name": name, "arguments": args}]}
-        return {"content": final_message(rec) if self.mode == "oracle" else "Sorry, I cannot help with that."}
+        return {"content": final_message(rec) if mode == "oracle" else "Sorry, I cannot help with that."}

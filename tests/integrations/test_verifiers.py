@@ -91,15 +91,15 @@ def test_oracle_then_nothing_through_the_null_harness(package, monkeypatch):
     async def episodes(server: ScriptedServer, agent: ScriptedAgent) -> dict[str, list]:
         ctx = vf.ModelContext(model="scripted", client=vf.EvalClientConfig(base_url=server.base_url,
                                                                            api_key_var="TOOLKIT_IT_KEY"))
-        out = {}
-        async with env.serving():
-            for tid, task in tasks.items():
-                agent.mode = "oracle"
-                first = await env.run_episode(task, ctx)
-                agent.mode = "nothing"
-                second = await env.run_episode(task, ctx)
-                out[tid] = [first, second]
-        return out
+        async def pair(tid: str, task) -> list:  # the oracle episode, then nothing, on one task
+            agent.modes[tid] = "oracle"
+            first = await env.run_episode(task, ctx)
+            agent.modes[tid] = "nothing"
+            return [first, await env.run_episode(task, ctx)]
+
+        async with env.serving():  # the two tasks' pairs at once (each rollout starts two processes)
+            pairs = await asyncio.gather(*(pair(tid, task) for tid, task in tasks.items()))
+        return dict(zip(tasks, pairs))
 
     agent = ScriptedAgent(recs)
     with ScriptedServer(agent) as srv:
