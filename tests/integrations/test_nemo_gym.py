@@ -67,3 +67,6 @@ def test_agent_ref_and_rejects(tmp_path):
     r = run_cmd(["toolkit", "env", "export", "--format", "nemo-gym", "--tasks", str(tmp_path / "missing.jsonl"),
                  "--out", str(out)])
     assert r.returncode == 2 and "not found" in r.stderr
+    r = run_cmd(["toolkit", "env", "export", "--format", "nemo-gym", "--tasks", str(tasks), "--out", str(out),
+                 "--strategy", "no_such_scorer"])
+    assert r.returncode == 2 and "no_such_scorer" in r.stderr and "state_diff" in r.stderr

@@ -85,6 +85,8 @@ def test_errors_are_answers_not_crashes(served):
         assert r.reward == 0.0 and json.loads(r.observation["result"])["error"]["code"] == "POLICY_VIOLATION"
         r = env.step({"type": "call_tool", "tool_name": "no_such_tool", "arguments": {}})
         assert json.loads(r.observation["result"])["error"]["code"] == "UNKNOWN_TOOL"
+        st = env.state()
+        assert (st["task_id"], st["calls"], st["step_count"]) == (rec.id, 2, 2)
         end = env.step({"type": "call_tool", "tool_name": "done", "arguments": {}})
         assert (end.done, end.reward) == (True, 0.0)
         after = env.step({"type": "call_tool", "tool_name": "update_booking",
