@@ -55,7 +55,7 @@ def _scripted_trainer_cls():
 
 @pytest.fixture(scope="module")
 def tokenizer_and_model(tiny_model):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
     from trl.chat_template_utils import qwen2_5_chat_template
 
     tok = AutoTokenizer.from_pretrained(tiny_model)

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
 from toolkit.envs import Environment, ToolResult, load_env
-from toolkit.io import IOOptions, RecordStream, StageError, log
+from toolkit.io import IOOptions, RecordStream, StageError
 from toolkit.options import VerifyOptions
 from toolkit.schema import Record, Step, Trajectory
 from toolkit.stages import make_meter
@@ -319,7 +319,3 @@ class Scorer:
         if "e" in box:
             raise box["e"]
         return box["v"]
-
-
-def note(msg: str) -> None:
-    log(f"toolkit.integrations: {msg}")
