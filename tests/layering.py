@@ -21,6 +21,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("stages", "pipeline"),
     ("flows",),
     ("train",),
+    ("integrations",),
     ("cli", "doctor"),
 ]
 

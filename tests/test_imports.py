@@ -16,7 +16,8 @@ PKG = Path(__file__).resolve().parent.parent / "toolkit"
 
 # Extras (pyproject.toml [project.optional-dependencies]); a missing one skips, anything else fails.
 OPTIONAL = {"torch", "trl", "transformers", "peft", "accelerate", "datasets", "tokenizers",
-            "llama_cpp", "tau2", "vllm", "docker", "matplotlib"}
+            "llama_cpp", "tau2", "vllm", "docker", "matplotlib",
+            "verifiers", "openenv"}  # extra `integrations` (toolkit.integrations.verifiers / .openenv)
 
 
 def toolkit_modules() -> list[str]:

@@ -177,6 +177,29 @@ def printable(opts: Any) -> dict:
     return {k: v for k, v in opts.model_dump(mode="json").items() if v is not None or k in own}
 
 
+def apply_operator_options(sandbox_isolation: Any = None, sandbox_limits: Any = None, mcp_servers: Any = None) -> None:
+    """--sandbox-isolation / --sandbox-limits / --mcp-servers (config_options): set for this
+    process; a bad value is a usage error naming the key."""
+    if sandbox_isolation:
+        from toolkit import sandbox
+        try:
+            sandbox.set_default_isolation(str(sandbox_isolation))
+        except ValueError as e:
+            raise click.UsageError(f"sandbox_isolation: {e}") from None
+    if sandbox_limits is not None:
+        from toolkit import sandbox
+        try:
+            sandbox.set_operator_limits(sandbox_limits)
+        except ValueError as e:
+            raise click.UsageError(f"sandbox_limits: {e}") from None
+    if mcp_servers is not None:
+        from toolkit.envs.mcp.servers import McpConfigError, set_servers
+        try:
+            set_servers(mcp_servers)
+        except McpConfigError as e:
+            raise click.UsageError(f"mcp_servers: {e}") from None
+
+
 def stage_command(fn: Callable[[Any], int]) -> Callable:
     """Wrap a command body `fn(opts) -> exit code` (opts: the typed options, toolkit.options):
     config merge, --print-config, error → exit code."""
@@ -191,24 +214,7 @@ def stage_command(fn: Callable[[Any], int]) -> Callable:
         if opts.print_config:
             click.echo(C.dump(printable(opts)), nl=False)
             ctx.exit(0)
-        if opts.sandbox_isolation:
-            from toolkit import sandbox
-            try:
-                sandbox.set_default_isolation(str(opts.sandbox_isolation))
-            except ValueError as e:
-                raise click.UsageError(f"sandbox_isolation: {e}") from None
-        if opts.sandbox_limits is not None:
-            from toolkit import sandbox
-            try:
-                sandbox.set_operator_limits(opts.sandbox_limits)
-            except ValueError as e:
-                raise click.UsageError(f"sandbox_limits: {e}") from None
-        if opts.mcp_servers is not None:
-            from toolkit.envs.mcp.servers import McpConfigError, set_servers
-            try:
-                set_servers(opts.mcp_servers)
-            except McpConfigError as e:
-                raise click.UsageError(f"mcp_servers: {e}") from None
+        apply_operator_options(opts.sandbox_isolation, opts.sandbox_limits, opts.mcp_servers)
         try:
             code = fn(opts)
         except UsageError as e:

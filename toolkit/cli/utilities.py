@@ -1,5 +1,5 @@
 """The `toolkit` group: the 12 commands as subcommands, and the utilities (stats, schema, doctor,
-serve, models, tasks, plugins, domain check, tools import, ray-shard)."""
+serve, models, tasks, plugins, domain check, tools import, ray-shard, env export/serve)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import click
 from toolkit import __version__
 from toolkit.cli.commands import COMMANDS
 from toolkit.cli.common import entry_point
+from toolkit.cli.integrations import env_group
 from toolkit.io import log
 
 
@@ -22,6 +23,7 @@ def toolkit_group() -> None:
 
 for _name, _c in COMMANDS.items():
     toolkit_group.add_command(_c, _name)
+toolkit_group.add_command(env_group, "env")
 
 
 @toolkit_group.command("stats", help="""Dataset statistics (JSON on stdout, markdown table on stderr) and a CI gate.

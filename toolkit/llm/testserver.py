@@ -38,6 +38,10 @@ same way: UTF-8 bytes / 4, plus 4 per message) plus `max_tokens` exceeds N gets 
 `tokenize=False` leaves `/tokenize` out (404), for the estimate path; `advertise_context=False`
 keeps `max_model_len` out of `/v1/models` (the client then learns the size from the 400).
 
+`"stream": true` in a request gets the same reply as Server-Sent Events (OpenAI's
+`chat.completion.chunk` shape: one delta with the role, content and tool calls, one with the
+finish reason, a usage chunk when `stream_options.include_usage`, then `data: [DONE]`).
+
 `reuse_tools=True` parses an identical `tools` array (byte for byte, as every agent turn of a
 rollout sends) once and shares the parsed list between request dicts (treat it as read-only);
 the rest of each body is parsed as usual. Benchmarks use it: a 35 KB tools array was most of the
@@ -70,6 +74,33 @@ _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found"
 
 def _approx_tokens(text: str) -> int:
     return max(1, len(text.split())) if text else 0
+
+
+_SSE = "__sse__"  # marker in the extra headers: send the completion as Server-Sent Events
+
+
+def _streamed(result: Any, stream: str | None) -> Any:
+    """Mark a successful completion of a streaming request for SSE (errors stay JSON)."""
+    if stream and result is not None and result[0] == 200:
+        return result[0], result[1], {**result[2], _SSE: stream}
+    return result
+
+
+def _sse_body(completion: dict, usage: bool) -> bytes:
+    """A chat completion as OpenAI's streamed chunks, whole (the reply is known up front)."""
+    choice = completion["choices"][0]
+    msg = choice["message"]
+    delta: dict = {"role": "assistant", "content": msg.get("content")}
+    if msg.get("tool_calls"):
+        delta["tool_calls"] = [{"index": i, **tc} for i, tc in enumerate(msg["tool_calls"])]
+    head = {k: completion[k] for k in ("id", "created", "model")}
+    chunks = [{**head, "object": "chat.completion.chunk",
+               "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+              {**head, "object": "chat.completion.chunk",
+               "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]}]
+    if usage:
+        chunks.append({**head, "object": "chat.completion.chunk", "choices": [], "usage": completion["usage"]})
+    return "".join(f"data: {json.dumps(c)}\n\n" for c in chunks).encode() + b"data: [DONE]\n\n"
 
 
 class ScriptedServer:
@@ -217,9 +248,11 @@ class ScriptedServer:
                 if result is None:  # "drop"
                     return
                 status, payload, extra = result
-                data = json.dumps(payload).encode()
+                sse = extra.pop(_SSE, None)
+                data = _sse_body(payload, sse == "usage") if sse else json.dumps(payload).encode()
                 hdrs = [f"HTTP/1.1 {status} {_REASONS.get(status, 'Status')}",
-                        "Content-Type: application/json", f"Content-Length: {len(data)}",
+                        "Content-Type: " + ("text/event-stream" if sse else "application/json"),
+                        f"Content-Length: {len(data)}",
                         "Connection: " + ("keep-alive" if keep else "close")]
                 hdrs += [f"{k}: {v}" for k, v in extra.items()]
                 writer.write(("\r\n".join(hdrs) + "\r\n\r\n").encode() + data)
@@ -280,6 +313,7 @@ class ScriptedServer:
                     f"requested {need + completion} tokens ({need} in the messages, {completion} in the "
                     f"completion). Please reduce the length of the messages or completion."),
                     "type": "BadRequestError", "code": 400}}, {}
+        stream = "usage" if (req.get("stream_options") or {}).get("include_usage") else "1" if req.get("stream") else None
         try:
             if failure is None:
                 # The reply is built before the delay and the parsed request dropped: hundreds of
@@ -289,8 +323,8 @@ class ScriptedServer:
                 del req
                 if asyncio.iscoroutine(prepared):
                     prepared = await prepared
-                return await self._respond(*prepared)
-            return await self._chat(req, failure)
+                return _streamed(await self._respond(*prepared), stream)
+            return _streamed(await self._chat(req, failure), stream)
         finally:
             with self._lock:
                 self.in_flight -= 1

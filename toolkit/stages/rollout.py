@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 from toolkit import prompts, registry
 from toolkit.llm import llm_config
-from toolkit.envs import Environment, load_env
+from toolkit.envs import Environment, ToolResult, load_env
 from toolkit.io import StageError, UsageError, add_provenance
 from toolkit.options import RolloutOptions, typed_options
 from toolkit.schema import Message, Record, Step, Trajectory, Usage
@@ -303,6 +303,39 @@ class EpisodeLimits:
     max_user_tool_calls: int = 10
 
 
+def agent_system_prompt(env: Environment) -> str:
+    """The agent's system message for `env`: τ²'s own LLMAgent prompt in tau2 domains, else the
+    toolkit's agent prompt around the environment's policy (run_episode and the trainer
+    integrations, toolkit.integrations, open every episode with it)."""
+    if hasattr(env, "agent_system_prompt"):  # tau2: τ²'s own LLMAgent prompt
+        return env.agent_system_prompt()
+    return prompts.cached("agent_system").render(policy=env.policy() or "(no policy)")
+
+
+def opening_message(record: Record) -> str:
+    """The first user message when no user simulator writes it: the task's instruction, else the
+    scenario text, else "Hello."."""
+    return (record.task.instruction if record.task else None) or scenario_text(record) or "Hello."
+
+
+def unknown_tool(name: str, valid_names: set[str]) -> ToolResult:
+    """The structured error of a call of a tool the episode does not offer."""
+    return ToolResult.fail("UNKNOWN_TOOL", f"Tool {name!r} is not available here.",
+                           hint="call one of: " + ", ".join(sorted(valid_names))[:500])
+
+
+def tool_step(env: Environment, res: ToolResult, name: str, args: dict, side: str, tcid: str) -> Step:
+    """The Step of one executed call (the environment's state hash after it; None for a backend
+    without snapshots)."""
+    try:
+        h = env.state_hash()
+    except Exception:  # pragma: no cover - a backend without snapshots
+        h = None
+    return Step(tool_call_id=tcid, name=name, side=side, ok=res.ok,
+                arguments=args if side == "user" else None,
+                error_code=(res.error or {}).get("code"), state_hash=h)
+
+
 async def _run_tool(env: Environment, name: str, args: dict, side: str, tcid: str,
                     valid_names: set[str], fresh: dict | None = None) -> tuple[str, Step, bool]:
     """`fresh["hash"]`: the environment's state hash while no tool call has run since it was
@@ -310,23 +343,14 @@ async def _run_tool(env: Environment, name: str, args: dict, side: str, tcid: st
     (state_hash snapshots and canonicalizes every table: ~0.5 ms for airline, a third of the
     hashing in a short episode)."""
     if name not in valid_names:
-        from toolkit.envs.base import ToolResult
-
-        res = ToolResult.fail("UNKNOWN_TOOL", f"Tool {name!r} is not available here.",
-                              hint="call one of: " + ", ".join(sorted(valid_names))[:500])
+        res = unknown_tool(name, valid_names)
     else:
         if fresh is not None:
             fresh["hash"] = None
         res = await env.acall(name, args, side=side)
-    try:
-        h = env.state_hash()
-    except Exception:  # pragma: no cover - a backend without snapshots
-        h = None
+    step = tool_step(env, res, name, args, side, tcid)
     if fresh is not None:
-        fresh["hash"] = h
-    step = Step(tool_call_id=tcid, name=name, side=side, ok=res.ok,
-                arguments=args if side == "user" else None,
-                error_code=(res.error or {}).get("code"), state_hash=h)
+        fresh["hash"] = step.state_hash
     return res.to_content(), step, res.ok
 
 
@@ -345,10 +369,7 @@ async def run_episode(record: Record, env: Environment, agent: Any, user: LLMUse
     all_valid_agent = valid_agent
     hidden: set[str] = set()  # tools a scripted user holds back until their turn (BFCL miss_func)
     valid_user = {t["function"]["name"] for t in user_tools}
-    if hasattr(env, "agent_system_prompt"):  # tau2: τ²'s own LLMAgent prompt
-        system = env.agent_system_prompt()
-    else:
-        system = prompts.cached("agent_system").render(policy=env.policy() or "(no policy)")
+    system = agent_system_prompt(env)
     messages: list[dict] = [{"role": "system", "content": system}]
     steps: list[Step] = []
     user_side: list[dict] = []  # the user simulator's own tool exchanges (not shown to the agent)
@@ -368,8 +389,7 @@ async def run_episode(record: Record, env: Environment, agent: Any, user: LLMUse
             messages.append({"role": "user", "content": user.first_message() or "Hello."})
         elif isinstance(agent, ReplayAgent) or user is None or (
                 first_message == "instruction" and record.task and record.task.instruction):
-            first = (record.task.instruction if record.task else None) or scenario_text(record) or "Hello."
-            messages.append({"role": "user", "content": first})
+            messages.append({"role": "user", "content": opening_message(record)})
         else:
             messages.append({"role": "assistant", "content": GREETING})  # τ² orchestrator's opening
             umsg = await _user_turn(user, messages, user_side, user_tools, valid_user, env, steps, usage, limits,
