@@ -24,7 +24,8 @@ When pid 1 exits (COMMAND ended, or the outer died), the kernel kills every proc
 pid namespace: `setsid`, double forks and daemons included. Anything that cannot be done (no user
 namespaces, a mount refused) is an error (status {"error": ...}, exit 71): never a downgrade.
 
-"none-unsafe" (the operator's explicit opt-out): the operator's rlimits, die with the parent, exec.
+"none-unsafe" (the operator's explicit opt-out): the operator's rlimits, the command in the outer's
+process group, which dies (and removes `cleanup`) with the parent; no namespace.
 """
 
 import ctypes  # noqa: F401  (everything confine.py imports, imported before the uid changes:
@@ -91,9 +92,17 @@ def _exec(argv, cwd):
 
 
 def _unsafe(C, cfg, argv):
-    """isolation none-unsafe: rlimits and death with the parent only."""
+    """isolation none-unsafe: the operator's rlimits; the command is our child, in our process group;
+    if our parent dies we remove `cleanup` and kill the group (not what left it: no pid namespace)."""
     libc = C._w_libc()
-    libc.prctl(C._PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+    def parent_died(signum, frame):
+        if cfg.get("cleanup"):
+            shutil.rmtree(cfg["cleanup"], ignore_errors=True)
+        os.killpg(os.getpgid(0), signal.SIGKILL)
+
+    signal.signal(signal.SIGTERM, parent_died)
+    libc.prctl(C._PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     if os.getppid() != cfg.get("parent", os.getppid()):
         return 1
     status = {"pid": os.getpid(), "pgid": os.getpgid(0), "isolation": "none-unsafe",
@@ -104,11 +113,16 @@ def _unsafe(C, cfg, argv):
         fd = os.open(cfg["status"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         _write_status(fd, status)
         os.close(fd)
-    lim = dict(cfg.get("limits") or {})
-    lim["max_processes"] = 4096  # RLIMIT_NPROC counts every process of the (host) uid
-    _rlimits(C, lim)
-    _exec(argv, cfg.get("cwd"))
-    return 127  # pragma: no cover
+    pid = os.fork()
+    if pid == 0:
+        libc.prctl(C._PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        lim = dict(cfg.get("limits") or {})
+        lim["max_processes"] = 4096  # RLIMIT_NPROC counts every process of the (host) uid
+        _rlimits(C, lim)
+        _exec(argv, cfg.get("cwd"))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _, st = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(st) & 0xFF
 
 
 def _outer(C, cfg, inner, info, info_r, go_w, status_fd):
