@@ -48,6 +48,10 @@ table() {
 
 if [ "$which" = tools ] || [ "$which" = both ]; then
   export TOOLKIT_STAGE_LOG="$out/tools.stages.jsonl"; : > "$TOOLKIT_STAGE_LOG"
+  # the operator's MCP_WORKDIR is the one host directory the records may name (docs/mcp.md)
+  if [ -n "${MCP_WORKDIR:-}" ]; then
+    export TOOLKIT_MCP_WORKDIR_ROOTS="${TOOLKIT_MCP_WORKDIR_ROOTS:+$TOOLKIT_MCP_WORKDIR_ROOTS:}$(cd "$MCP_WORKDIR" && pwd -P)"
+  fi
   # shellcheck disable=SC2086
   toolkit tools import ${DOCS:-recipes/astra/notes.mcp.json recipes/astra/petstore.openapi.json} \
     ${MCP_WORKDIR:+--workdir "$MCP_WORKDIR"} --report "$out/import.json" > "$out/servers.jsonl"

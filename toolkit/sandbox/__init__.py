@@ -32,8 +32,10 @@ Modules: ``limits`` (SandboxLimits, operator limits, clamping), ``result`` (Sand
 errors), ``isolation`` (isolation names and the process default), ``pool`` (the process backend:
 SandboxPool and its workers), ``memcg`` (per-worker memory cgroups), ``docker`` (the docker
 backend); ``worker`` and ``confine`` are the worker program, standard library only, shipped as
-source to each worker (see ``pool._worker_program``). This package's ``__init__`` holds the
-default pool and backend selection.
+source to each worker (see ``pool._worker_program``); ``commands`` (host side) and ``launcher``
+(standard library only) run operator commands, MCP servers and their state command, confined
+with the same ``confine`` code. This package's ``__init__`` holds the default pool and backend
+selection.
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
 """What a sandbox worker applies to itself and to each call child (worker side, standard library
 only: shipped with `worker.py`, see its docstring).
 
-Namespaces and a read-only root (`_w_enter_namespaces`, `_w_build_root`), the privilege drop of a
-call child (`_w_drop_privileges`), its rlimits (`_w_set_rlimits`), the seccomp deny filter
-(`_w_seccomp_prog`, `_w_seccomp`) and the Python audit hook, a last layer (`_w_audit_hook`).
+Namespaces and a read-only root (`_w_unshare`, `_w_fork`, `_w_enter_namespaces`, `_w_build_root`),
+the privilege drop of a call child (`_w_drop_privileges`), its rlimits (`_w_set_rlimits`), the
+seccomp deny filter (`_w_seccomp_prog`, `_w_seccomp`) and the Python audit hook, a last layer
+(`_w_audit_hook`). `launcher.py` (operator commands: MCP servers and their state command) uses
+the same pieces.
 """
 
 from __future__ import annotations
@@ -80,26 +82,49 @@ def _w_statvfs_flags(path: str) -> int:
     return out
 
 
-def _w_build_root(cfg: dict, info: dict, libc) -> None:
-    """In the new mount namespace: build a read-only root and pivot into it."""
+def _w_build_root(cfg: dict, info: dict, libc, src_fds: dict | None = None) -> None:
+    """In the new mount namespace: build a read-only root and pivot into it.
+
+    cfg: "binds" (host directories, read-only), "symlinks"; optionally "rw_binds" (host directories
+    bound read-write, nosuid, nodev: an MCP episode's workdir) and "tmp_mb" (a private writable tmpfs
+    of that size at /tmp). src_fds: {host path: an O_PATH fd opened earlier} for sources the
+    current credentials can no longer look up (the launcher opens them before it changes uid)."""
     _w_mount(libc, None, "/", None, _MS_REC | _MS_PRIVATE)
-    binds = [p for p in cfg.get("binds", []) if os.path.isdir(p)]
+    src_fds = src_fds or {}
+
+    def src(p: str) -> str:
+        return f"/proc/self/fd/{src_fds[p]}" if p in src_fds else p
+
+    binds = [p for p in cfg.get("binds", []) if p in src_fds or os.path.isdir(p)]
+    rw_binds = [p for p in cfg.get("rw_binds", []) if p in src_fds or os.path.isdir(p)]
+    if len(rw_binds) != len(cfg.get("rw_binds", [])):
+        raise OSError(f"a read-write directory is missing: {cfg.get('rw_binds')}")
     cands = ["/mnt", "/media", "/srv", "/opt", "/boot", "/tmp", "/var/tmp"]
     nr = None
     for c in cands:
         if os.path.isdir(c) and not os.path.islink(c) and not any(
-                b == c or b.startswith(c + "/") for b in binds):
+                b == c or b.startswith(c + "/") for b in binds + rw_binds):
             nr = c
             break
     if nr is None:
         raise OSError("no directory available to build the sandbox root on")
     _w_mount(libc, "tmpfs", nr, "tmpfs", _MS_NOSUID | _MS_NODEV, "size=4m,nr_inodes=8192,mode=755")
+    if cfg.get("tmp_mb"):  # first: binds that live under /tmp are mounted on top of it
+        os.makedirs(nr + "/tmp", exist_ok=True)
+        _w_mount(libc, "tmpfs", nr + "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV,
+                 f"size={int(cfg['tmp_mb'])}m,nr_inodes=65536,mode=1777")
     for p in binds:
         dst = nr + p
         os.makedirs(dst, exist_ok=True)
-        _w_mount(libc, p, dst, None, _MS_BIND)
+        _w_mount(libc, src(p), dst, None, _MS_BIND)
         _w_mount(libc, None, dst, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV
-                 | _w_statvfs_flags(p))
+                 | _w_statvfs_flags(dst))
+    for p in rw_binds:
+        dst = nr + p
+        os.makedirs(dst, exist_ok=True)
+        _w_mount(libc, src(p), dst, None, _MS_BIND)
+        _w_mount(libc, None, dst, None, _MS_REMOUNT | _MS_BIND | _MS_NOSUID | _MS_NODEV
+                 | (_w_statvfs_flags(dst) & ~_MS_RDONLY))
     for path, target in cfg.get("symlinks", []):
         dst = nr + path
         os.makedirs(os.path.dirname(dst), exist_ok=True)
@@ -143,19 +168,32 @@ def _w_build_root(cfg: dict, info: dict, libc) -> None:
         os.chroot(".")
     os.chdir("/")
     _w_mount(libc, None, "/", None, _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
-    info["filesystem"] = (
-        f"{'pivot_root' if pivoted else 'chroot'} into a read-only tmpfs root; visible read-only: "
-        f"{', '.join(binds)}; /dev: {', '.join(devs)}; writable: a fresh per-call tmpfs at "
-        f"{_WORKDIR} (cwd, HOME, TMPDIR); /tmp and everything else read-only")
+    if rw_binds or cfg.get("tmp_mb"):
+        writable = ", ".join(rw_binds + ([f"a private {int(cfg['tmp_mb'])} MB tmpfs at /tmp"]
+                                         if cfg.get("tmp_mb") else []))
+        info["filesystem"] = (
+            f"{'pivot_root' if pivoted else 'chroot'} into a read-only tmpfs root; visible read-only: "
+            f"{', '.join(binds)}; /dev: {', '.join(devs)}; writable (nosuid, nodev): {writable}; "
+            "everything else read-only or absent")
+    else:
+        info["filesystem"] = (
+            f"{'pivot_root' if pivoted else 'chroot'} into a read-only tmpfs root; visible read-only: "
+            f"{', '.join(binds)}; /dev: {', '.join(devs)}; writable: a fresh per-call tmpfs at "
+            f"{_WORKDIR} (cwd, HOME, TMPDIR); /tmp and everything else read-only")
     info["root_binds"] = binds
 
 
-def _w_enter_namespaces(cfg: dict, info: dict, pin: int, pout: int) -> None:
-    """unshare + fork; returns in the inner process (pid 1 of the new pid namespace)."""
+def _w_unshare(cfg: dict, info: dict) -> None:
+    """unshare(2) the mount, pid, ipc, uts (and, unless cfg["network"], network) namespaces, plus a
+    user namespace when not root or when cfg["map_uid"] is set: a root host then maps the
+    namespace's uid/gid 0 to that unprivileged host uid/gid (cfg["map_gid"], default the same), so
+    nothing inside holds a capability in the initial namespace or a host file's owner. No fork:
+    the caller's next child (`_w_fork`) is pid 1 of the new pid namespace."""
     import errno
 
     libc = _w_libc()
-    userns = os.geteuid() != 0
+    map_uid = cfg.get("map_uid")
+    userns = map_uid is not None or os.geteuid() != 0
     flags = _CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWIPC | _CLONE_NEWUTS
     if not cfg.get("network"):
         flags |= _CLONE_NEWNET
@@ -163,30 +201,107 @@ def _w_enter_namespaces(cfg: dict, info: dict, pin: int, pout: int) -> None:
         flags |= _CLONE_NEWUSER
     if cfg.get("_test_fail_unshare"):
         raise PermissionError(errno.EPERM, "unshare: Operation not permitted (simulated)")
-    uid, gid = os.geteuid(), os.getegid()
-    _w_check(libc.unshare(flags), "unshare")
-    if userns:
-        with open("/proc/self/setgroups", "w") as f:
-            f.write("deny")
-        with open("/proc/self/uid_map", "w") as f:
-            f.write(f"0 {uid} 1")
-        with open("/proc/self/gid_map", "w") as f:
-            f.write(f"0 {gid} 1")
+    if map_uid is not None:
+        uid, gid = int(map_uid), int(cfg.get("map_gid", map_uid))
+    else:
+        uid, gid = os.geteuid(), os.getegid()
+    if userns and os.geteuid() == 0:
+        os.setgroups([])  # root's supplementary groups would keep their host rights inside
+        # mapping another uid takes CAP_SETUID in the parent namespace, which we lose by entering
+        # the new one: a helper left behind in it writes the maps
+        _w_unshare_mapped_by_helper(libc, flags, uid, gid)
+    else:
+        _w_check(libc.unshare(flags), "unshare")
+        if userns:
+            _w_write_id_maps("self", uid, gid)
     info.update({"user_ns": userns, "mount_ns": True, "pid_ns": True, "ipc_ns": True,
                  "uts_ns": True, "net_ns": not cfg.get("network")})
+    if userns:
+        info["user_map"] = f"namespace uid/gid 0 = host uid {uid} / gid {gid}"
+
+
+def _w_write_id_maps(pid: str, uid: int, gid: int) -> None:
+    with open(f"/proc/{pid}/setgroups", "w") as f:
+        f.write("deny")
+    with open(f"/proc/{pid}/uid_map", "w") as f:
+        f.write(f"0 {uid} 1")
+    with open(f"/proc/{pid}/gid_map", "w") as f:
+        f.write(f"0 {gid} 1")
+
+
+def _w_unshare_mapped_by_helper(libc, flags: int, uid: int, gid: int) -> None:
+    """unshare(flags) (with CLONE_NEWUSER) while a child still in the parent namespace writes our
+    uid/gid maps: 0 -> uid/gid."""
+    import ctypes
+    import errno
+
+    go_r, go_w = os.pipe()
+    res_r, res_w = os.pipe()
+    me = os.getpid()
     pid = os.fork()
-    if pid:  # outer: just mirror the inner's exit
-        os.close(pin)
-        os.close(pout)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        _, status = os.waitpid(pid, 0)
-        os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if pid == 0:
+        os.close(go_w)
+        os.close(res_r)
+        try:
+            if os.read(go_r, 1) == b"1":
+                _w_write_id_maps(str(me), uid, gid)
+                os.write(res_w, b"ok")
+        except BaseException as e:  # noqa: BLE001
+            os.write(res_w, f"{type(e).__name__}: {e}".encode()[:500])
+        os._exit(0)
+    os.close(go_r)
+    os.close(res_w)
+    ret = libc.unshare(flags)
+    err = ctypes.get_errno()
+    os.write(go_w, b"1" if ret == 0 else b"0")
+    os.close(go_w)
+    res = os.read(res_r, 1000)
+    os.close(res_r)
+    os.waitpid(pid, 0)
+    if ret != 0:
+        raise OSError(err, f"unshare: {os.strerror(err)}")
+    if res != b"ok":
+        raise OSError(errno.EPERM, f"writing the uid/gid maps: {res.decode(errors='replace') or 'no answer'}")
+
+
+_PARENT_FD: list[int] = []  # the child's end of the pipe that closes when the parent dies
+
+
+def _w_die_with_parent() -> None:
+    """SIGKILL when the parent dies (PR_SET_PDEATHSIG; set again after every uid/gid change, which
+    clears it), and exit now if the parent is already gone (its end of the `_w_fork` pipe closed)."""
+    import select
+
+    _w_libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if _PARENT_FD:
+        p = select.poll()
+        p.register(_PARENT_FD[0], select.POLLIN | select.POLLHUP)
+        if p.poll(0):
+            os._exit(1)
+
+
+def _w_fork() -> int:
+    """fork after `_w_unshare`; returns the child's pid in the parent, 0 in the child (pid 1 of the
+    new pid namespace), which dies with its parent (`_w_die_with_parent`)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid:
+        os.close(r)  # w stays open as long as the parent lives
+        return pid
+    os.close(w)
+    _PARENT_FD[:] = [r]
+    _w_die_with_parent()
+    return 0
+
+
+def _w_init_namespaces(cfg: dict, info: dict, libc, src_fds: dict | None = None) -> None:
+    """In pid 1 of the new namespaces: hostname, the read-only root (`_w_build_root`), and what the
+    network and process isolation are (`info`)."""
     try:
         libc.sethostname(b"sandbox", 7)
     except Exception:  # noqa: BLE001
         pass
-    _w_build_root(cfg, info, libc)
+    _w_build_root(cfg, info, libc, src_fds)
     if not cfg.get("network"):
         import socket
 
@@ -198,9 +313,22 @@ def _w_enter_namespaces(cfg: dict, info: dict, pin: int, pout: int) -> None:
                            f"all down; no route to any address, loopback included)")
     else:
         info["network"] = "host network (limits.network=True)"
+    info["mode"] = "namespaces"
+
+
+def _w_enter_namespaces(cfg: dict, info: dict, pin: int, pout: int) -> None:
+    """unshare + fork; returns in the inner process (pid 1 of the new pid namespace)."""
+    _w_unshare(cfg, info)
+    pid = _w_fork()
+    if pid:  # outer: just mirror the inner's exit
+        os.close(pin)
+        os.close(pout)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        _, status = os.waitpid(pid, 0)
+        os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+    _w_init_namespaces(cfg, info, _w_libc())
     info["processes"] = ("private pid namespace; the worker is pid 1 and kills every process a "
                          "call leaves behind")
-    info["mode"] = "namespaces"
 
 
 def _w_drop_privileges(cfg: dict, cap_last: int, libc) -> str:

@@ -6,20 +6,25 @@ Env ref (a record's `env` field)::
      "config": {"workdir": "template-repo/",        # copied fresh for every episode (the server's cwd)
                 "exclude_keys": [...], "policy": "..."}}
 
-A record cannot carry a command (`McpConfigError`). Per episode (`reset()`): a fresh copy of the
-workdir in a private temp directory, the server started there through the launcher (operator
-limits, no network unless the operator allows it, own process group) with the official `mcp`
-client over stdio; `tools()` come from the live `tools/list` (names sanitized to OpenAI's
-`^[a-zA-Z0-9_-]{1,64}$`, the original kept for `tools/call`; annotations kept: `tool_meta()`);
-`call()` is `tools/call` (`isError` → a failed step, code TOOL_ERROR); `close()` / the next
-`reset()` ends the session and kills the process group.
+A record cannot carry a command (`McpConfigError`), and its workdir must lie under a root the
+operator registered (`servers.resolve_workdir`). Per episode (`reset()`): a fresh copy of the
+workdir in a private temp directory, the server started there confined
+(`toolkit.sandbox.commands.ConfinedCommands`: user, pid, mount and network namespaces, read-only
+host, the operator's rlimits, seccomp) with the official `mcp` client over stdio; `tools()` come
+from the live `tools/list` (names sanitized to OpenAI's `^[a-zA-Z0-9_-]{1,64}$`, the original
+kept for `tools/call`; annotations kept: `tool_meta()`); `call()` is `tools/call` (`isError` → a
+failed step, code TOOL_ERROR); `close()` / the next `reset()` ends the session and kills the
+launcher's process group and pid namespace.
 
-State (`snapshot()`): the output of the server entry's `state_command` run in the workdir copy,
-one row per non-empty line (`{"state": [{"line": ...}]}`), or else the content of the workdir:
-`{"files": [{"path", "sha256"}]}` without the entry's `state_excludes` (glob patterns on the
-relative path; a pattern matching a directory excludes everything under it). So `state_diff`
-works on real servers. A URL (streamable HTTP) server has no workdir the toolkit owns: it is
-stateless (`{}`) unless the entry gives a `state_command`.
+State (`snapshot()`): the output of the server entry's `state_command`, run in the same
+confinement as the server (and with git's hooks, fsmonitor and other repository-named programs
+turned off: `state_command_env`), one row per non-empty line (`{"state": [{"line": ...}]}`), or
+else the content of the workdir: `{"files": [{"path", "sha256"}]}` without the entry's
+`state_excludes` (glob patterns on the relative path; a pattern matching a directory excludes
+everything under it). So `state_diff` works on real servers. A URL (streamable HTTP) server is
+the operator's process with no workdir the toolkit owns: it is stateless (`{}`) unless the entry
+gives a `state_command`, which then runs on the host (it may need the network to reach the
+server; the agent cannot write its workdir).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 import threading
@@ -42,14 +48,42 @@ from toolkit.envs.mcp.servers import (
     McpConfigError,
     ServerEntry,
     check_record_ref,
+    resolve_workdir,
     server,
 )
 from toolkit.envs.mcp.session import McpSession, McpUnavailable
+from toolkit.sandbox.commands import ConfinedCommands, read_status
 
 from toolkit.formats.tools import NAME_RE, sanitize_names  # noqa: F401  (the same rule as tools import)
 _LOGGED: set[str] = set()
 # what the server process may see of the toolkit's environment (plus the entry's own env)
 INHERITED_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "TERM", "SYSTEMROOT")
+# Set by the toolkit for the state command, over the operator's env: git reads no system or global
+# config, runs no hook, no fsmonitor, no pager, no signature check, takes no optional lock, and
+# trusts the episode's directory. (Command-line config, the highest scope: the repository's own
+# .git/config, which the agent may have written, cannot turn these back on.)
+_GIT_STATE_CONFIG = (("core.hooksPath", "/dev/null"), ("core.fsmonitor", "false"), ("safe.directory", "*"),
+                     ("core.pager", "cat"), ("log.showSignature", "false"), ("core.sshCommand", "false"),
+                     ("core.askPass", "false"), ("core.editor", "false"), ("core.untrackedCache", "false"))
+STATE_COMMAND_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_OPTIONAL_LOCKS": "0",
+                     "GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat", "PAGER": "cat", "GIT_ATTR_NOSYSTEM": "1",
+                     "GIT_NO_REPLACE_OBJECTS": "1"}
+
+
+def state_command_env(env: dict[str, str]) -> dict[str, str]:
+    """`env` (the server's) with `STATE_COMMAND_ENV` and the git config above appended after any
+    GIT_CONFIG_* entries of the operator's (later entries win)."""
+    out = {k: v for k, v in env.items() if k not in ("GIT_EXTERNAL_DIFF", "GIT_SSH_COMMAND", "GIT_ASKPASS")}
+    out.update(STATE_COMMAND_ENV)
+    try:
+        n = max(0, int(out.get("GIT_CONFIG_COUNT") or 0))
+    except ValueError:
+        n = 0
+    for i, (k, v) in enumerate(_GIT_STATE_CONFIG, start=n):
+        out[f"GIT_CONFIG_KEY_{i}"] = k
+        out[f"GIT_CONFIG_VALUE_{i}"] = v
+    out["GIT_CONFIG_COUNT"] = str(n + len(_GIT_STATE_CONFIG))
+    return out
 
 
 def _log_once(msg: str) -> None:
@@ -95,6 +129,8 @@ class McpEnvironment(Environment):
         self._meta: dict[str, dict] = {}
         self.limits = self._limits()
         self.episodes = 0
+        self._jail: ConfinedCommands | None = None
+        self.confinement: dict = {}  # what the launcher did (isolation_report-like), after reset()
 
     @classmethod
     def from_ref(cls, ref: Any) -> McpEnvironment:
@@ -107,9 +143,10 @@ class McpEnvironment(Environment):
         if ref.get("state"):
             raise McpConfigError("env.state: an mcp environment's initial state is its workdir "
                                  "(env.config.workdir), not an inline state")
-        workdir = cfg.get("workdir") or ref.get("path")
-        if workdir is not None and not isinstance(workdir, str):
-            raise McpConfigError("env.config.workdir must be a path string")
+        field = "env.config.workdir" if cfg.get("workdir") is not None else "env.path"
+        workdir = cfg.get("workdir") if cfg.get("workdir") is not None else ref.get("path")
+        if workdir is not None:  # a host path: only under a root the operator registered
+            workdir = resolve_workdir(entry, workdir, field)
         return cls(entry, workdir=workdir, policy=str(cfg.get("policy") or ""),
                    exclude_keys=[str(k) for k in cfg.get("exclude_keys") or []])
 
@@ -138,24 +175,37 @@ class McpEnvironment(Environment):
             self._episode_dir = tmp
             e = self.entry
             subst = (lambda s: s.replace("{workdir}", work))
+            self._jail = None if e.transport == "http" else ConfinedCommands(work, self.limits,
+                                                                             read_paths=e.read_paths)
             env = {k: os.environ[k] for k in INHERITED_ENV if k in os.environ}
-            env.update({"HOME": tmp, "TMPDIR": tmp})
+            home = "/tmp" if self._jail is not None and self._jail.isolation == "namespaces" else tmp
+            env.update({"HOME": home, "TMPDIR": home})  # confined: its private /tmp
             env.update({k: subst(v) for k, v in e.env.items()})
             self._env_vars = env
             self._work = work
-            sess = McpSession(e, cwd=work, env=env, limits=self.limits,
-                              errlog=os.path.join(tmp, "server.stderr"),
-                              status_file=os.path.join(tmp, "launch.json"),
-                              args=[subst(a) for a in e.args])
-            raw = sess.start()
+            if self._jail is None:  # a URL server: the operator runs it, the toolkit starts nothing
+                sess = McpSession(e, cwd=work, env=env, errlog=os.path.join(tmp, "server.stderr"),
+                                  status_file=None, argv=[])
+                raw = sess.start()
+            else:
+                self._jail.prepare()
+                status = os.path.join(tmp, "launch.json")
+                argv = self._jail.argv([e.command, *(subst(a) for a in e.args)], search_path=env.get("PATH"),
+                                       status=status, cleanup=tmp)
+                sess = McpSession(e, cwd=work, env=env, errlog=os.path.join(tmp, "server.stderr"),
+                                  status_file=status, argv=argv)
+                try:
+                    raw = sess.start()
+                except McpUnavailable:
+                    err = self._jail.failure(read_status(status), f"mcp server {e.id!r}")
+                    self._stop()
+                    if err is not None:
+                        raise err from None
+                    raise
+                self._jail.note_used()
+                self.confinement = sess.status.get("confinement") or {}
             self._session = sess
             self.episodes += 1
-            net = sess.status.get("network")
-            if isinstance(net, str) and net.startswith("unavailable"):
-                from toolkit.io import note_for_provenance
-
-                note_for_provenance("mcp_network", f"{e.id}: network isolation {net}")
-                _log_once(f"mcp env {e.id}: network isolation {net}; the server runs with the host's network")
             self._set_tools(raw)
 
     def _set_tools(self, raw: list[dict]) -> None:
@@ -270,16 +320,27 @@ class McpEnvironment(Environment):
         return {"files": self._file_rows()}
 
     def _run_state_command(self) -> list[str]:
+        """The operator's state command, confined like the server (a stdio server's episode), against
+        the episode's workdir, with `state_command_env`."""
         e = self.entry
         work = self._work
         cmd = e.state_command
         argv = ["/bin/sh", "-c", cmd.replace("{workdir}", work)] if isinstance(cmd, str) else \
             [a.replace("{workdir}", work) for a in cmd]
+        env = state_command_env(self._env_vars)
+        status = None
+        if self._jail is not None and self._jail.isolation == "namespaces":  # (none-unsafe: as it comes)
+            status = os.path.join(self._episode_dir, "state.json")
+            argv = self._jail.argv(argv, search_path=env.get("PATH"), status=status)
         try:
-            p = subprocess.run(argv, check=False, cwd=work, env=self._env_vars, capture_output=True, text=True,
+            p = subprocess.run(argv, check=False, cwd=work, env=env, capture_output=True, text=True,
                                timeout=float(self.limits.get("wall_seconds") or 30), start_new_session=True)
         except (OSError, subprocess.TimeoutExpired) as err:
             raise RuntimeError(f"mcp env {e.id}: state_command failed: {err}") from None
+        if status is not None:
+            failed = self._jail.failure(read_status(status), f"mcp env {e.id}: state_command")
+            if failed is not None:
+                raise failed
         lines = p.stdout.splitlines()
         if p.returncode != 0:
             lines.append(f"<state_command exit {p.returncode}: {p.stderr.strip()[:200]}>")
@@ -295,28 +356,47 @@ class McpEnvironment(Environment):
         return False
 
     def _file_rows(self) -> list[dict]:
+        """{path, sha256} of the workdir's files, read without following a link (the agent may
+        have swapped any part of it for one) and without blocking (a FIFO, a device: "special")."""
         rows = []
-        root = self._work
-        for dirpath, dirnames, filenames in os.walk(root):
-            reld = os.path.relpath(dirpath, root)
+        for dirpath, dirnames, filenames, dfd in os.fwalk(self._work):
+            reld = os.path.relpath(dirpath, self._work)
             dirnames[:] = sorted(d for d in dirnames
                                  if not self._excluded(os.path.normpath(os.path.join(reld, d))))
             for f in sorted(filenames):
                 rel = os.path.normpath(os.path.join(reld, f))
-                if self._excluded(rel):
-                    continue
-                p = os.path.join(dirpath, f)
-                if os.path.islink(p):
-                    digest = "symlink:" + os.readlink(p)
-                else:
-                    h = hashlib.sha256()
-                    try:
-                        with open(p, "rb") as fh:
-                            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                                h.update(chunk)
-                    except OSError as err:
-                        digest = f"unreadable: {err.strerror}"
-                    else:
-                        digest = h.hexdigest()
-                rows.append({"path": rel, "sha256": digest})
+                if not self._excluded(rel):
+                    rows.append({"path": rel, "sha256": _digest(f, dfd)})
         return rows
+
+
+def _digest(name: str, dir_fd: int) -> str:
+    try:
+        st = os.lstat(name, dir_fd=dir_fd)
+    except OSError as err:
+        return f"unreadable: {err.strerror}"
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            return "symlink:" + os.readlink(name, dir_fd=dir_fd)
+        except OSError as err:
+            return f"unreadable: {err.strerror}"
+    if not stat.S_ISREG(st.st_mode):
+        return f"special:{stat.filemode(st.st_mode)[0]}"
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError as err:
+        return f"unreadable: {err.strerror}"
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped since the lstat
+            return "special:?"
+        h = hashlib.sha256()
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            h.update(chunk)
+        return h.hexdigest()
+    except OSError as err:
+        return f"unreadable: {err.strerror}"
+    finally:
+        os.close(fd)

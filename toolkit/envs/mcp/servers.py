@@ -6,6 +6,7 @@
                "state_command": "git status --porcelain; git log --format=%T",
                "state_excludes": [".git/index"],
                "limits": {"memory_mb": 1024, "cpu_seconds": 60},
+               "workdir_roots": ["repos/"], "read_paths": ["/opt/node"],
                "startup_seconds": 60},
        "remote": {"url": "http://127.0.0.1:8000/mcp", "headers": {...}, "state_command": "..."}}}
 
@@ -16,6 +17,13 @@ that carries `command`, `args`, `env`, `url` ... is rejected (`McpConfigError`).
 
 `{workdir}` in `args` / `env` values / `state_command` is replaced by the episode's copy of the
 workdir (also the server's current directory).
+
+Host paths come from the operator only: a record's `env.config.workdir` must resolve (after
+symlinks and `..`) to a directory under one of the entry's `workdir_roots` or of the roots in
+`TOOLKIT_MCP_WORKDIR_ROOTS` (paths separated by `:`); a relative workdir is looked up under the
+roots. Relative roots in a servers file are relative to the file's directory. `read_paths`: host
+directories the confined server may read besides the system, Python and its own installation
+(`toolkit.sandbox.commands`).
 """
 
 from __future__ import annotations
@@ -27,8 +35,10 @@ from pathlib import Path
 from typing import Any
 
 ENV_VAR = "TOOLKIT_MCP_SERVERS"
+ROOTS_VAR = "TOOLKIT_MCP_WORKDIR_ROOTS"
 ENTRY_KEYS = {"command", "args", "env", "cwd", "url", "headers", "state_command", "state_excludes", "limits",
-              "startup_seconds", "call_seconds", "description", "type", "transport", "disabled"}
+              "startup_seconds", "call_seconds", "description", "type", "transport", "disabled",
+              "workdir_roots", "read_paths"}
 # keys a record's env.config may carry (data): everything else is the operator's
 RECORD_CONFIG_KEYS = {"workdir", "exclude_keys", "policy"}
 OPERATOR_ONLY = ENTRY_KEYS - {"description"}
@@ -52,6 +62,8 @@ class ServerEntry:
     startup_seconds: float = 60.0
     call_seconds: float | None = None
     description: str = ""
+    workdir_roots: list[str] = field(default_factory=list)  # absolute (resolved against the file's dir)
+    read_paths: list[str] = field(default_factory=list)
 
     @property
     def transport(self) -> str:
@@ -62,7 +74,14 @@ _SERVERS: dict[str, ServerEntry] | None = None   # set_servers(); else $TOOLKIT_
 _SOURCE: str | None = None
 
 
-def _entry(sid: str, e: Any, where: str) -> ServerEntry:
+def _paths(e: dict, key: str, sid: str, where: str, base: Path) -> list[str]:
+    v = e.get(key) or []
+    if not isinstance(v, list) or not all(isinstance(a, str) and a for a in v):
+        raise McpConfigError(f"{where}: mcpServers.{sid}.{key}: expected a list of directory paths")
+    return [str((base / Path(a).expanduser()).resolve()) for a in v]
+
+
+def _entry(sid: str, e: Any, where: str, base: Path | None = None) -> ServerEntry:
     if not isinstance(e, dict):
         raise McpConfigError(f"{where}: mcpServers.{sid}: expected an object, got {type(e).__name__}")
     unknown = sorted(set(e) - ENTRY_KEYS)
@@ -101,10 +120,12 @@ def _entry(sid: str, e: Any, where: str) -> ServerEntry:
                        state_excludes=list(ex), limits=dict(lim),
                        startup_seconds=float(e.get("startup_seconds") or 60.0),
                        call_seconds=float(e["call_seconds"]) if e.get("call_seconds") else None,
-                       description=e.get("description") or "")
+                       description=e.get("description") or "",
+                       workdir_roots=_paths(e, "workdir_roots", sid, where, base or Path.cwd()),
+                       read_paths=_paths(e, "read_paths", sid, where, base or Path.cwd()))
 
 
-def parse_servers(doc: Any, where: str = "mcpServers") -> dict[str, ServerEntry]:
+def parse_servers(doc: Any, where: str = "mcpServers", base: Path | None = None) -> dict[str, ServerEntry]:
     """{id: ServerEntry} from a parsed mcpServers document (McpConfigError naming the entry)."""
     if not isinstance(doc, dict) or not isinstance(doc.get("mcpServers"), dict):
         raise McpConfigError(f"{where}: expected {{\"mcpServers\": {{id: {{command, args, env}}}}}}")
@@ -112,7 +133,7 @@ def parse_servers(doc: Any, where: str = "mcpServers") -> dict[str, ServerEntry]
     for sid, e in doc["mcpServers"].items():
         if isinstance(e, dict) and e.get("disabled"):
             continue
-        out[sid] = _entry(sid, e, where)
+        out[sid] = _entry(sid, e, where, base)
     return out
 
 
@@ -133,7 +154,7 @@ def load_servers(value: Any) -> dict[str, ServerEntry]:
         raise McpConfigError(f"mcp servers file {text}: cannot read: {e}") from None
     except json.JSONDecodeError as e:
         raise McpConfigError(f"mcp servers file {text}: not JSON: {e}") from None
-    return parse_servers(doc, str(p))
+    return parse_servers(doc, str(p), p.resolve().parent)
 
 
 def set_servers(value: Any) -> dict[str, ServerEntry]:
@@ -180,3 +201,33 @@ def check_record_ref(ref: dict) -> None:
     if unknown:
         raise McpConfigError(f"env.config: unknown key(s) {', '.join(unknown)} for the mcp backend "
                              f"(allowed: {', '.join(sorted(RECORD_CONFIG_KEYS))})")
+
+
+def workdir_roots(entry: ServerEntry) -> list[str]:
+    """The directories under which a record's workdir may lie: the entry's `workdir_roots` and
+    $TOOLKIT_MCP_WORKDIR_ROOTS, after symlinks."""
+    env = [p for p in os.environ.get(ROOTS_VAR, "").split(os.pathsep) if p.strip()]
+    return [os.path.realpath(os.path.expanduser(p)) for p in list(entry.workdir_roots) + env]
+
+
+def resolve_workdir(entry: ServerEntry, value: Any, field: str = "env.config.workdir") -> str:
+    """A record's workdir as a real host directory under a root the operator registered; else
+    McpConfigError naming `field`. A relative value is looked up under the roots, in order."""
+    if not isinstance(value, str) or not value.strip():
+        raise McpConfigError(f"{field}: expected a directory path string, got {value!r}")
+    roots = workdir_roots(entry)
+    if not roots:
+        raise McpConfigError(f"{field}: {value!r}: no workdir root is registered for mcp server {entry.id!r}, so "
+                             "a record cannot name a host directory; the operator registers roots with the "
+                             f"entry's \"workdir_roots\" or ${ROOTS_VAR}")
+    cands = [value] if os.path.isabs(value) else [os.path.join(r, value) for r in roots]
+    inside = [real for real in map(os.path.realpath, cands)
+              if any(real == r or real.startswith(r.rstrip("/") + "/") for r in roots)]
+    for real in inside:
+        if os.path.isdir(real):
+            return real
+    if inside:
+        raise McpConfigError(f"{field}: {value!r} is not a directory (under {', '.join(roots)})")
+    raise McpConfigError(f"{field}: {value!r} resolves to {os.path.realpath(cands[0])!r}, outside the workdir roots "
+                         f"the operator registered for mcp server {entry.id!r} ({', '.join(roots)}); records name "
+                         "data, the operator names host paths")

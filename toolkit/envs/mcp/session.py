@@ -3,8 +3,9 @@
 `McpSession` owns a background thread with its own asyncio loop; the official `mcp` SDK client
 (`stdio_client` / `streamable_http_client` + `ClientSession`) runs inside one task there, so its
 cancel scopes are entered and left in the same task. `call()` / `list_tools()` block the caller;
-`acall()` awaits from another loop. `close()` ends the session (the SDK closes stdin, then kills
-the process group) and then kills the process group itself, so nothing outlives it.
+`acall()` awaits from another loop. The process started is the confining launcher
+(`toolkit.sandbox.commands`), whose pid is the process group; `close()` SIGKILLs that group, which
+takes the launcher's pid namespace (the server and everything it started) with it.
 """
 
 from __future__ import annotations
@@ -15,13 +16,11 @@ import concurrent.futures
 import json
 import os
 import signal
-import sys
 import threading
 import weakref
 from pathlib import Path
 from typing import Any
 
-LAUNCHER = str(Path(__file__).with_name("launch.py"))
 _LIVE: "weakref.WeakSet[McpSession]" = weakref.WeakSet()
 
 
@@ -41,15 +40,15 @@ def _dump(model: Any) -> dict:
 
 
 class McpSession:
-    def __init__(self, entry: Any, cwd: str, env: dict[str, str], limits: dict, errlog: str,
-                 status_file: str | None, args: list[str]) -> None:
+    def __init__(self, entry: Any, cwd: str, env: dict[str, str], errlog: str, status_file: str | None,
+                 argv: list[str]) -> None:
+        """argv: the whole command line (the launcher's, `ConfinedCommands.argv`) for a stdio entry."""
         self.entry = entry
         self.cwd = cwd
         self.env = env
-        self.limits = limits
         self.errlog_path = errlog
         self.status_file = status_file
-        self.args = args
+        self.argv = argv
         self.pid: int | None = None
         self.server_info: dict = {}
         self.instructions: str | None = None
@@ -167,9 +166,7 @@ class McpSession:
         from mcp import StdioServerParameters
         from mcp.client.stdio import stdio_client
 
-        cfg = json.dumps({"limits": self.limits, "status": self.status_file})
-        params = StdioServerParameters(command=sys.executable, args=[LAUNCHER, cfg, e.command, *self.args],
-                                       env=self.env, cwd=self.cwd)
+        params = StdioServerParameters(command=self.argv[0], args=list(self.argv[1:]), env=self.env, cwd=self.cwd)
         return stdio_client(params, errlog=errlog)
 
     # -- calls
@@ -210,7 +207,8 @@ class McpSession:
             self._loop.close()
 
     def _kill_group(self) -> None:
-        """SIGKILL the server's process group (the server was started in a new session: pgid = pid)."""
+        """SIGKILL the launcher's process group (started in a new session: pgid = pid); the pid
+        namespace under it dies with it."""
         if self.pid is None:
             self._read_status()
         if self.pid is None:
