@@ -30,8 +30,9 @@ from toolkit.envs.sqlite.domain import (
     load_domain_spec,
     spec_from_dict,
 )
-from toolkit.envs.sqlite.guard import _DENIED_FUNCTIONS, _DENY, _MAX_VALUE_BYTES, _harden
-from toolkit.envs.sqlite.sqltext import _PV_RE, _check_clauses, _short, qident
+from toolkit.envs.sqlite.errors import tool_error
+from toolkit.envs.sqlite.guard import _DENIED_FUNCTIONS, _DENY, _MAX_VALUE_BYTES, SqlBudget, _harden
+from toolkit.envs.sqlite.sqltext import _short, qident
 from toolkit.envs.sqlite.tools import (
     DEFAULT_QUERY_LIMIT,
     MAX_IN_ITEMS,
@@ -42,6 +43,7 @@ from toolkit.envs.sqlite.tools import (
     QUERY_OPS,
     _insert_required,
 )
+from toolkit.sandbox.limits import limits_for_data
 from toolkit.scoring.state import CanonicalState, StateKeys, TableCanon, hash_tables, state_hash
 from toolkit.scoring.state import diff as _state_diff
 
@@ -88,6 +90,9 @@ class SqliteEnvironment(Environment):
         self._hidden_extra = [str(x) for x in (self.config.get("hide") or [])]
         self._initial_state = copy.deepcopy(state) if state is not None else None
         self._init_hash: str | None = None
+        # the operator's limits (a record's config.limits may only narrow them): every tool call's
+        # SQL, the triggers it fires included, gets wall_seconds; the database at most db_size_mb
+        self.limits, self.limit_notes = limits_for_data(self.config.get("limits"), "sqlite")
         self._conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False,
                                      cached_statements=512)
         self._lock = threading.RLock()
@@ -95,6 +100,7 @@ class SqliteEnvironment(Environment):
         self._conn.execute("PRAGMA foreign_keys = ON")  # a connection flag: survives deserialize
         self._conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, _MAX_VALUE_BYTES)
         _harden(self._conn)  # no extensions, no attached databases (trigger bodies are LLM-written)
+        self._budget = SqlBudget(self._conn)
         self._loading = False
         self._conn.set_authorizer(self._authorize)
         self._load(self._init_bytes)
@@ -167,6 +173,10 @@ class SqliteEnvironment(Environment):
     def policy(self) -> str:
         return self.domain.spec.policy
 
+    def write_tools(self) -> set[str]:
+        """The insert_/update_ tools (hidden ones included: a call of one is still a write)."""
+        return {n for n, td in self.domain.tools.items() if td.kind != "query"}
+
     def _authorize(self, action: int, _a1: Any, a2: Any, *_: Any) -> int:
         # runs when a statement is prepared (cached statements are not re-authorized); a trigger
         # body (LLM-written) is authorized with the statement that fires it
@@ -187,6 +197,10 @@ class SqliteEnvironment(Environment):
             # load the schema now: a write that fails and rolls back as the first statement after
             # deserialize otherwise leaves the connection without a schema ("no such table")
             self._conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            # the size cap is per connection and deserialize resets it (page size from the header)
+            ps = int.from_bytes(data[16:18], "big") if len(data) >= 100 else 4096
+            ps = 65536 if ps == 1 else (ps or 4096)
+            self._conn.execute(f"PRAGMA max_page_count = {max(1, (self.limits.db_size_mb << 20) // ps)}")
         finally:
             self._loading = False
             self._gen = getattr(self, "_gen", 0) + 1  # invalidates the cached state hash
@@ -438,11 +452,15 @@ class SqliteEnvironment(Environment):
                             "pass a JSON object of named arguments")
         table = self.domain.tables[td.table]
         with self._lock:
-            if td.kind == "query":
-                return self._query(table, args)
-            if td.kind == "insert":
-                return self._insert(table, args)
-            return self._update(table, args)
+            self._budget.start(self.limits.wall_seconds)
+            try:
+                if td.kind == "query":
+                    return self._query(table, args)
+                if td.kind == "insert":
+                    return self._insert(table, args)
+                return self._update(table, args)
+            finally:
+                self._budget.stop()
 
     # -- argument validation --------------------------------------------------------------------
 
@@ -596,6 +614,7 @@ class SqliteEnvironment(Environment):
         try:
             result = fn()
         except Exception as e:
+            self._budget.stop()  # the rollback must run even when the budget is spent
             self._rollback()
             if isinstance(e, sqlite3.Error):
                 return self._error(e, t, kind)
@@ -604,6 +623,7 @@ class SqliteEnvironment(Environment):
                                        "check the argument values")
             raise
         if isinstance(result, ToolResult) and not result.ok:
+            self._budget.stop()
             self._rollback()
             return result
         conn.execute(f"RELEASE {_SAVEPOINT}")
@@ -689,40 +709,7 @@ class SqliteEnvironment(Environment):
     # -- error translation ----------------------------------------------------------------------
 
     def _error(self, e: sqlite3.Error, t: Table, kind: str) -> ToolResult:
-        msg = str(e)
-        tool = f"{kind}_{t.name}"
-        pv = _PV_RE.match(msg)
-        if pv:
-            rule, text = pv.group(1).strip(), pv.group(2).strip()
-            info = self.domain.rules.get(rule) or {}
-            hint = info.get("hint") or f"see the preconditions in the description of {tool}"
-            return ToolResult.fail("POLICY_VIOLATION", text, rule, hint)
-        for trg in self.domain.triggers:  # a RAISE message not in the POLICY_VIOLATION format
-            if msg in trg.raw_messages:
-                return ToolResult.fail("POLICY_VIOLATION", msg, trg.name,
-                                       f"see the preconditions in the description of {tool}")
-        if isinstance(e, sqlite3.IntegrityError):
-            m = re.match(r"(NOT NULL|UNIQUE|CHECK) constraint failed: (.*)$", msg)
-            if m:
-                kind_c, what = m.group(1), m.group(2).strip()
-                if kind_c == "NOT NULL":
-                    hint = f"{what} must have a value"
-                elif kind_c == "UNIQUE":
-                    hint = f"a row with the same {what} already exists; use query_{t.name} to find it"
-                else:
-                    checks = [c for c in _check_clauses(t.sql) if c == what] or _check_clauses(t.sql)
-                    hint = ("the values must satisfy: " + "; ".join(checks)) if checks else \
-                        "the value is outside the allowed range"
-                return ToolResult.fail("CONSTRAINT", msg, f"{kind_c} {what}", _short(hint, 600))
-            if "FOREIGN KEY" in msg:
-                refs = [f"{t.name}.{fk['column']} -> {fk['table']}.{fk['to'] or 'rowid'}" for fk in t.fks]
-                hint = "a referenced row does not exist" + (f" ({'; '.join(refs)})" if refs else "") + \
-                       "; query the referenced table first"
-                return ToolResult.fail("CONSTRAINT", msg, "FOREIGN KEY", hint)
-            return ToolResult.fail("CONSTRAINT", msg, None, f"see the description of {tool}")
-        if isinstance(e, sqlite3.DataError) or "too big" in msg or "too many" in msg:
-            return ToolResult.fail("INVALID_ARGUMENTS", msg, None, "check the argument values")
-        return ToolResult.fail("EXECUTION_ERROR", msg, None, "the call was rolled back; the state is unchanged")
+        return tool_error(e, t, kind, self.domain, timed_out=self._budget.interrupted(e), limits=self.limits)
 
     def evaluate_sql(self, select_sql: str, params: Any = ()) -> tuple | None:
         """Run one read-only SELECT (e.g. a trigger condition bound to NEW/OLD values, see
@@ -730,7 +717,11 @@ class SqliteEnvironment(Environment):
         if not re.match(r"\s*SELECT\b", select_sql, re.IGNORECASE):
             raise ValueError("evaluate_sql runs a single SELECT")
         with self._lock:
-            return self._conn.execute(select_sql, params).fetchone()
+            self._budget.start(self.limits.wall_seconds)  # an LLM-written condition: bounded too
+            try:
+                return self._conn.execute(select_sql, params).fetchone()
+            finally:
+                self._budget.stop()
 
     def schema_sql(self) -> str:
         """The current schema (tables, indexes, triggers) as stored in sqlite_master."""
