@@ -111,6 +111,53 @@ def test_the_database_size_cap_holds_at_call_time_and_after_a_state_load():
         assert n == ok
 
 
+FAT = """
+CREATE TABLE item (item_id TEXT PRIMARY KEY NOT NULL, qty INTEGER NOT NULL);
+CREATE TABLE blob (blob_id INTEGER PRIMARY KEY, body BLOB);
+CREATE TRIGGER item_fat AFTER INSERT ON item BEGIN
+  INSERT INTO blob (body) SELECT randomblob(9000000) FROM
+    (WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < NEW.qty) SELECT i FROM n);
+END;
+"""
+FAT_PROBE = """
+import json, re, sys
+from toolkit.envs.sqlite import DomainSpec, SqliteEnvironment, compile_domain
+from toolkit.sandbox import set_operator_limits
+
+def peak_mb():  # VmHWM: this process's peak RSS (ru_maxrss keeps the parent's from before exec)
+    return int(re.search(r"VmHWM:\\s+(\\d+)", open("/proc/self/status").read()).group(1)) // 1024
+
+set_operator_limits({"db_size_mb": 32, "wall_seconds": 60})
+env = SqliteEnvironment(compile_domain(DomainSpec(name="fat", schema_sql=sys.argv[1])))
+rss0 = peak_mb()
+out = []
+for i, qty in enumerate([100] + [2] * 12):  # one call asking for 900 MB, then 18 MB a call
+    r = env.call("insert_item", {"item_id": f"i{i}", "qty": qty})
+    out.append([r.ok, (r.error or {}).get("code"), (r.error or {}).get("message")])
+    if i == 0:
+        env.reset()  # a fresh load: the cap must come back
+print(json.dumps({"calls": out, "rss_mb": peak_mb() - rss0, "rss0_mb": rss0}))
+"""
+
+
+def test_writes_that_grow_the_database_stop_at_the_cap_in_bounded_memory():
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    p = subprocess.run([sys.executable, "-c", FAT_PROBE, FAT], capture_output=True, text=True, timeout=300,
+                       env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert p.returncode == 0, p.stderr
+    res = json.loads(p.stdout.splitlines()[-1])
+    calls = res["calls"]
+    # the 900 MB call: stopped at 32 MB, rolled back (it used to take the process to SQLite's 1 GiB)
+    assert calls[0][:2] == [False, "EXECUTION_ERROR"] and "at most 32 MB" in calls[0][2]
+    # after reset(), 18 MB calls: one fits, the second would pass 32 MB: the cap is back in place
+    assert calls[1][0] is True and [c[1] for c in calls[2:]] == ["EXECUTION_ERROR"] * 11, calls
+    assert res["rss_mb"] < 200, res  # the cap, plus what a write may do before it is set (was: ~900 MB)
+
+
 def test_a_seed_of_huge_blobs_is_refused_by_the_size_cap():
     blobs = ("INSERT INTO note SELECT 'b' || i, randomblob(9900000) FROM "
              "(WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM n WHERE i < 120) SELECT i FROM n);")

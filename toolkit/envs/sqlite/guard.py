@@ -13,11 +13,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import sqlite3
 import time
-from typing import Any
+from typing import Any, Iterator
 
 from toolkit.envs.sqlite.domain import DomainError
 from toolkit.envs.sqlite.sqltext import _blank_strings, _short, _split_comments
@@ -51,7 +52,7 @@ _DENIED_FUNCTIONS = frozenset({"load_extension", "fts3_tokenizer", "readfile", "
 _DENIED_CALL_RE = re.compile(r"\b(load_extension|fts3_tokenizer)\s*\(", re.IGNORECASE)
 _MAX_VALUE_BYTES = 10_000_000  # SQLITE_LIMIT_LENGTH: the largest string / blob / row
 _DOMAIN_SQL_SECONDS = 30.0  # wall-time budget of one domain SQL text (a runaway recursive seed)
-_PROGRESS_OPS = 10_000  # SQLite VM instructions between two looks at the clock (~0.1-1 ms)
+_PROGRESS_OPS = 100  # SQLite VM instructions between two looks at the clock (a write call: 200-800)
 
 
 class SqlBudget:
@@ -59,42 +60,74 @@ class SqlBudget:
     clock every `_PROGRESS_OPS` VM instructions (triggers and CTEs included) and interrupts the
     running statement once the deadline is past (sqlite3.OperationalError "interrupted"; SQLite
     then rolls back the open transaction). One mechanism for the domain's SQL at compile time
-    (`_DomainGuard`) and every statement at call time (`SqliteEnvironment`)."""
+    (`_DomainGuard`) and every statement at call time (`SqliteEnvironment`).
 
-    __slots__ = ("deadline", "expired", "seconds")
+    `cap_deadline` (set by the environment around a write while its database has no size cap
+    yet, see `SqliteEnvironment._write`; in this thread's CPU seconds, so a busy machine does not
+    trip it) interrupts that write too once it is past (`wants_cap`): the write gets the cap put
+    in place and runs again."""
+
+    __slots__ = ("deadline", "cap_deadline", "expired", "seconds", "wants_cap")
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.deadline = math.inf
+        self.cap_deadline = math.inf
         self.seconds = math.inf
         self.expired = False  # the last budget ran out (the handler interrupted a statement)
+        self.wants_cap = False  # the handler interrupted a write to put the size cap in place
         conn.set_progress_handler(self._check, _PROGRESS_OPS)
 
     def _check(self) -> int:
         if time.monotonic() > self.deadline:
             self.expired = True
             return 1
+        if self.cap_deadline != math.inf and time.thread_time() > self.cap_deadline:
+            self.wants_cap = True
+            return 1
         return 0
 
     def start(self, seconds: float) -> None:
         self.seconds = seconds
-        self.expired = False
+        self.expired = self.wants_cap = False
         self.deadline = time.monotonic() + seconds
 
     def stop(self) -> None:
-        """No budget until the next start() (a rollback after an interrupt must be able to run)."""
+        """No budget until the next start()."""
         self.deadline = math.inf
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """No budget inside (a rollback after an interrupt must run); the same deadline after."""
+        saved = self.deadline, self.cap_deadline
+        self.deadline = self.cap_deadline = math.inf
+        try:
+            yield
+        finally:
+            self.deadline, self.cap_deadline = saved
 
     def interrupted(self, e: BaseException) -> bool:
         """`e` is the interrupt of a statement that ran out of this budget."""
-        return self.expired and isinstance(e, sqlite3.OperationalError) and "interrupted" in str(e)
+        return self.expired and _is_interrupt(e)
+
+    def cap_wanted(self, e: BaseException) -> bool:
+        """`e` is the interrupt of a write that ran long before the size cap was in place."""
+        return self.wants_cap and not self.expired and _is_interrupt(e)
+
+
+def _is_interrupt(e: BaseException) -> bool:
+    return isinstance(e, sqlite3.OperationalError) and "interrupted" in str(e)
+
+
+def max_pages(mb: int, page_size: int) -> int:
+    return max(1, (int(mb) << 20) // int(page_size or 4096))
 
 
 def cap_size(conn: sqlite3.Connection, mb: int) -> None:
     """At most `mb` MB in the connection's main database (PRAGMA max_page_count; a write beyond it
-    fails with SQLITE_FULL "database or disk is full"). Per connection and reset by deserialize():
-    set it again after every load."""
+    fails with SQLITE_FULL "database or disk is full"). Per connection and reset by deserialize();
+    after a deserialize this PRAGMA also makes SQLite parse the schema again (~0.5 ms on airline)."""
     page = conn.execute("PRAGMA page_size").fetchone()[0] or 4096
-    conn.execute(f"PRAGMA max_page_count = {max(1, (int(mb) << 20) // int(page))}")
+    conn.execute(f"PRAGMA max_page_count = {max_pages(mb, page)}")
 
 
 def is_full(e: BaseException) -> bool:
