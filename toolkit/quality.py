@@ -35,9 +35,9 @@ import statistics
 from collections import Counter, defaultdict
 from typing import Any
 
+from toolkit.scoring.rewards import looks_like_read
 from toolkit.stats import Dataset
 
-READ_PREFIXES = ("query_", "get_", "list_", "search_", "find_", "check_", "lookup", "read_", "show_")
 LOWER_IS_BETTER = ("leak_rate", "near_duplicate_share")
 
 
@@ -170,7 +170,7 @@ class _Acc:
         if isinstance(cx.get("writes"), int) and "read_dependent" in cx:
             w = cx["writes"]
         else:
-            w = sum(1 for a in acts if not a.get("expect_error") and not str(a.get("name")).startswith(READ_PREFIXES))
+            w = sum(1 for a in acts if not a.get("expect_error") and not looks_like_read(str(a.get("name"))))
         self.writes.append(w)
         self.writes_by_arch[arch].append(w)
         self.writes_by_diff[diff].append(w)
