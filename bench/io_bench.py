@@ -2,6 +2,8 @@
 
     python bench/io_bench.py            # 100k and 1M records (~2 KB each, one trajectory)
     python bench/io_bench.py --quick    # 20k and 100k
+    python bench/io_bench.py --quick --compare-src /tmp/base   # also the toolkit line at 100k on
+                                        # another checkout, alternating 3 times: rec/s, CPU µs/record
 
 Each case runs in a fresh subprocess fed through a pipe (no giant temp file), so ru_maxrss is
 that run's peak. Baseline in the same run: a raw json.loads/json.dumps line copy without schema
@@ -9,6 +11,7 @@ validation. Flat memory = peak RSS at the large size within a few MB of the smal
 """
 import json
 import os
+import statistics
 import subprocess
 import sys
 import threading
@@ -52,17 +55,33 @@ def feed(proc, n: int) -> None:
     w.close()
 
 
-def run(mode: str, n: int) -> tuple[int, float, int]:
-    p = subprocess.Popen([sys.executable, "-c", CHILD % {"root": ROOT}, mode], stdin=subprocess.PIPE,
+def run(mode: str, n: int, root: str = ROOT) -> tuple[int, float, int, float]:
+    """(records, seconds, peak RSS MB, child CPU seconds) of one case in a fresh process."""
+    p = subprocess.Popen([sys.executable, "-c", CHILD % {"root": root}, mode], stdin=subprocess.PIPE,
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     t = threading.Thread(target=feed, args=(p, n))
     t.start()
     err = p.stderr.read().decode()
     t.join()
-    p.wait()
+    _, _, ru = os.wait4(p.pid, 0)
     last = err.strip().splitlines()[-1]
     k, dt, rss = last.split()
-    return int(k), float(dt), int(rss)
+    return int(k), float(dt), int(rss), ru.ru_utime + ru.ru_stime
+
+
+def compare(src: str, n: int, reps: int = 3) -> None:
+    """The toolkit line here and on the checkout `src`, alternating (a shared machine drifts)."""
+    got: dict[str, list[tuple[float, float]]] = {"this": [], "src": []}
+    for _ in range(reps):
+        for name, root in (("src", src), ("this", ROOT)):
+            k, dt, _rss, cpu = run("toolkit", n, root)
+            assert k == n, (name, k, n)
+            got[name].append((n / dt, cpu / n * 1e6))
+    med = {k: (statistics.median(x[0] for x in v), statistics.median(x[1] for x in v)) for k, v in got.items()}
+    for name, label in (("src", src), ("this", "this checkout")):
+        print(f"toolkit on {label}: {med[name][0]:,.0f} rec/s, {med[name][1]:.0f} CPU µs/record "
+              f"(median of {reps}; CPU incl. start-up)")
+    print(f"this / {src}: {med['this'][0] / med['src'][0]:.2f}x rec/s, {med['this'][1] / med['src'][1]:.2f}x CPU per record")
 
 
 def main() -> None:
@@ -72,7 +91,7 @@ def main() -> None:
     res = {}
     for n in sizes:
         for mode in ("raw-json", "toolkit"):
-            k, dt, rss = run(mode, n)
+            k, dt, rss, _cpu = run(mode, n)
             assert k == n, (mode, k, n)
             res[(mode, n)] = (n / dt, rss)
             print(f"{mode:9s} n={n:>9,d}  {n/dt:>10,.0f} rec/s  {n*size_kb/1024/dt:7.1f} MB/s  peak RSS {rss:5d} MB")
@@ -80,6 +99,8 @@ def main() -> None:
     print(f"toolkit / raw-json throughput at n={big:,}: {res[('toolkit', big)][0] / res[('raw-json', big)][0]:.2f}x")
     print(f"toolkit peak RSS growth {small:,} → {big:,}: {res[('toolkit', big)][1] - res[('toolkit', small)][1]:+d} MB "
           f"({res[('toolkit', big)][1] / res[('toolkit', small)][1]:.2f}x)")
+    if "--compare-src" in sys.argv:
+        compare(sys.argv[sys.argv.index("--compare-src") + 1], 100_000)  # start-up is noise at 100k
 
 
 if __name__ == "__main__":

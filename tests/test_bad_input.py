@@ -49,7 +49,7 @@ def test_the_corpus_has_every_kind():
     for k in ("not_json", "missing_id", "wrong_type", "duplicate_id", "deep_nesting", "huge_int", "nan_reward",
               "infinity", "lone_surrogate_id", "lone_surrogate_field", "invalid_utf8", "bom_crlf_good", "empty",
               "whitespace_only", "json_array", "json_scalar_number", "bad_trajectory_message", "control_chars",
-              "one_byte"):
+              "one_byte", "duplicate_key", "duplicate_key_nested"):
         assert k in kinds, k
     assert (DATA / "corpus.jsonl").read_bytes().count(b"\r\n") == len(EXPECTED["lines"])
     with pytest.raises(EOFError):  # the .gz really is cut

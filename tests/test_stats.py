@@ -11,7 +11,7 @@ import sys
 
 import pytest
 from click.testing import CliRunner
-from tests.conftest import BIN, ROOT
+from tests.conftest import BIN, ROOT, run_cmd
 
 from toolkit.cli import toolkit_group
 from toolkit.stats import StatsError, check_regressions, compute, parse_max_drop
@@ -92,8 +92,19 @@ def test_regression_gate_logic():
         parse_max_drop(["pass_rate"])
 
 
+def _clean(p, tmp_path):
+    """The dataset without its bad line (a bad line makes `toolkit stats` exit 1)."""
+    c = tmp_path / "clean.jsonl"
+    c.write_text("".join(ln + "\n" for ln in p.read_text().splitlines() if ln.startswith("{")))
+    return c
+
+
 def test_cli_stats_baseline_equal_and_dropped(dataset, tmp_path):
     p, rj = dataset
+    r = CliRunner().invoke(toolkit_group, ["stats", str(p), "--rejects", str(rj)])
+    assert r.exit_code == 1, r.output  # the "not json" line: counted, named, exit 1
+    assert "rejected d.jsonl line 4" in r.output.replace(str(p), "d.jsonl") and "Traceback" not in r.output
+    p = _clean(p, tmp_path)
     r = CliRunner().invoke(toolkit_group, ["stats", str(p), "--rejects", str(rj)])
     assert r.exit_code == 0, r.output
     base = tmp_path / "base.json"
@@ -121,7 +132,7 @@ def test_cli_stats_baseline_equal_and_dropped(dataset, tmp_path):
 
 
 def test_markdown_and_chart(dataset, tmp_path):
-    p, _rj = dataset
+    p = _clean(dataset[0], tmp_path)
     md, png = tmp_path / "s.md", tmp_path / "s.png"
     r = CliRunner().invoke(toolkit_group, ["stats", str(p), "--markdown", str(md), "--chart", str(png)])
     assert r.exit_code == 0, r.output
@@ -182,3 +193,96 @@ def test_verify_min_pass_rate():
     bad = run_cmd(["verify", "--min-pass-rate", "0.9"], stdin=rolled.stdout)
     assert bad.returncode == 1 and "below --min-pass-rate 0.9" in bad.stderr
     assert len(bad.stdout.splitlines()) == 6  # the records are still written
+
+
+# ---------------------------------------------------------------------------------------------
+# bad input: the streaming commands' reader (issue 30, item 6)
+
+BAD = ROOT / "tests" / "data" / "bad_input"
+
+
+def test_stats_on_the_bad_input_corpus_counts_and_names_every_bad_line(tmp_path):
+    expected = json.loads((BAD / "expected.json").read_text())
+    reject = {int(n): e for n, e in expected["lines"].items() if e["expect"] == "reject"}
+    accept = [n for n, e in expected["lines"].items() if e["expect"] == "accept"]
+    out_rejects = tmp_path / "rejects.jsonl"
+    p = run_cmd(["toolkit", "stats", str(BAD / "corpus.jsonl"), "--write-rejects", str(out_rejects)])
+    assert p.returncode == 1, p.stderr
+    assert "Traceback" not in p.stderr and "Error:" not in p.stderr.replace("UnicodeDecodeError", "")
+    s = json.loads(p.stdout)
+    assert s["total"]["records"] == len(accept) == 3
+    assert s["total"]["bad_lines"] == s["bad_lines"] == len(reject)
+    assert sum(s["total"]["bad_line_reasons"].values()) == len(reject)
+    for n in reject:  # every bad line named with its file and number
+        assert f"corpus.jsonl line {n}" in p.stderr, n
+    # the three lines that crashed it: 1,500 deep, invalid UTF-8, a 5,000-digit integer
+    kinds = {e["kind"]: n for n, e in reject.items()}
+    lines = {n: ln for ln in p.stderr.splitlines() for n in reject if f"corpus.jsonl line {n}:" in ln
+             or f"corpus.jsonl line {n} " in ln}
+    assert "nesting too deep" in lines[kinds["deep_nesting"]]
+    assert "not UTF-8" in lines[kinds["invalid_utf8"]]
+    assert "integer of 5000 digits" in lines[kinds["huge_int"]]
+    assert "duplicate key 'id'" in lines[kinds["duplicate_key"]]
+    # --write-rejects: the rejects format every command writes, with line numbers and fields
+    rows = [json.loads(x) for x in out_rejects.read_text().splitlines()]
+    assert sorted(r["line"] for r in rows) == sorted(reject)
+    assert all(r["command"] == "stats" and r["source"].endswith("corpus.jsonl") for r in rows)
+    for r in rows:
+        if "field" in reject[r["line"]]:
+            assert r["field"] == reject[r["line"]]["field"], r
+    # and `toolkit stats --rejects` summarises that file like any command's
+    s2 = json.loads(run_cmd(["toolkit", "stats", str(BAD / "corpus.jsonl"), "--rejects", str(out_rejects)]).stdout)
+    assert s2["rejects"]["total"] == len(reject) and s2["rejects"]["unreadable"] == 0
+
+
+def test_stats_reads_a_cut_gz_like_every_command(tmp_path):
+    gz = BAD / "truncated.jsonl.gz"
+    p = run_cmd(["toolkit", "stats", str(gz)])
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+    s = json.loads(p.stdout)
+    r = run_cmd(["verify", "--strategy", "state_diff", "-i", str(gz)])
+    kept = len(r.stdout.splitlines())
+    assert s["total"]["records"] == kept == 2  # the records before the cut, as verify keeps them
+    assert s["total"]["bad_lines"] == 1 and "input cut after line 2" in p.stderr
+    # stdin works the same; a missing input is still a usage error
+    expected = json.loads((BAD / "expected.json").read_text())
+    n_good = next(int(n) for n, e in expected["lines"].items() if e["kind"] == "good")
+    line = (BAD / "corpus.jsonl").read_bytes().split(b"\r\n")[n_good - 1].decode()
+    q = run_cmd(["toolkit", "stats", "-"], stdin=line + "\n" + line + "\n")
+    assert q.returncode == 1 and json.loads(q.stdout)["datasets"]["stdin"]["records"] == 1  # a duplicate id
+    assert "stdin line 2 (id " in q.stderr and "duplicate id" in q.stderr
+    assert run_cmd(["toolkit", "stats", str(tmp_path / "missing.jsonl.gz")]).returncode == 2
+
+
+def test_stats_quality_and_rejects_files_never_crash(tmp_path):
+    q = run_cmd(["toolkit", "stats", "--quality", str(BAD / "corpus.jsonl")])
+    assert q.returncode == 1 and "Traceback" not in q.stderr
+    assert json.loads(q.stdout)["total"]["tasks"] == 3
+    rj = tmp_path / "rejects.jsonl"
+    rj.write_bytes(b'{"line": 1, "command": "verify", "field": "id", "error": "bad"}\n'
+                   + b"[" * 1500 + b"]" * 1500 + b"\n\xff\xfe\n" + b'{"a": 1, "a": 2}\n' + b"42\n")
+    good = BAD / "corpus.jsonl"
+    p = run_cmd(["toolkit", "stats", str(good), "--rejects", str(rj)])
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+    s = json.loads(p.stdout)
+    assert s["rejects"]["total"] == 5 and s["rejects"]["unreadable"] == 4
+    assert s["rejects"]["by_reason"]["verify:id"] == 1
+    for n in (2, 3, 4, 5):
+        assert f"rejects.jsonl line {n}: not a reject" in p.stderr
+
+
+def test_stats_gate_still_works_on_a_dataset_with_bad_lines(tmp_path):
+    # the baseline of a run with bad lines compares as before; bad_lines itself can be gated
+    base = tmp_path / "base.json"
+    p = run_cmd(["toolkit", "stats", str(BAD / "corpus.jsonl")])
+    base.write_text(p.stdout)
+    assert json.loads(p.stdout)["metrics"]["bad_lines"] == json.loads(p.stdout)["total"]["bad_lines"] > 0
+    clean = tmp_path / "clean.jsonl"
+    clean.write_bytes(b"".join(x + b"\n" for i, x in enumerate((BAD / "corpus.jsonl").read_bytes().split(b"\r\n"), 1)
+                               if json.loads((BAD / "expected.json").read_text())["lines"].get(str(i), {})
+                               .get("expect") == "accept"))
+    r = run_cmd(["toolkit", "stats", str(clean), "--baseline", str(base), "--max-drop", "records=0",
+                 "--max-drop", "bad_lines=0"])
+    assert r.returncode == 0, r.stderr  # fewer bad lines is no regression
+    r = run_cmd(["toolkit", "stats", str(BAD / "corpus.jsonl"), "--baseline", str(tmp_path / "clean-base.json")])
+    assert r.returncode == 2

@@ -262,6 +262,10 @@ class VerifyOptions(StreamOpts):
     # write attempted, the reference reads done, a text answer with every communicate_info item
     # (tau2's DB + ACTION + COMMUNICATE); False = the bare DIFF, which any do-nothing episode passes
     no_write_basis: bool = True
+    # actions: strict = expected actions done by successful calls AND no unexpected successful write
+    # AND no forbidden write attempt (docs/scoring.md); subset = tau2's rule (every expected action
+    # matches some call; extra calls, harmful ones included, are free)
+    actions_mode: Literal["strict", "subset"] = "strict"
     min_pass_rate: Optional[float] = Field(None, ge=0.0, le=1.0)
     grounding_match: Optional[str] = None      # simia grounding: exact (default) | ...
     grounding_threshold: Optional[float] = None  # simia grounding: default 1.0

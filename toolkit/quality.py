@@ -29,12 +29,15 @@ changes), else as reference actions whose tool name does not look like a read
 from __future__ import annotations
 
 import itertools
+import json
 import re
 import statistics
 from collections import Counter, defaultdict
 from typing import Any
 
-READ_PREFIXES = ("query_", "get_", "list_", "search_", "find_", "check_", "lookup", "read_", "show_")
+from toolkit.scoring.rewards import looks_like_read
+from toolkit.stats import Dataset
+
 LOWER_IS_BETTER = ("leak_rate", "near_duplicate_share")
 
 
@@ -167,7 +170,7 @@ class _Acc:
         if isinstance(cx.get("writes"), int) and "read_dependent" in cx:
             w = cx["writes"]
         else:
-            w = sum(1 for a in acts if not a.get("expect_error") and not str(a.get("name")).startswith(READ_PREFIXES))
+            w = sum(1 for a in acts if not a.get("expect_error") and not looks_like_read(str(a.get("name"))))
         self.writes.append(w)
         self.writes_by_arch[arch].append(w)
         self.writes_by_diff[diff].append(w)
@@ -234,21 +237,21 @@ class _Acc:
 
 
 def compute(inputs: list[str]) -> dict:
-    from toolkit.stats import iter_json_lines
-
+    """Quality of the record files `inputs` (none: stdin), read through the streaming commands'
+    reader (`toolkit.stats.Dataset`): bad lines are rejected on stderr and counted in `bad_lines`."""
     inputs = inputs or ["-"]
     total = _Acc()
     datasets = {}
     bad = 0
     for path in inputs:
         acc = _Acc()
-        for _n, obj in iter_json_lines(path):
-            if not isinstance(obj, dict):
-                bad += 1
-                continue
+        ds = Dataset(path, command="stats --quality")
+        for _n, raw, _rec in ds:
+            obj = json.loads(raw)  # a valid record's line: the dict view the metrics read
             acc.add(obj)
             total.add(obj)
-        datasets["stdin" if path in ("-", "") else path] = acc.result()
+        bad += ds.bad_lines
+        datasets[ds.name] = acc.result()
     tot = total.result()
     out = {"quality": True, "datasets": datasets, "total": tot, "bad_lines": bad}
     out["metrics"] = flat_metrics(tot)

@@ -1,7 +1,11 @@
 """`toolkit stats`: dataset statistics for CI data-regression checks.
 
-Reads record JSONL files (one dataset each; `-` or none: stdin; `.gz` allowed) and optional
-`--rejects` files, and reports per dataset and in total:
+Reads record JSONL files (one dataset each; `-` or none: stdin; `.gz` allowed) through the reader
+every streaming command uses (`toolkit.io.RecordStream.read`: the same validation, the same
+rejects, a cut .gz keeps the records before the cut), and optional `--rejects` files (through
+`toolkit.io.read_json_lines`). A bad line is counted (`bad_lines`, `bad_line_reasons`), named on
+stderr with its file and line number (and written to `--write-rejects FILE`), never a traceback;
+the run then exits 1. Reports per dataset and in total:
 
 - counts: records, trajectories, records per flow;
 - pass rates: per verdict (stage/strategy, e.g. `verify/state_diff`), per flow, and overall
@@ -25,49 +29,47 @@ usage error (exit 2); absent from the current run only counts as a drop to 0.
 
 from __future__ import annotations
 
-import gzip
 import json
 import math
+import os
 import re
-import sys
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-LOWER_IS_BETTER = ("tool_error_rate", "reject_count", "cost", "tokens")
+from toolkit.io import IOOptions, RecordStream, Summary, UsageError, log, read_json_lines
+from toolkit.schema import Record, Trajectory, Verdict
+
+LOWER_IS_BETTER = ("tool_error_rate", "reject_count", "cost", "tokens", "bad_lines")
 
 
 class StatsError(ValueError):
     """A usage problem (unreadable file, bad --max-drop); exit 2."""
 
 
-def _open_text(path: str):
-    if path in ("-", ""):
-        return sys.stdin
-    try:
-        if path.endswith(".gz"):
-            return gzip.open(path, "rt", encoding="utf-8-sig")
-        return open(path, encoding="utf-8-sig")
-    except OSError as e:
-        raise StatsError(f"cannot read {path}: {e.strerror or e}") from None
+class Dataset:
+    """One input file's records through the streaming commands' reader (`RecordStream.read`):
+    iterate for (line number, raw line, Record); bad lines are rejected as every command rejects
+    them (stderr naming the file and line, `rejects_out`), and counted in `summary`."""
 
+    def __init__(self, path: str, rejects_out: str | None = None, command: str = "stats"):
+        self.path = path
+        std = path in ("-", "")
+        self.name = "stdin" if std else path
+        opts = IOOptions(input=None if std else path, rejects=rejects_out, progress=False, heartbeat=0)
+        self._stream = RecordStream(opts, command)
+        self._stream.source = self.name
+        self.summary: Summary = self._stream.summary
 
-def iter_json_lines(path: str) -> Iterator[tuple[int, Any]]:
-    """(line number, parsed object) for every non-blank line; bad JSON lines yield (n, None)."""
-    f = _open_text(path)
-    try:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                yield n, json.loads(line)
-            except json.JSONDecodeError:
-                yield n, None
-    except (OSError, EOFError) as e:
-        raise StatsError(f"{path}: read error: {e}") from None
-    finally:
-        if f is not sys.stdin:
-            f.close()
+    def __iter__(self) -> Iterator[tuple[int, bytes, Record]]:
+        try:
+            yield from self._stream.read()
+        except UsageError as e:  # a file that cannot be read at all (missing, not gzip ...)
+            raise StatsError(str(e)) from None
+
+    @property
+    def bad_lines(self) -> int:
+        return self.summary.rejected
 
 
 def _pct(values: list[float], q: float) -> float | None:
@@ -91,7 +93,7 @@ def _is_error_content(c: Any) -> bool:
         return False
     try:
         obj = json.loads(c)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # tool output is free text: any content is "not an error"
         return False
     return isinstance(obj, dict) and set(obj) == {"error"}
 
@@ -103,6 +105,7 @@ class _Acc:
         self.name = name
         self.records = 0
         self.bad_lines = 0
+        self.bad_reasons: Counter = Counter()  # the reader's reject reasons (field or message shape)
         self.trajectories = 0
         self.flows: Counter = Counter()
         self.verdicts: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # key -> [n, passed]
@@ -118,46 +121,42 @@ class _Acc:
         self.completion_tokens = 0
         self.cost = 0.0
 
-    def add(self, rec: dict) -> None:
+    def add(self, rec: Record) -> None:
+        """One record, validated by the reader (typed fields: nothing here can fail on its content)."""
         self.records += 1
-        flow = str(rec.get("flow") or "none")
+        flow = str(rec.flow or "none")
         self.flows[flow] += 1
-        verdicts = [v for v in rec.get("verdicts") or [] if isinstance(v, dict)]
+        verdicts = rec.verdicts
         for v in verdicts:
-            key = f"{v.get('stage') or '?'}/{v.get('name') or v.get('kind') or '?'}"
+            key = f"{v.stage or '?'}/{v.name or v.kind or '?'}"
             self.verdicts[key][0] += 1
-            self.verdicts[key][1] += bool(v.get("passed"))
-        for p in rec.get("provenance") or []:
-            if isinstance(p, dict):
-                self.prompt_tokens += int(p.get("prompt_tokens") or 0)
-                self.completion_tokens += int(p.get("completion_tokens") or 0)
-                self.cost += float(p.get("cost") or 0.0)
-        for t in rec.get("trajectories") or []:
-            if not isinstance(t, dict):
-                continue
+            self.verdicts[key][1] += bool(v.passed)
+        for p in rec.provenance:
+            self.prompt_tokens += p.prompt_tokens
+            self.completion_tokens += p.completion_tokens
+            self.cost += p.cost
+        for t in rec.trajectories:
             self.trajectories += 1
-            msgs = [m for m in t.get("messages") or [] if isinstance(m, dict)]
-            self.turns.append(sum(1 for m in msgs if m.get("role") == "assistant"))
-            steps = [s for s in t.get("steps") or [] if isinstance(s, dict)]
-            if steps:
-                self.tool_calls += len(steps)
-                self.tool_errors += sum(1 for s in steps if s.get("ok") is False)
+            msgs = t.messages
+            self.turns.append(sum(1 for m in msgs if m.role == "assistant"))
+            if t.steps:
+                self.tool_calls += len(t.steps)
+                self.tool_errors += sum(1 for s in t.steps if s.ok is False)
             else:
-                tool_msgs = [m for m in msgs if m.get("role") == "tool"]
+                tool_msgs = [m for m in msgs if m.role == "tool"]
                 self.tool_calls += len(tool_msgs)
-                self.tool_errors += sum(1 for m in tool_msgs if _is_error_content(m.get("content")))
-            if t.get("termination"):
-                self.terminations[str(t["termination"])] += 1
-            r = t.get("reward")
+                self.tool_errors += sum(1 for m in tool_msgs if _is_error_content(m.content))
+            if t.termination:
+                self.terminations[str(t.termination)] += 1
+            r = t.reward
             if isinstance(r, (int, float)) and not isinstance(r, bool) and math.isfinite(r):
                 self.rewards.append(float(r))
             # trajectory usage is LLM work of the rollout (provenance may hold the same totals:
             # rollout adds its usage there too, so it is counted only when provenance has none)
-            u = t.get("usage") or {}
-            if isinstance(u, dict) and not rec.get("provenance"):
-                self.prompt_tokens += int(u.get("prompt_tokens") or 0)
-                self.completion_tokens += int(u.get("completion_tokens") or 0)
-                self.cost += float(u.get("cost") or 0.0)
+            if not rec.provenance:
+                self.prompt_tokens += t.usage.prompt_tokens
+                self.completion_tokens += t.usage.completion_tokens
+                self.cost += t.usage.cost
             ok = _trajectory_passed(t, verdicts)
             if ok is not None:
                 self.verified += 1
@@ -174,7 +173,9 @@ class _Acc:
             reward["share_1"] = sum(1 for r in self.rewards if r >= 1.0) / len(self.rewards)
             reward["histogram_0_1"] = hist
         return {
-            "records": self.records, "bad_lines": self.bad_lines, "trajectories": self.trajectories,
+            "records": self.records, "bad_lines": self.bad_lines,
+            "bad_line_reasons": dict(sorted(self.bad_reasons.items(), key=lambda kv: (-kv[1], kv[0]))),
+            "trajectories": self.trajectories,
             "flows": dict(sorted(self.flows.items())),
             "pass_rate": (self.passed / self.verified) if self.verified else None,
             "verified_trajectories": self.verified, "passed_trajectories": self.passed,
@@ -193,13 +194,13 @@ class _Acc:
         }
 
 
-def _trajectory_passed(t: dict, verdicts: list[dict]) -> int | None:
-    v = (t.get("scores") or {}).get("verify")
+def _trajectory_passed(t: Trajectory, verdicts: list[Verdict]) -> int | None:
+    v = t.scores.get("verify")
     if isinstance(v, dict) and isinstance(v.get("passed"), bool):
         return int(v["passed"])
-    mine = [x for x in verdicts if x.get("stage") == "verify" and x.get("trajectory_id") == t.get("id")]
+    mine = [x for x in verdicts if x.stage == "verify" and x.trajectory_id == t.id]
     if mine:
-        return int(all(bool(x.get("passed")) for x in mine))
+        return int(all(bool(x.passed) for x in mine))
     return None
 
 
@@ -207,29 +208,37 @@ _NUM = re.compile(r"\d+")
 
 
 def rejects_summary(paths: Iterable[str]) -> dict:
+    """Rejects files (what commands write with --rejects) by reason; a line that is not a reject
+    (not a JSON object, or not JSON at all) is counted as "(unreadable reject line)" and in
+    `unreadable`, and named on stderr with its line number."""
     by_reason: Counter = Counter()
     messages: Counter = Counter()
-    total = 0
-    import os
-
+    total = unreadable = 0
     for p in paths:
         if p not in ("-", "") and not os.path.exists(p):
             continue  # a command writes its --rejects file only when it rejects something
-        for _n, obj in iter_json_lines(p):
+        try:
+            lines = list(read_json_lines(None if p in ("-", "") else p))
+        except UsageError as e:
+            raise StatsError(f"--rejects: {e}") from None
+        for n, obj, err in lines:
             total += 1
             if not isinstance(obj, dict):
                 by_reason["(unreadable reject line)"] += 1
+                unreadable += 1
+                log(f"stats: --rejects {p} line {n}: not a reject: "
+                    + (err or f"a JSON {type(obj).__name__}, not an object"))
                 continue
             by_reason[f"{obj.get('command') or '?'}:{obj.get('field') or '-'}"] += 1
             msg = _NUM.sub("N", str(obj.get("error") or ""))[:120]
             messages[msg] += 1
-    return {"total": total, "by_reason": dict(by_reason.most_common()),
+    return {"total": total, "unreadable": unreadable, "by_reason": dict(by_reason.most_common()),
             "top_messages": [{"message": m, "count": c} for m, c in messages.most_common(10)]}
 
 
 def flat_metrics(ds: dict, rejects: dict | None = None) -> dict[str, float]:
     """The scalar metrics `--max-drop` can name."""
-    out: dict[str, float] = {"records": ds["records"], "trajectories": ds["trajectories"],
+    out: dict[str, float] = {"records": ds["records"], "bad_lines": ds["bad_lines"], "trajectories": ds["trajectories"],
                              "tool_calls": ds["tool_calls"], "tool_error_rate": ds["tool_error_rate"],
                              "tokens": ds["tokens"]["total"], "cost": ds["cost"]}
     if ds["pass_rate"] is not None:
@@ -249,23 +258,29 @@ def flat_metrics(ds: dict, rejects: dict | None = None) -> dict[str, float]:
     return out
 
 
-def compute(inputs: list[str], rejects: list[str] | None = None) -> dict:
+def compute(inputs: list[str], rejects: list[str] | None = None, rejects_out: str | None = None) -> dict:
+    """Statistics of the record files `inputs` (none: stdin) and the rejects files `rejects`;
+    bad lines of the inputs go to `rejects_out` (a rejects file, as every command writes). The
+    result's `bad_lines` (total and per dataset) counts them: the CLI then exits 1."""
     inputs = inputs or ["-"]
     total = _Acc("total")
     datasets = {}
     for path in inputs:
-        acc = _Acc(path)
-        for _n, obj in iter_json_lines(path):
-            if not isinstance(obj, dict):
-                acc.bad_lines += 1
-                total.bad_lines += 1
-                continue
-            acc.add(obj)
-            total.add(obj)
-        datasets["stdin" if path in ("-", "") else path] = acc.result()
+        ds = Dataset(path, rejects_out)
+        acc = _Acc(ds.name)
+        for _n, _raw, rec in ds:
+            acc.add(rec)
+            total.add(rec)
+        acc.bad_lines = ds.bad_lines
+        acc.bad_reasons.update(ds.summary.reject_reasons)
+        total.bad_lines += acc.bad_lines
+        total.bad_reasons.update(ds.summary.reject_reasons)
+        if acc.bad_lines:
+            log(f"stats: {ds.name}: {acc.records} records read, {acc.bad_lines} bad line(s) rejected")
+        datasets[ds.name] = acc.result()
     tot = total.result()
     rj = rejects_summary(rejects) if rejects else None
-    out = {"datasets": datasets, "total": tot}
+    out = {"datasets": datasets, "total": tot, "bad_lines": tot["bad_lines"] + (rj["unreadable"] if rj else 0)}
     if rj is not None:
         out["rejects"] = rj
     out["metrics"] = flat_metrics(tot, rj)
@@ -320,7 +335,8 @@ def _fmt(v: Any) -> str:
 def markdown(stats: dict) -> str:
     names = list(stats["datasets"]) + (["total"] if len(stats["datasets"]) > 1 else [])
     cols = [(n, stats["datasets"].get(n) or stats["total"]) for n in names]
-    rows = [("records", lambda d: d["records"]), ("trajectories", lambda d: d["trajectories"]),
+    rows = [("records", lambda d: d["records"]), ("bad lines", lambda d: d["bad_lines"]),
+            ("trajectories", lambda d: d["trajectories"]),
             ("pass rate", lambda d: d["pass_rate"]), ("reward mean", lambda d: d["reward"].get("mean")),
             ("reward = 1", lambda d: d["reward"].get("share_1")), ("turns mean", lambda d: d["turns"].get("mean")),
             ("tool calls", lambda d: d["tool_calls"]), ("tool error rate", lambda d: d["tool_error_rate"]),

@@ -287,16 +287,19 @@ def test_actions_strategy_compare_args_and_user_side_calls():
 def test_f1_strategy_sub_questions():
     # 3 sub-questions; the agent makes 4 tool calls and solves 2:
     #   q1 (weather, answer 21) found in a weather result; q2 (Paris) found in the final answer after a
-    #   geo call; q3 (answer 99) never appears → n̂ = 2, c = 4 → r = 2/3, p = 1/2, F1 = 4/7
+    #   geo call with the reference call's arguments; q3 (answer 99) never appears
+    #   → n̂ = 2, c = 4 → r = 2/3, p = 1/2, F1 = 4/7
     gt = {"sub_questions": [{"q": "temperature?", "a": 21, "tool": "weather"},
                             {"q": "city?", "a": "Paris", "tool": "geo", "d": [0]},
-                            {"q": "population?", "a": 99, "tool": "census"}]}
+                            {"q": "population?", "a": 99, "tool": "census"}],
+          "actions": [{"name": "geo", "arguments": {"lat": 48.8, "lon": 2.3}}]}
     msgs = [{"role": "user", "content": "trip?"}]
-    results = {"weather": '{"temp": 21}', "geo": '{"lat": 48.8}', "census": '{"error": {"code": "TIMEOUT"}}',
+    results = {"weather": '{"temp": 21}', "geo": '{"country": "FR"}', "census": '{"error": {"code": "TIMEOUT"}}',
                "noise": '{"x": 1}'}
+    args = {"geo": '{"lat": 48.8, "lon": 2.3}'}
     for i, name in enumerate(["weather", "geo", "census", "noise"]):
         msgs.append({"role": "assistant", "content": None, "tool_calls": [
-            {"id": f"c{i}", "type": "function", "function": {"name": name, "arguments": "{}"}}]})
+            {"id": f"c{i}", "type": "function", "function": {"name": name, "arguments": args.get(name, "{}")}}]})
         msgs.append({"role": "tool", "tool_call_id": f"c{i}", "content": results[name]})
     msgs.append({"role": "assistant", "content": "It is 21 degrees in Paris."})
     rec = Record.model_validate({"id": "f1-1", "task": {"ground_truth": gt},
@@ -306,6 +309,7 @@ def test_f1_strategy_sub_questions():
     assert sc["n"] == 3 and sc["n_hat"] == 2 and sc["c"] == 4 and sc["solved"] == [True, True, False]
     assert sc["recall"] == pytest.approx(2 / 3) and sc["precision"] == pytest.approx(0.5)
     assert t.reward == pytest.approx(4 / 7)
+    assert sc["grounded_by"] == ["result", "arguments", None]
 
 
 def test_f1_strategy_must_have_functions():
@@ -532,9 +536,11 @@ def _ids(stdout: str) -> list[str]:
 def test_cli_multi_strategy_require_filter(mini_env):
     from toolkit.cli import verify
 
+    # tau2's subset rule (`--actions-mode subset`): these trajectories carry made-up "ok" results, so the
+    # strict default would also count update_account(-5) and update_note as unexpected writes
     data = jsonl(_records(mini_env))
     runner = CliRunner()
-    res = runner.invoke(verify, ["--strategy", "state_diff", "--strategy", "actions"], input=data)
+    res = runner.invoke(verify, ["--strategy", "state_diff", "--strategy", "actions", "--actions-mode", "subset"], input=data)
     assert res.exit_code == 0, res.output
     out = [json.loads(line) for line in res.stdout.splitlines()]
     assert [len(r["verdicts"]) for r in out] == [2, 2, 2]
@@ -542,16 +548,16 @@ def test_cli_multi_strategy_require_filter(mini_env):
     assert [r["trajectories"][0]["reward"] for r in out] == [1.0, 0.0, 1.0]
     assert [r["trajectories"][0]["scores"]["actions"]["n_matched"] for r in out] == [2, 2, 1]
     # all required (default): only multi-1 passes both
-    res = runner.invoke(verify, ["--strategy", "state_diff", "--strategy", "actions", "--filter", "passed"], input=data)
+    res = runner.invoke(verify, ["--strategy", "state_diff", "--strategy", "actions", "--actions-mode", "subset", "--filter", "passed"], input=data)
     assert _ids(res.stdout) == ["multi-1"]
-    res = runner.invoke(verify, ["--strategy", "state_diff", "--strategy", "actions", "--filter", "failed"], input=data)
+    res = runner.invoke(verify, ["--strategy", "state_diff", "--strategy", "actions", "--actions-mode", "subset", "--filter", "failed"], input=data)
     assert _ids(res.stdout) == ["multi-2", "multi-3"]
     # --require state_diff: multi-3 passes too; reward comes from state_diff
-    res = runner.invoke(verify, ["--strategy", "state_diff", "--strategy", "actions", "--require", "state_diff",
+    res = runner.invoke(verify, ["--strategy", "state_diff", "--strategy", "actions", "--actions-mode", "subset", "--require", "state_diff",
                                  "--filter", "passed"], input=data)
     assert _ids(res.stdout) == ["multi-1", "multi-3"]
     # --require actions: multi-2 passes; reward comes from actions
-    res = runner.invoke(verify, ["--strategy", "state_diff", "--strategy", "actions", "--require", "actions",
+    res = runner.invoke(verify, ["--strategy", "state_diff", "--strategy", "actions", "--actions-mode", "subset", "--require", "actions",
                                  "--filter", "passed"], input=data)
     assert _ids(res.stdout) == ["multi-1", "multi-2"]
     assert [json.loads(line)["trajectories"][0]["reward"] for line in res.stdout.splitlines()] == [1.0, 1.0]
@@ -578,8 +584,8 @@ def test_cli_usage_errors_and_rejects(mini_env, tmp_path):
 
 def test_subprocess_pipeline(mini_env):
     data = jsonl(_records(mini_env))
-    pipe = ("verify --strategy state_diff --strategy actions --require state_diff "
-            "| verify --strategy actions --filter failed")
+    pipe = ("verify --strategy state_diff --strategy actions --actions-mode subset --require state_diff "
+            "| verify --strategy actions --actions-mode subset --filter failed")
     res = run_cmd(["bash", "-c", pipe], stdin=data)
     assert res.returncode == 0, res.stderr
     out = [json.loads(line) for line in res.stdout.splitlines()]

@@ -65,7 +65,7 @@ def simulate_env(opts: Any) -> int:
 Reads : records with trajectories (and task ground truth / verifier)
 Writes: the records with trajectory.reward, trajectory.scores, steps[].reward and one verdict per
         strategy and trajectory
-Strategies: state_diff (LOGIGEN DIFF, R, proximity, dense r_t), actions (tau2-style), f1 (ASTRA),
+Strategies: state_diff (LOGIGEN DIFF, R, proximity, dense r_t), actions (tau2's actions, strict), f1 (ASTRA),
             code (sandboxed evaluate_submission), judge (LLM rubric), tau2 (tau2's evaluator)
 
 \b
@@ -87,6 +87,9 @@ Example:
 @click.option("--lambda-err", type=float, show_default=True,
               help="Dense-reward penalty per policy-violating tool call (LOGIGEN lambda_err).")
 @click.option("--sandbox", type=click.Choice(["auto", "process", "docker"]), show_default=True)
+@click.option("--actions-mode", "actions_mode", type=click.Choice(["strict", "subset"]), default=None,
+              help="actions strategy: strict (default: expected actions done, no unexpected or forbidden write) "
+                   "or subset (tau2's rule: extra calls are free).")
 @click.option("--min-pass-rate", type=click.FloatRange(0.0, 1.0), default=None,
               help="Exit 1 when the share of verified trajectories that pass is below this (CI gate).")
 @stage_command

@@ -32,7 +32,10 @@ toolkit_group.add_command(env_group, "env")
 Per input file (a dataset; none or '-': stdin) and in total: counts, pass rates per verdict /
 strategy / flow, reward distribution, turns, tool calls and errors, terminations, tokens and cost,
 rejects by reason (--rejects). --baseline FILE --max-drop METRIC=X exits 1 when METRIC dropped by
-more than X against an earlier stats JSON (rose, for tool_error_rate / reject_count / cost / tokens).
+more than X against an earlier stats JSON (rose, for tool_error_rate / reject_count / cost / tokens /
+bad_lines). Inputs are read like every command reads them (.gz too): a bad line is named on stderr
+with its file and line number (and written to --write-rejects FILE), counted in bad_lines, and the
+run exits 1; a truncated .gz keeps the records before the cut.
 
 \b
 Example:
@@ -43,6 +46,8 @@ Example:
 """)
 @click.argument("inputs", nargs=-1)
 @click.option("--rejects", "rejects", multiple=True, metavar="FILE", help="Rejects file(s) to summarize.")
+@click.option("--write-rejects", "write_rejects", metavar="FILE",
+              help="Append the inputs' bad lines here (the rejects format every command writes).")
 @click.option("--markdown", "markdown_path", metavar="FILE", help="Write the markdown table here instead of stderr.")
 @click.option("--chart", metavar="PNG", help="Also write a PNG (needs matplotlib, dev extra).")
 @click.option("--baseline", metavar="FILE", help="Stats JSON of an earlier run to compare with.")
@@ -53,7 +58,7 @@ Example:
                    "writes/actions/turns per task, rule and tool coverage, action-signature ratio, n-gram "
                    "diversity of the user text, leak rate, yield per stage (toolkit/quality.py).")
 def stats_cmd(inputs: tuple, rejects: tuple, markdown_path: str | None, chart: str | None,
-              baseline: str | None, max_drop: tuple, quality: bool = False) -> None:
+              baseline: str | None, max_drop: tuple, quality: bool = False, write_rejects: str | None = None) -> None:
     from toolkit import stats as S
 
     if quality:
@@ -61,14 +66,14 @@ def stats_cmd(inputs: tuple, rejects: tuple, markdown_path: str | None, chart: s
 
         return _report(lambda: Q.compute(list(inputs)), Q, markdown_path, chart, baseline, max_drop,
                        Q.LOWER_IS_BETTER, extra="plot")
-    return _report(lambda: S.compute(list(inputs), list(rejects)), S, markdown_path, chart, baseline, max_drop,
-                   None, extra="dev")
+    return _report(lambda: S.compute(list(inputs), list(rejects), write_rejects), S, markdown_path, chart, baseline,
+                   max_drop, None, extra="dev")
 
 
 def _report(compute, mod, markdown_path: str | None, chart: str | None, baseline: str | None, max_drop: tuple,
             lower_is_better, extra: str) -> None:
     """stats / stats --quality: compute, compare with --baseline (--max-drop), JSON on stdout,
-    markdown on stderr (or --markdown), optional PNG; exit 1 on a regression."""
+    markdown on stderr (or --markdown), optional PNG; exit 1 on a regression or a bad input line."""
     from toolkit import stats as S
 
     try:
@@ -100,7 +105,10 @@ def _report(compute, mod, markdown_path: str | None, chart: str | None, baseline
         log(f"stats: --chart skipped: matplotlib is not installed (pip install -e '.[{extra}]')")
     for b in bad:
         log(f"stats: regression: {b}")
-    sys.exit(1 if bad else 0)
+    n_bad = int(result.get("bad_lines") or 0)
+    if n_bad:
+        log(f"stats: {n_bad} bad input line(s) (named above): exit 1")
+    sys.exit(1 if bad or n_bad else 0)
 
 
 @toolkit_group.group("schema", help="The record JSON Schema.")

@@ -14,6 +14,7 @@ Contract
                      {code, message, violated_rule, hint}; never raises for tool-level failures.
 - `acall(...)`       async variant; defaults to running `call` (backends that need an LLM override it).
 - `snapshot()`       canonical JSON-able state: {table: [row dicts]}.
+- `write_tools()`    names of the tools that may write, or None when the backend does not know.
 - `state_hash()`     sha256 of the canonical form of snapshot() (see "Canonical state" below);
                      equal hashes <=> DIFF 0 under the env's `state_keys()`.
 """
@@ -87,6 +88,12 @@ class Environment:
 
     def snapshot(self) -> dict:
         raise NotImplementedError
+
+    def write_tools(self) -> set[str] | None:
+        """Names of the tools (either side) that may change the state, when the backend knows
+        (sqlite: its insert_/update_ tools; tau2: the WRITE tools); None when it does not say
+        (the actions scorer then goes by the tool name, docs/scoring.md)."""
+        return None
 
     def state_keys(self) -> StateKeys:
         """Technical columns and references of this environment's tables (see StateKeys)."""

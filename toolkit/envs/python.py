@@ -46,11 +46,10 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.envs.base import Environment, ToolResult, register_backend
-from toolkit.sandbox import SandboxLimits, SandboxResult, check_limits, clamp_limits, run_function
+from toolkit.sandbox import SandboxLimits, SandboxResult, limits_for_data, run_function
 
 __all__ = ["PythonEnvironment", "PythonEnvError", "validate_arguments"]
 
-_LOGGED: set[str] = set()
 _DISPATCH_FUNC = "__toolkit_dispatch__"
 _DISPATCH_SRC = '''
 
@@ -254,20 +253,7 @@ class PythonEnvironment(Environment):
         # `sandbox_limits`, TOOLKIT_SANDBOX_LIMITS); a mapping is data (a record's env.config) and
         # may only narrow them: wider or invalid values are clamped, noted in self.limit_notes and
         # in the record's provenance (sandbox_clamped). A SandboxLimits object is operator code's.
-        self.limit_notes: list[str] = []
-        if isinstance(limits, SandboxLimits):
-            self.limits = check_limits(limits)
-        else:
-            self.limits, self.limit_notes = clamp_limits(limits)
-            if self.limit_notes:
-                from toolkit.io import log, note_for_provenance
-
-                for n in self.limit_notes:
-                    note_for_provenance("sandbox_clamped", n)
-                msg = "; ".join(self.limit_notes)
-                if msg not in _LOGGED:  # once per distinct message (each record's provenance has it)
-                    _LOGGED.add(msg)
-                    log(f"python env: sandbox limits asked for by the data were not granted: {msg}")
+        self.limits, self.limit_notes = limits_for_data(limits, "python")
         self.sandbox = sandbox or "auto"
         self._lock = threading.Lock()
         self._program = self._source + _DISPATCH_SRC

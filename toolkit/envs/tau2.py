@@ -505,6 +505,14 @@ class Tau2Environment(Environment):
     def policy(self) -> str:
         return self.env.get_policy()
 
+    def write_tools(self) -> set[str]:
+        """The tools τ² declares `ToolType.WRITE` (agent and user side)."""
+        out: set[str] = set()
+        for kit in (self.env.tools, self.env.user_tools):
+            if kit is not None:
+                out |= {n for n in kit.tools if kit.tool_type(n) == "write"}  # ToolType is a str enum
+        return out
+
     def reset(self, state: dict | None = None) -> None:
         self.env = new_tau2_environment(self.domain, solo_mode=self.solo_mode)
         if state is None:

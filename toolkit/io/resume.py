@@ -1,5 +1,6 @@
 """--resume: the ids already in --output (a bounded-memory IdSet) and trimming the torn tail a
-killed run leaves (plain or .gz)."""
+killed run leaves (plain or .gz; the temp file of a .gz rewrite that was itself killed is removed
+by the next resume)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import gzip
 import hashlib
 import json
 import os
+import re
 import sqlite3
 import tempfile
 from typing import Iterator
@@ -16,8 +18,48 @@ from toolkit.io.base import UsageError, log
 from toolkit.io.lines import InputCut, _is_std, open_lines
 
 
+def _tmp_name(path: str, pid: int) -> str:
+    return f"{path}.resume-{pid}.tmp"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return pid > 0  # another user's process (or a pid this host cannot have: not ours to judge)
+    return True
+
+
+def remove_stale_tmp(path: str) -> list[str]:
+    """Remove the `<path>.resume-<pid>.tmp` files left by a resume that was killed while it
+    rewrote a torn .gz (its pid is gone); a live pid's file is another resume's, left alone.
+    Returns the removed paths."""
+    d, base = os.path.split(os.path.abspath(path))
+    rx = re.compile(re.escape(base) + r"\.resume-(\d+)\.tmp")
+    removed = []
+    try:
+        names = os.listdir(d)
+    except OSError:
+        return removed
+    for name in names:
+        m = rx.fullmatch(name)
+        if m is None or _pid_alive(int(m.group(1))):
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(d, name))
+            removed.append(os.path.join(d, name))
+    if removed:
+        log(f"resume: removed {len(removed)} temp file(s) of an earlier resume that was killed while "
+            f"rewriting {path}: {', '.join(os.path.basename(r) for r in removed)}")
+    return removed
+
+
 def _trim_torn_tail(path: str) -> None:
-    """A SIGKILL mid-write can leave a last line without newline: drop it (it will be redone)."""
+    """A SIGKILL mid-write can leave a last line without newline: drop it (it will be redone).
+    First, the temp files of an earlier resume killed during a .gz rewrite go (`remove_stale_tmp`)."""
+    remove_stale_tmp(path)
     if not os.path.exists(path):
         return
     if path.endswith(".gz"):
@@ -105,7 +147,7 @@ def _trim_torn_gz(path: str) -> None:
     clean, keep = _gz_whole_lines(path)
     if clean:
         return
-    tmp = f"{path}.resume-{os.getpid()}.tmp"
+    tmp = _tmp_name(path, os.getpid())
     try:
         with open(tmp, "wb") as raw_out:
             with gzip.GzipFile(fileobj=raw_out, mode="wb", mtime=0) as dst:

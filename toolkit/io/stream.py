@@ -22,7 +22,7 @@ from toolkit.io.options import IOOptions, shard_of
 from toolkit.io.provenance import begin_record_notes, record_notes_scope
 from toolkit.io.resume import IdSet, _trim_torn_tail, existing_ids
 from toolkit.io.strict import (_dump_escaped, _json_error, _json_kind, _maybe_unsafe, _text, _too_deep, find_bad,
-                               strict_loads)
+                               has_duplicate_keys, strict_loads)
 from toolkit.io.summary import _ACTIVE, Progress, Summary, _reason_key, _write_stage_log
 from toolkit.schema import Record
 
@@ -114,6 +114,7 @@ class RecordStream:
         _ACTIVE.append(self.summary)
         self._rejects_f = None
         self._done: IdSet | None = None  # ids already in --output (--resume)
+        self.source: str | None = None  # names the input in reject messages (a reader of several files)
         self._progress = Progress(opts.progress, command, getattr(opts, "heartbeat", None))
 
     # -- rejects -------------------------------------------------------------------------------
@@ -123,6 +124,9 @@ class RecordStream:
         key = _reason_key(error, field)
         self.summary.reject_reasons[key] = self.summary.reject_reasons.get(key, 0) + 1
         where = f"line {lineno}" + (f" (id {rid})" if rid else "")
+        if self.source is not None:
+            where = f"{self.source} {where}"
+            extra = {"source": self.source, **extra}
         log(f"{self.command}: rejected {where}: {error}")
         if self.opts.rejects:
             if self._rejects_f is None:  # lone surrogates (from \\udXXX escapes) are written escaped
@@ -187,6 +191,20 @@ class RecordStream:
             seen.close()
             done.close()
 
+    def read(self) -> Iterator[tuple[int, bytes, Record]]:
+        """(line number, raw line, record) for every valid record of the input, every bad line
+        rejected exactly as `run` rejects it (stderr, --rejects, `summary.rejected` and its
+        reasons; a cut .gz keeps the lines before the cut): the reader of commands that write no
+        records (`toolkit stats`). The summary is not logged; the rejects file is closed at the end."""
+        try:
+            yield from self._parsed()
+        finally:
+            if self._rejects_f is not None:
+                self._rejects_f.close()
+                self._rejects_f = None
+            if _ACTIVE and _ACTIVE[-1] is self.summary:
+                _ACTIVE.pop()
+
     def _decode(self, lineno: int, raw: bytes) -> Record | None:
         """One line → a Record, or None after rejecting it. Never raises: whatever a line holds
         (deep nesting, huge integers, NaN, bad UTF-8, lone surrogates ...) ends as a reject with
@@ -197,14 +215,14 @@ class RecordStream:
             except ValidationError as e:
                 self._explain(lineno, raw, e)
                 return None
-            if _maybe_unsafe(raw):
+            if _maybe_unsafe(raw) or has_duplicate_keys(raw):
                 try:
                     bad = find_bad(strict_loads(raw))
                 except (ValueError, RecursionError) as je:
                     self.reject(lineno, raw, _json_error(je), rec.id)
                     return None
-                if bad is not None:
-                    self.reject(lineno, raw, f"field {bad[0]}: {bad[1]}", rec.id, bad[0])
+                if bad is not None:  # (the id of a line naming "id" twice is not known)
+                    self.reject(lineno, raw, f"field {bad[0]}: {bad[1]}", None if bad[0] == "id" else rec.id, bad[0])
                     return None
             return rec
         except Exception as e:  # noqa: BLE001 - no line may end the run

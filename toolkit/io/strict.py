@@ -1,6 +1,7 @@
 """The input check behind the fast path: which lines may hold what pydantic-core lets through
-(NaN/Infinity, numbers overflowing to inf), the strict re-parse that names the field, and the
-texts a bad line is rejected with."""
+(NaN/Infinity, numbers overflowing to inf, a key named twice in one object), the strict re-parse
+that names the field, the texts a bad line is rejected with, and `read_json_lines` (JSON lines
+that are not records: rejects files)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ import json
 import math
 import re
 import sys
-from typing import Any
+from typing import Any, Iterator
 
-from toolkit.io.lines import dump_line
+import jiter
+
+from toolkit.io.lines import InputCut, OversizedLine, check_input, dump_line, open_lines
 from toolkit.schema import Record
 
 # ----------------------------------------------------------------------------------------------
@@ -58,19 +61,55 @@ def _strict_constant(c: str) -> Any:
     return _Bad(f"{c} is not a JSON number (NaN/Infinity are refused; the record schema wants finite numbers)")
 
 
+def _strict_object(pairs: list[tuple[str, Any]]) -> dict:
+    d = dict(pairs)
+    if len(d) != len(pairs):  # a key named twice: its value is marked (the first repeated key)
+        seen: set[str] = set()
+        for k, _ in pairs:
+            if k in seen:
+                d[k] = _Bad(f"duplicate key {_short_key(k)} in one JSON object (readers disagree on which "
+                            "value wins: pydantic and json keep the last, others the first)")
+                break
+            seen.add(k)
+    return d
+
+
+def _short_key(k: str) -> str:
+    return repr(k) if len(k) <= 60 else repr(k[:60]) + "..."
+
+
 def strict_loads(raw: bytes | str) -> Any:
-    """json.loads that marks NaN/Infinity, numbers overflowing to inf and over-long integers as `_Bad` (see `find_bad`).
+    """json.loads that marks NaN/Infinity, numbers overflowing to inf, over-long integers and a key
+    repeated in one object as `_Bad` (see `find_bad`).
     Raises ValueError (not JSON, bad UTF-8) or RecursionError (nesting too deep)."""
-    return json.loads(raw, parse_constant=_strict_constant, parse_int=_strict_int, parse_float=_strict_float)
+    return json.loads(raw, parse_constant=_strict_constant, parse_int=_strict_int, parse_float=_strict_float,
+                      object_pairs_hook=_strict_object)
 
 
-def find_bad(obj: Any) -> tuple[str, str] | None:
-    """(field path, reason) of the first `_Bad` in a `strict_loads` result (iterative: no recursion)."""
+def has_duplicate_keys(raw: bytes) -> bool:
+    """Does some object of this (valid JSON) line name a key twice? jiter (pydantic's own parser,
+    in Rust) parses the line once with `catch_duplicate_keys`: the fast path's only extra pass."""
+    try:
+        jiter.from_json(raw, catch_duplicate_keys=True, cache_mode="none")
+    except ValueError as e:
+        return "duplicate key" in str(e)
+    return False
+
+
+def find_bad(obj: Any, surrogates: bool = True) -> tuple[str, str] | None:
+    """(field path, reason) of the first `_Bad` in a `strict_loads` result, or (with `surrogates`)
+    of the first lone surrogate (iterative: no recursion)."""
     stack: list[tuple[tuple, Any]] = [((), obj)]
     while stack:
         path, x = stack.pop()
         if isinstance(x, _Bad):
             return ".".join(str(p) for p in path) or "(record)", x.why
+        if not surrogates:
+            if isinstance(x, dict):
+                stack.extend(((*path, k), v) for k, v in reversed(list(x.items())))
+            elif isinstance(x, list):
+                stack.extend(((*path, i), v) for i, v in reversed(list(enumerate(x))))
+            continue
         if isinstance(x, str):
             m = _SURROGATE.search(x)
             if m:
@@ -148,6 +187,42 @@ def _dump_escaped(record: Record) -> str:
 def _json_kind(obj: Any) -> str:
     return {list: "array", str: "string", bool: "boolean", type(None): "null"}.get(
         type(obj), "number" if isinstance(obj, (int, float, _Bad)) else type(obj).__name__)
+
+
+def read_json_lines(path: str | None, max_line_bytes: int | None = None) -> Iterator[tuple[int, Any, str | None]]:
+    """(line number, value, None) for each JSON line of a file that is not a record stream (a
+    rejects file), (line number, None, reason) for a bad one: the record reader's line reader
+    (stdin or a file, .gz, the BOM, the line cap; a cut .gz ends with one bad "line" after the
+    last whole one) and strict parse (no exception escapes for any content; blank lines are
+    skipped; a lone surrogate escape, which rejects files hold for the lines they quote, is JSON
+    and is kept). UsageError when the file cannot be read at all."""
+    check_input(path)
+    lineno = 0
+    lines = open_lines(path, max_line_bytes)
+    while True:
+        try:
+            raw = next(lines)
+        except StopIteration:
+            return
+        except InputCut as cut:
+            yield lineno + 1, None, f"input cut after line {lineno}: truncated or corrupt ({cut})"
+            return
+        lineno += 1
+        if isinstance(raw, OversizedLine):
+            yield lineno, None, f"line too long: {raw.length} bytes"
+            continue
+        if not raw.strip():
+            continue
+        try:
+            obj = strict_loads(raw)
+            bad = find_bad(obj, surrogates=False)
+        except (ValueError, RecursionError) as e:
+            yield lineno, None, _json_error(e)
+            continue
+        if bad is not None:
+            yield lineno, None, f"field {bad[0]}: {bad[1]}"
+            continue
+        yield lineno, obj, None
 
 
 def _text(raw: bytes | str) -> str:

@@ -8,6 +8,7 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from toolkit.io import log, note_for_provenance
 from toolkit.sandbox.result import SandboxError
 
 
@@ -19,6 +20,10 @@ class SandboxLimits:
     file_size_mb: int = 16
     max_processes: int = 32
     network: bool = False
+    # the largest database a sqlite environment may hold (PRAGMA max_page_count on its in-memory
+    # database: a domain's seed and every write at call time); its SQL at call time gets
+    # wall_seconds per tool call (toolkit.envs.sqlite.guard.SqlBudget)
+    db_size_mb: int = 256
 
 
 # ----------------------------------------------------------------------------------------------
@@ -27,8 +32,8 @@ class SandboxLimits:
 # the largest value any limit may take (a day, 1 TiB, 4096 processes): larger values are refused
 # here rather than overflowing a timeout or an rlimit in the worker
 LIMIT_MAX = {"cpu_seconds": 86400.0, "wall_seconds": 86400.0, "memory_mb": 1 << 20,
-             "file_size_mb": 1 << 20, "max_processes": 4096}
-_INT_LIMITS = ("memory_mb", "file_size_mb", "max_processes")
+             "file_size_mb": 1 << 20, "max_processes": 4096, "db_size_mb": 1 << 20}
+_INT_LIMITS = ("memory_mb", "file_size_mb", "max_processes", "db_size_mb")
 _OPERATOR_LIMITS: SandboxLimits | None = None  # set_operator_limits(); else $TOOLKIT_SANDBOX_LIMITS
 
 
@@ -141,6 +146,26 @@ def clamp_limits(requested: Any, operator: SandboxLimits | None = None) -> tuple
         else:
             notes.append(f"{_short_repr(k)}: not a sandbox limit; ignored")
     return out, notes
+
+
+_LOGGED: set[str] = set()  # clamp messages already logged (once per distinct message)
+
+
+def limits_for_data(requested: Any, backend: str) -> tuple[SandboxLimits, list[str]]:
+    """`clamp_limits` for the limits a record's env config asks for (`env.config.limits`): each
+    value not granted as asked goes to the record's provenance (`sandbox_clamped`) and, once per
+    distinct message, to stderr naming the backend. A `SandboxLimits` object is operator code's:
+    checked, not clamped."""
+    if isinstance(requested, SandboxLimits):
+        return check_limits(requested), []
+    limits, notes = clamp_limits(requested)
+    for n in notes:
+        note_for_provenance("sandbox_clamped", n)
+    msg = "; ".join(notes)
+    if msg and msg not in _LOGGED:
+        _LOGGED.add(msg)
+        log(f"{backend} env: sandbox limits asked for by the data were not granted: {msg}")
+    return limits, notes
 
 
 def _short_repr(v: Any, n: int = 40) -> str:

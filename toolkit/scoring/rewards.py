@@ -36,7 +36,25 @@ each expected action must match at least one tool call of the trajectory (agent 
 any order, extra calls ignored): same name; if `compare_args` is None the compared keys are the
 *predicted call's* argument keys (tau2's rule: the call's arguments must equal the expected ones on
 those keys, so a call that omits an expected argument still matches); else only `compare_args`.
-An empty key set matches. reward = 1 if every expected action matched else 0.
+An empty key set matches. reward = 1 if every expected action matched else 0. This is
+`match_actions` (verify's `actions_mode: subset`): a subset test, so extra calls are free, harmful
+ones included.
+
+Strict actions (`strict_actions`, verify's default `actions_mode: strict`; docs/scoring.md):
+reward 1 iff
+- every expected action is matched by a call that *succeeded* (one with `expect_error` by a call
+  that failed with that code), arguments compared exactly (`action_matches_exact`: `compare_args`
+  when given, else the union of both key sets, so an empty call matches nothing);
+- no agent call wrote where the reference does not: every successful agent write is matched by an
+  expected write of its own (one each: a repeated write is unexpected);
+- no agent write was attempted that the task forbids: on a task whose reference writes nothing
+  (a refusal or a read-only request) any write attempt, whatever its result; elsewhere a write the
+  environment refused as a POLICY_VIOLATION (unless the reference expects that refusal).
+Which tools write comes from the environment when it says (sqlite: the tool kinds; tau2: its
+ToolType), else from the name: a tool is a read only when its name starts with a read verb
+(`READ_PREFIXES`: query_, get_, list_, search_, find_, check_, lookup, read_, show_), every other
+name counts as a write (the conservative side). User-side calls (dual control) are not the
+agent's and are not checked for writes.
 
 ASTRA (§3.2.2 "Reward Design", eq. 30-31):
     r = n̂ / n,  p = n̂ / (c + ε),  F1 = 2pr / (p + r)   (F1 = 0 when p + r = 0)
@@ -55,7 +73,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from itertools import compress
 from operator import itemgetter, ne
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from toolkit.scoring.state import (
     DEFAULT_EXCLUDE_KEYS,
@@ -69,6 +87,9 @@ from toolkit.scoring.state import (
 from toolkit.scoring.state import diff as base_diff
 
 DEFAULT_EPSILON = 1e-9
+POLICY_VIOLATION = "POLICY_VIOLATION"
+# names of tools that only read, when the environment does not say which tools write
+READ_PREFIXES = ("query_", "get_", "list_", "search_", "find_", "check_", "lookup", "read_", "show_")
 
 # ----------------------------------------------------------------------------------------------
 # canonical row keys
@@ -584,11 +605,45 @@ def action_matches(name: str, arguments: dict, compare_args: Sequence[str] | Non
     return tool_args == action_args
 
 
+_ABSENT = object()
+
+
+def action_matches_exact(name: str, arguments: dict, compare_args: Sequence[str] | None,
+                         call_name: str, call_args: dict | None) -> bool:
+    """A call that does what the action does: same name and equal values on `compare_args` when
+    given, else on every key of either side (an argument only one side names is a difference).
+    Stricter than tau2's rule (`action_matches`), where a call that names no argument matches any
+    action of that name."""
+    if name != call_name or not isinstance(call_args, dict):
+        return False
+    keys = set(compare_args) if compare_args is not None else set(arguments) | set(call_args)
+    return all(arguments.get(k, _ABSENT) == call_args.get(k, _ABSENT) for k in keys)
+
+
+def looks_like_read(name: str) -> bool:
+    """A tool whose name starts with a read verb (`READ_PREFIXES`): the guess for environments that
+    do not say which of their tools write (anything else is taken as a write)."""
+    return str(name).startswith(READ_PREFIXES)
+
+
 @dataclass
 class ActionsResult:
     reward: float
     matched: list[bool]
     matched_by: list[int | None] = field(default_factory=list)  # index of the first matching call
+    unexpected_writes: list[dict] = field(default_factory=list)  # strict: {index, name, arguments}
+    forbidden_attempts: list[dict] = field(default_factory=list)  # strict: {index, name, error_code, why}
+
+
+@dataclass(frozen=True)
+class CallOutcome:
+    """One executed tool call as the strict actions check sees it."""
+
+    name: str
+    args: dict | None
+    ok: bool
+    error_code: str | None = None
+    side: str = "agent"
 
 
 def match_actions(expected: Sequence[dict], calls: Sequence[tuple[str, dict]]) -> ActionsResult:
@@ -605,6 +660,54 @@ def match_actions(expected: Sequence[dict], calls: Sequence[tuple[str, dict]]) -
         by.append(hit)
     reward = 1.0 if all(matched) else 0.0
     return ActionsResult(reward=reward, matched=matched, matched_by=by)
+
+
+def strict_actions(expected: Sequence[dict], calls: Sequence[CallOutcome],
+                   is_write: Callable[[str], bool]) -> ActionsResult:
+    """The strict actions reward (module docstring, "Strict actions"): expected actions matched by
+    successful calls (exact arguments), no unexpected successful agent write, no forbidden write
+    attempt. `expected`: {"name", "arguments", "compare_args", "expect_error", "side"} dicts;
+    `is_write(name)`: whether a tool writes."""
+    def fits(act: dict, c: CallOutcome) -> bool:
+        if not action_matches_exact(act["name"], act.get("arguments") or {}, act.get("compare_args"), c.name, c.args):
+            return False
+        want = act.get("expect_error")
+        return (not c.ok and c.error_code == want) if want else c.ok
+
+    matched: list[bool] = []
+    by: list[int | None] = []
+    for act in expected:
+        hit = next((i for i, c in enumerate(calls) if fits(act, c)), None)
+        matched.append(hit is not None)
+        by.append(hit)
+    writes = [a for a in expected if is_write(a["name"]) and not a.get("expect_error")]
+    refused = [a for a in expected if a.get("expect_error")]
+    refusal_task = not writes
+    left = list(range(len(writes)))  # expected writes not yet used by a call
+    unexpected: list[dict] = []
+    forbidden: list[dict] = []
+    for i, c in enumerate(calls):
+        if c.side == "user" or not is_write(c.name):
+            continue
+        if c.ok:
+            j = next((j for j in left if fits(writes[j], c)), None)
+            if j is None:
+                unexpected.append({"index": i, "name": c.name, "arguments": c.args})
+            else:
+                left.remove(j)
+            continue
+        if any(fits(a, c) for a in refused):
+            continue  # the reference makes this attempt too (a violation-first task)
+        if refusal_task:
+            why = "the task's reference writes nothing: a write attempt is one the task forbids"
+        elif c.error_code == POLICY_VIOLATION:
+            why = "refused as a POLICY_VIOLATION: a write the policy forbids"
+        else:
+            continue  # a failed write on a task that writes (bad arguments ...): not forbidden as such
+        forbidden.append({"index": i, "name": c.name, "error_code": c.error_code, "why": why})
+    ok = all(matched) and not unexpected and not forbidden
+    return ActionsResult(reward=1.0 if ok else 0.0, matched=matched, matched_by=by,
+                         unexpected_writes=unexpected, forbidden_attempts=forbidden)
 
 
 # ----------------------------------------------------------------------------------------------

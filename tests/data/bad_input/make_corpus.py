@@ -78,6 +78,9 @@ def main() -> None:
     add("unknown_field", "reject", b'{"id":"unk-1","bogus":1}', "bogus")
     add("bad_id_chars", "reject", b'{"id":"has space"}', "id")
     add("unsupported_schema", "reject", b'{"id":"schema-1","schema":"other/v9"}', "schema")
+    add("duplicate_key", "reject", b'{"id":"a","id":"b"}', "id")  # readers disagree on which value wins
+    add("duplicate_key_nested", "reject", b'{"id":"dup-2","task":{"instruction":"a","instruction":"b"}}',
+        "task.instruction")
 
     data = b"".join(raw + b"\r\n" for _, _, raw, _ in lines)
     (HERE / "corpus.jsonl").write_bytes(data)

@@ -18,7 +18,9 @@ Env ref (a record's `env` field)::
     {"backend": "sqlite", "path": "my_domain/"}               # a domain directory
     {"backend": "sqlite", "path": "my_domain.yaml"}           # or one JSON/YAML file, same keys
     optional: "state": {table: [rows]}   inline initial state, replaces the seed data
-              "config": {"exclude_keys": [...], "hide": [...]}
+              "config": {"exclude_keys": [...], "hide": [...], "limits": {"wall_seconds": 2}}
+              (limits may only narrow the operator's: wall_seconds per tool call's SQL,
+              db_size_mb for the database; toolkit.sandbox.limits)
 
 Domain layout (docs/adding-a-domain.md): policy.md, schema.sql (tables + triggers), seed.sql or
 seed.json/seed.yaml, optional tools.yaml (overrides), domain.yaml (name, description,
@@ -29,17 +31,22 @@ every value is a bound parameter; arguments are validated against the generated 
 (names, types, enums, string length <= MAX_STRING, query limit <= MAX_QUERY_LIMIT) before any SQL
 runs; an authorizer refuses DDL, ATTACH, PRAGMA and load_extension on the environment's
 connection. The domain's own SQL (schema.sql, seed.sql, triggers: possibly LLM-written) compiles
-under an allow-list authorizer (`_DomainGuard`, docs/sandbox.md). Tool-level failures never raise:
-they come back as structured errors.
+under an allow-list authorizer (`_DomainGuard`, docs/sandbox.md). Every statement runs under a time
+budget (`SqlBudget`, a progress handler: 30 s per domain text at compile time, the operator's
+`wall_seconds` per tool call at run time, triggers included: a runaway trigger is a TIMEOUT error
+and the call is rolled back) and a database size cap (`db_size_mb`, PRAGMA max_page_count: a seed
+or a write beyond it is an error). Tool-level failures never raise: they come back as structured
+errors.
 
 Modules (each one idea; this package re-exports what callers import and registers the backend):
 
 - `domain.py`   the domain as data: DomainSpec read from files/mappings, the compiled dataclasses
 - `sqltext.py`  reading SQL text: comments, identifiers, enums, docs, trigger parsing
-- `guard.py`    the SQL sandbox: compile-time allow-list authorizer, run-time deny list
+- `guard.py`    the SQL sandbox: compile-time allow-list authorizer, run-time deny list, time budget, size cap
 - `tools.py`    the generated query_/insert_/update_ tools, their limits and descriptions
 - `compiler.py` DDL -> tables, triggers, rules, seed, state keys, write sets (`build_domain`)
 - `runtime.py`  SqliteEnvironment, `compile_domain` (build + seeded-state hash), the domain cache
+- `errors.py`   SQLite errors of a call -> structured tool errors (POLICY_VIOLATION, CONSTRAINT, TIMEOUT ...)
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from toolkit.envs.sqlite.domain import (
     ToolDef,
     TriggerInfo,
 )
-from toolkit.envs.sqlite.guard import _DomainGuard, _harden
+from toolkit.envs.sqlite.guard import _DomainGuard, _harden, cap_size, is_full, too_big
 from toolkit.envs.sqlite.sqltext import (
     _json_type,
     _parse_enum_checks,
@@ -28,6 +28,7 @@ from toolkit.envs.sqlite.sqltext import (
     qident,
 )
 from toolkit.envs.sqlite.tools import QUERY_CONTROL_PARAMS, _build_tools
+from toolkit.sandbox.limits import operator_limits
 from toolkit.scoring.state import DEFAULT_EXCLUDE_KEYS, Ref, StateKeys
 
 _STATE_CACHE_SIZE = 64
@@ -93,6 +94,8 @@ def _insert_rows(conn: sqlite3.Connection, tables: dict[str, Table], data: dict,
             try:
                 conn.execute(sql, vals)
             except sqlite3.Error as e:
+                if is_full(e):
+                    raise DomainError(too_big(what, f"{tname}[{i}]", operator_limits().db_size_mb)) from None
                 raise DomainError(f"{what}: {tname}[{i}] rejected: {e}") from None
 
 
@@ -129,13 +132,15 @@ def _load_state_bytes(dom: CompiledDomain, state: dict) -> bytes:
             return hit
     conn = sqlite3.connect(":memory:", isolation_level=None)
     _harden(conn)
+    mb = operator_limits().db_size_mb
     try:
         conn.deserialize(dom.tables_only)
+        cap_size(conn, mb)  # an inline state is data: the operator's size cap holds
         conn.execute("BEGIN")
         _insert_rows(conn, dom.tables, state, "initial state")
         conn.execute("COMMIT")
         _check_fks(conn, "initial state")
-        guard = _DomainGuard(conn)
+        guard = _DomainGuard(conn, mb)
         for sql in dom.trigger_sql:
             guard.run(dom.spec.name, "trigger", sql, "trigger does not compile", script=False)
         data = conn.serialize()
@@ -254,7 +259,9 @@ def build_domain(spec: DomainSpec) -> CompiledDomain:
     ov = spec.tools or {}
     readonly = {str(x) for x in (ov.get("readonly") or [])}
     conn = sqlite3.connect(":memory:", isolation_level=None)
-    guard = _DomainGuard(conn)
+    # the domain's SQL runs under the SQL sandbox: allow-list authorizer, 30 s per text, and the
+    # operator's database size cap (a seed of huge blobs is an error, not GBs of memory)
+    guard = _DomainGuard(conn, operator_limits().db_size_mb)
     try:
         guard.run(spec.name, "schema.sql", spec.schema_sql, "schema does not compile")
         trig_rows = conn.execute(

@@ -6,13 +6,19 @@
 - `_DENY` / `_DENIED_FUNCTIONS`: what the environment's connection refuses at run time (DDL,
   ATTACH, PRAGMA, out-of-database functions); `_harden`: the connection switches the
   authorizer cannot express (no extensions, no attached databases).
+- `SqlBudget`: the time budget (a progress handler) every statement runs under, at compile time
+  (30 s per domain text) and at call time (the operator's `wall_seconds` per tool call);
+  `cap_size`: the database size cap (PRAGMA max_page_count, the operator's `db_size_mb`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
 import re
 import sqlite3
-from typing import Any
+import time
+from typing import Any, Iterator
 
 from toolkit.envs.sqlite.domain import DomainError
 from toolkit.envs.sqlite.sqltext import _blank_strings, _short, _split_comments
@@ -46,6 +52,88 @@ _DENIED_FUNCTIONS = frozenset({"load_extension", "fts3_tokenizer", "readfile", "
 _DENIED_CALL_RE = re.compile(r"\b(load_extension|fts3_tokenizer)\s*\(", re.IGNORECASE)
 _MAX_VALUE_BYTES = 10_000_000  # SQLITE_LIMIT_LENGTH: the largest string / blob / row
 _DOMAIN_SQL_SECONDS = 30.0  # wall-time budget of one domain SQL text (a runaway recursive seed)
+_PROGRESS_OPS = 100  # SQLite VM instructions between two looks at the clock (a write call: 200-800)
+
+
+class SqlBudget:
+    """A wall-time budget on a connection's statements: SQLite's progress handler looks at the
+    clock every `_PROGRESS_OPS` VM instructions (triggers and CTEs included) and interrupts the
+    running statement once the deadline is past (sqlite3.OperationalError "interrupted"; SQLite
+    then rolls back the open transaction). One mechanism for the domain's SQL at compile time
+    (`_DomainGuard`) and every statement at call time (`SqliteEnvironment`).
+
+    `cap_deadline` (set by the environment around a write while its database has no size cap
+    yet, see `SqliteEnvironment._write`; in this thread's CPU seconds, so a busy machine does not
+    trip it) interrupts that write too once it is past (`wants_cap`): the write gets the cap put
+    in place and runs again."""
+
+    __slots__ = ("deadline", "cap_deadline", "expired", "seconds", "wants_cap")
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.deadline = math.inf
+        self.cap_deadline = math.inf
+        self.seconds = math.inf
+        self.expired = False  # the last budget ran out (the handler interrupted a statement)
+        self.wants_cap = False  # the handler interrupted a write to put the size cap in place
+        conn.set_progress_handler(self._check, _PROGRESS_OPS)
+
+    def _check(self) -> int:
+        if time.monotonic() > self.deadline:
+            self.expired = True
+            return 1
+        if self.cap_deadline != math.inf and time.thread_time() > self.cap_deadline:
+            self.wants_cap = True
+            return 1
+        return 0
+
+    def start(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.expired = self.wants_cap = False
+        self.deadline = time.monotonic() + seconds
+
+    def stop(self) -> None:
+        """No budget until the next start()."""
+        self.deadline = math.inf
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """No budget inside (a rollback after an interrupt must run); the same deadline after."""
+        saved = self.deadline, self.cap_deadline
+        self.deadline = self.cap_deadline = math.inf
+        try:
+            yield
+        finally:
+            self.deadline, self.cap_deadline = saved
+
+    def interrupted(self, e: BaseException) -> bool:
+        """`e` is the interrupt of a statement that ran out of this budget."""
+        return self.expired and _is_interrupt(e)
+
+    def cap_wanted(self, e: BaseException) -> bool:
+        """`e` is the interrupt of a write that ran long before the size cap was in place."""
+        return self.wants_cap and not self.expired and _is_interrupt(e)
+
+
+def _is_interrupt(e: BaseException) -> bool:
+    return isinstance(e, sqlite3.OperationalError) and "interrupted" in str(e)
+
+
+def max_pages(mb: int, page_size: int) -> int:
+    return max(1, (int(mb) << 20) // int(page_size or 4096))
+
+
+def cap_size(conn: sqlite3.Connection, mb: int) -> None:
+    """At most `mb` MB in the connection's main database (PRAGMA max_page_count; a write beyond it
+    fails with SQLITE_FULL "database or disk is full"). Per connection and reset by deserialize();
+    after a deserialize this PRAGMA also makes SQLite parse the schema again (~0.5 ms on airline)."""
+    page = conn.execute("PRAGMA page_size").fetchone()[0] or 4096
+    conn.execute(f"PRAGMA max_page_count = {max_pages(mb, page)}")
+
+
+def is_full(e: BaseException) -> bool:
+    """`e` is SQLite's "database or disk is full" (the size cap was reached)."""
+    return isinstance(e, sqlite3.OperationalError) and (
+        getattr(e, "sqlite_errorname", "") == "SQLITE_FULL" or "database or disk is full" in str(e))
 
 
 def _harden(conn: sqlite3.Connection) -> None:
@@ -58,19 +146,15 @@ def _harden(conn: sqlite3.Connection) -> None:
 class _DomainGuard:
     """The allow-list authorizer (and a time budget) around one compile connection."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, db_size_mb: int) -> None:
         self.conn = conn
         self.refused: list[tuple[str, str]] = []  # (what, regex locating it in the SQL text)
-        self.deadline = float("inf")
+        self.db_size_mb = int(db_size_mb)
         _harden(conn)
         conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, _MAX_VALUE_BYTES)  # as on the environment's connection
+        cap_size(conn, self.db_size_mb)  # before the authorizer (which refuses this PRAGMA)
         conn.set_authorizer(self._authorize)
-        conn.set_progress_handler(self._progress, 10_000)
-
-    def _progress(self) -> int:
-        import time
-
-        return 1 if time.monotonic() > self.deadline else 0
+        self.budget = SqlBudget(conn)
 
     def _refuse(self, what: str, where: str) -> int:
         self.refused.append((what, where))
@@ -107,8 +191,6 @@ class _DomainGuard:
     def run(self, name: str, what: str, sql: str, failed: str, *, script: bool = True) -> None:
         """Execute one domain SQL text; DomainError naming `what` (schema.sql, seed, triggers) on
         a refusal, `failed` ("schema does not compile") on any other SQLite error."""
-        import time
-
         self.refused.clear()
         # a trigger or view body is authorized only when a statement that uses it is prepared:
         # refuse the out-of-database functions in the text now (the runtime authorizer refuses
@@ -117,7 +199,7 @@ class _DomainGuard:
         if m:
             self.refused.append((f"function {m.group(1)}()", r"\b" + m.group(1) + r"\s*\("))
             raise DomainError(self._refusal(name, what, sql))
-        self.deadline = time.monotonic() + _DOMAIN_SQL_SECONDS
+        self.budget.start(_DOMAIN_SQL_SECONDS)
         try:
             if script:
                 self.conn.executescript(sql)
@@ -126,12 +208,19 @@ class _DomainGuard:
         except sqlite3.Error as e:
             if self.refused:
                 raise DomainError(self._refusal(name, what, sql)) from None
-            if "interrupted" in str(e) and time.monotonic() > self.deadline:
+            if self.budget.interrupted(e):
                 raise DomainError(f"{name}: {what} ran longer than {_DOMAIN_SQL_SECONDS:g} s "
                                   "(a runaway recursive query?)") from None
+            if is_full(e):
+                raise DomainError(too_big(name, what, self.db_size_mb)) from None
             raise DomainError(f"{name}: {failed}: {e}") from None
         finally:
-            self.deadline = float("inf")
+            self.budget.stop()
+
+
+def too_big(name: str, what: str, mb: int) -> str:
+    return (f"{name}: {what} makes the database larger than {mb} MB (the operator's db_size_mb "
+            "limit: --sandbox-limits '{\"db_size_mb\": N}')")
 
 
 _ACTION_NAMES = {getattr(sqlite3, n): n[len("SQLITE_"):] for n in (

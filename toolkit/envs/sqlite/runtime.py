@@ -13,6 +13,7 @@ import math
 import re
 import sqlite3
 import threading
+import time
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,6 @@ from typing import Any
 from toolkit.envs.base import Environment, ToolResult
 from toolkit.envs.sqlite.compiler import _load_state_bytes, _remember_state_bytes, build_domain
 from toolkit.envs.sqlite.domain import (
-    Column,
     CompiledDomain,
     DomainError,
     DomainSpec,
@@ -30,8 +30,9 @@ from toolkit.envs.sqlite.domain import (
     load_domain_spec,
     spec_from_dict,
 )
-from toolkit.envs.sqlite.guard import _DENIED_FUNCTIONS, _DENY, _MAX_VALUE_BYTES, _harden
-from toolkit.envs.sqlite.sqltext import _PV_RE, _check_clauses, _short, qident
+from toolkit.envs.sqlite.errors import tool_error
+from toolkit.envs.sqlite.guard import _DENIED_FUNCTIONS, _DENY, _MAX_VALUE_BYTES, SqlBudget, _harden, max_pages
+from toolkit.envs.sqlite.sqltext import _short, qident
 from toolkit.envs.sqlite.tools import (
     DEFAULT_QUERY_LIMIT,
     MAX_IN_ITEMS,
@@ -40,23 +41,23 @@ from toolkit.envs.sqlite.tools import (
     MAX_STRING,
     QUERY_CONTROL_PARAMS,
     QUERY_OPS,
+    _ArgError,
     _insert_required,
+    check_keys,
+    check_value,
 )
+from toolkit.sandbox.limits import limits_for_data
 from toolkit.scoring.state import CanonicalState, StateKeys, TableCanon, hash_tables, state_hash
 from toolkit.scoring.state import diff as _state_diff
 
-_INT_MIN, _INT_MAX = -(2 ** 63), 2 ** 63 - 1
 _CANON_CACHE_SIZE = 4096  # table contents whose canonical keys are kept (per domain)
 _SAVEPOINT = "tk_tool_call"
 
 
 _CP_CANON_SIZE = 64  # canonical forms kept per environment for checkpoints/loaded bytes
-
-class _ArgError(Exception):
-    def __init__(self, message: str, hint: str | None = None):
-        super().__init__(message)
-        self.message, self.hint = message, hint
-
+_CAP_WANTED = object()  # a write interrupted to put the size cap in place (`_write`)
+_CAP_AFTER_WRITES = 8  # the size cap is back in place before the 8th write after a load ...
+_UNCAPPED_SECONDS = 0.002  # ... or once a write has taken this much CPU
 
 class SqliteEnvironment(Environment):
     """One in-memory SQLite database compiled from a domain; see the package docstring (toolkit.envs.sqlite)."""
@@ -88,6 +89,9 @@ class SqliteEnvironment(Environment):
         self._hidden_extra = [str(x) for x in (self.config.get("hide") or [])]
         self._initial_state = copy.deepcopy(state) if state is not None else None
         self._init_hash: str | None = None
+        # the operator's limits (a record's config.limits may only narrow them): every tool call's
+        # SQL, the triggers it fires included, gets wall_seconds; the database at most db_size_mb
+        self.limits, self.limit_notes = limits_for_data(self.config.get("limits"), "sqlite")
         self._conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False,
                                      cached_statements=512)
         self._lock = threading.RLock()
@@ -95,6 +99,7 @@ class SqliteEnvironment(Environment):
         self._conn.execute("PRAGMA foreign_keys = ON")  # a connection flag: survives deserialize
         self._conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, _MAX_VALUE_BYTES)
         _harden(self._conn)  # no extensions, no attached databases (trigger bodies are LLM-written)
+        self._budget = SqlBudget(self._conn)
         self._loading = False
         self._conn.set_authorizer(self._authorize)
         self._load(self._init_bytes)
@@ -167,6 +172,10 @@ class SqliteEnvironment(Environment):
     def policy(self) -> str:
         return self.domain.spec.policy
 
+    def write_tools(self) -> set[str]:
+        """The insert_/update_ tools (hidden ones included: a call of one is still a write)."""
+        return {n for n, td in self.domain.tools.items() if td.kind != "query"}
+
     def _authorize(self, action: int, _a1: Any, a2: Any, *_: Any) -> int:
         # runs when a statement is prepared (cached statements are not re-authorized); a trigger
         # body (LLM-written) is authorized with the statement that fires it
@@ -190,6 +199,12 @@ class SqliteEnvironment(Environment):
         finally:
             self._loading = False
             self._gen = getattr(self, "_gen", 0) + 1  # invalidates the cached state hash
+        # deserialize drops the size cap (PRAGMA max_page_count is per pager); `_write` puts it back
+        # (the PRAGMA costs a schema parse, ~25x a tool call: not on every load)
+        self._capped = False
+        self._writes = 0  # writes since this load
+        ps = int.from_bytes(data[16:18], "big") if len(data) >= 100 else 4096  # from the file header
+        self._page_size = 65536 if ps == 1 else (ps or 4096)
         self._at_init = data is self._init_bytes
         self._loaded = (data, self._conn.total_changes)
         hit = self._init_canon if self._at_init else None
@@ -438,75 +453,22 @@ class SqliteEnvironment(Environment):
                             "pass a JSON object of named arguments")
         table = self.domain.tables[td.table]
         with self._lock:
-            if td.kind == "query":
-                return self._query(table, args)
-            if td.kind == "insert":
-                return self._insert(table, args)
-            return self._update(table, args)
-
-    # -- argument validation --------------------------------------------------------------------
-
-    def _check_keys(self, table: Table, args: dict, allowed: list[str], tool: str) -> None:
-        for k in args:
-            if not isinstance(k, str) or k not in allowed:
-                col = table.colmap.get(k) if isinstance(k, str) else None
-                if col is not None and col.readonly:
-                    raise _ArgError(f"{tool}: column {k!r} is maintained automatically and cannot be set",
-                                    f"valid arguments: {', '.join(allowed)}")
-                if col is not None and col.pk:
-                    raise _ArgError(f"{tool}: {k!r} is a primary key and cannot be set here",
-                                    f"valid arguments: {', '.join(allowed)}")
-                raise _ArgError(f"{tool}: unknown argument {_short(k)}", f"valid arguments: {', '.join(allowed)}")
-
-    @staticmethod
-    def _value(c: Column, v: Any, tool: str, nullable: bool, enforce_enum: bool = True) -> Any:
-        where = f"{tool}: {c.name}"
-        if v is None:
-            if nullable:
-                return None
-            raise _ArgError(f"{where} cannot be null", "pass a value" + (f" of type {c.json_type}" if c.json_type else ""))
-        t = c.json_type
-        if isinstance(v, bool):
-            if t == "boolean" or t is None:
-                v = int(v)
-            else:
-                raise _ArgError(f"{where} expects {t}, got boolean", f"pass a {t}")
-        elif isinstance(v, int):
-            if not (_INT_MIN <= v <= _INT_MAX):
-                raise _ArgError(f"{where} is out of the 64-bit integer range", "pass a smaller number")
-            if t == "string":
-                raise _ArgError(f"{where} expects string, got number", "pass the value as a JSON string")
-            if t == "boolean" and v not in (0, 1):
-                raise _ArgError(f"{where} expects boolean, got {v}", "pass true or false")
-        elif isinstance(v, float):
-            if not math.isfinite(v):
-                raise _ArgError(f"{where} must be a finite number", None)
-            if t == "integer":
-                if not v.is_integer() or not (_INT_MIN <= v <= _INT_MAX):
-                    raise _ArgError(f"{where} expects integer, got {_short(v)}", "pass a whole number")
-                v = int(v)
-            elif t in ("string", "boolean"):
-                raise _ArgError(f"{where} expects {t}, got number", f"pass a {t}")
-        elif isinstance(v, str):
-            if len(v) > MAX_STRING:
-                raise _ArgError(f"{where} is too long ({len(v)} characters, max {MAX_STRING})", "shorten the value")
-            if t in ("integer", "number", "boolean"):
-                raise _ArgError(f"{where} expects {t}, got string {_short(v, 40)!r}",
-                                f"pass a JSON {t}, not a string")
-        else:
-            raise _ArgError(f"{where} expects a scalar ({t or 'string/number'}), got {type(v).__name__}",
-                            "nested objects and lists are not accepted here")
-        if enforce_enum and c.enum and v not in c.enum:
-            raise _ArgError(f"{where} must be one of {', '.join(map(str, c.enum))}; got {_short(v, 60)!r}",
-                            f"allowed values for {c.name}: {', '.join(map(str, c.enum))}")
-        return v
+            self._budget.start(self.limits.wall_seconds)
+            try:
+                if td.kind == "query":
+                    return self._query(table, args)
+                if td.kind == "insert":
+                    return self._insert(table, args)
+                return self._update(table, args)
+            finally:
+                self._budget.stop()
 
     # -- query ----------------------------------------------------------------------------------
 
     def _query(self, t: Table, args: dict) -> ToolResult:
         tool = f"query_{t.name}"
         allowed = [c.name for c in t.columns] + list(QUERY_CONTROL_PARAMS)
-        self._check_keys(t, args, allowed, tool)
+        check_keys(t, args, allowed, tool)
         where: list[str] = []
         params: list[Any] = []
         for key, val in args.items():
@@ -529,7 +491,7 @@ class SqliteEnvironment(Environment):
             if op == "in":
                 if not isinstance(value, list) or not value or len(value) > MAX_IN_ITEMS:
                     raise _ArgError(f"{tool}: op 'in' on {c.name} needs a list of 1..{MAX_IN_ITEMS} values", None)
-                vals = [self._value(c, x, tool, nullable=False, enforce_enum=False) for x in value]
+                vals = [check_value(c, x, tool, nullable=False, enforce_enum=False) for x in value]
                 where.append(f"{col} IN ({', '.join('?' * len(vals))})")
                 params.extend(vals)
             elif op == "like":
@@ -542,7 +504,7 @@ class SqliteEnvironment(Environment):
                     raise _ArgError(f"{tool}: null can only be compared with = or !=", None)
                 where.append(f"{col} IS {'NOT ' if op == '!=' else ''}NULL")
             else:
-                v = self._value(c, value, tool, nullable=False, enforce_enum=False)
+                v = check_value(c, value, tool, nullable=False, enforce_enum=False)
                 where.append(f"{col} {'IS NOT' if op == '!=' else op} ?")
                 params.append(v)
         order_sql = ", ".join(qident(k) for k in t.pk) if t.pk else "rowid"
@@ -591,12 +553,49 @@ class SqliteEnvironment(Environment):
         return None if r is None else self._rows(t, [r])[0]
 
     def _write(self, t: Table, kind: str, fn) -> ToolResult:
+        """Run `fn` (a write and what it returns) in a SAVEPOINT, rolled back on any failure.
+
+        The database size cap (db_size_mb, PRAGMA max_page_count) is dropped by every load and
+        put back here: before the `_CAP_AFTER_WRITES`-th write since the load, or as soon as a
+        write has taken `_UNCAPPED_SECONDS` of CPU (the budget interrupts it, it is rolled back,
+        the cap set and the write run again under the same deadline). A normal write takes
+        20-100 µs; replays and searches, which load a state before every few writes, never pay
+        the PRAGMA's schema parse."""
+        budget = self._budget
+        if not self._capped:
+            self._writes += 1
+            if self._writes >= _CAP_AFTER_WRITES:
+                self._cap()
+        budget.cap_deadline = math.inf if self._capped else time.thread_time() + _UNCAPPED_SECONDS
+        try:
+            result = self._write_once(t, kind, fn)
+            if result is _CAP_WANTED:
+                self._cap()
+                budget.cap_deadline = math.inf
+                result = self._write_once(t, kind, fn)
+        finally:
+            budget.cap_deadline = math.inf
+        return result
+
+    def _cap(self) -> None:
+        self._loading = True  # the runtime authorizer refuses PRAGMAs
+        try:
+            with self._budget.paused():
+                self._conn.execute(f"PRAGMA max_page_count = {max_pages(self.limits.db_size_mb, self._page_size)}")
+        finally:
+            self._loading = False
+        self._capped = True
+
+    def _write_once(self, t: Table, kind: str, fn) -> Any:
         conn = self._conn
         conn.execute(f"SAVEPOINT {_SAVEPOINT}")
         try:
             result = fn()
         except Exception as e:
-            self._rollback()
+            with self._budget.paused():  # the rollback must run even when the budget is spent
+                self._rollback()
+            if self._budget.cap_wanted(e):
+                return _CAP_WANTED
             if isinstance(e, sqlite3.Error):
                 return self._error(e, t, kind)
             if isinstance(e, (OverflowError, UnicodeError, ValueError)):
@@ -604,7 +603,8 @@ class SqliteEnvironment(Environment):
                                        "check the argument values")
             raise
         if isinstance(result, ToolResult) and not result.ok:
-            self._rollback()
+            with self._budget.paused():
+                self._rollback()
             return result
         conn.execute(f"RELEASE {_SAVEPOINT}")
         return result
@@ -621,13 +621,13 @@ class SqliteEnvironment(Environment):
     def _insert(self, t: Table, args: dict) -> ToolResult:
         tool = f"insert_{t.name}"
         allowed = [c.name for c in t.columns if not c.readonly]
-        self._check_keys(t, args, allowed, tool)
+        check_keys(t, args, allowed, tool)
         names: list[str] = []
         vals: list[Any] = []
         for key, v in args.items():
             c = t.colmap[key]
             names.append(c.name)
-            vals.append(self._value(c, v, tool, nullable=c.nullable))
+            vals.append(check_value(c, v, tool, nullable=c.nullable))
         missing = [c.name for c in t.columns if _insert_required(c) and c.name not in args]
         if missing:
             raise _ArgError(f"{tool}: missing required argument(s): {', '.join(missing)}",
@@ -656,12 +656,12 @@ class SqliteEnvironment(Environment):
     def _update(self, t: Table, args: dict) -> ToolResult:
         tool = f"update_{t.name}"
         allowed = [c.name for c in t.columns if not c.readonly]
-        self._check_keys(t, args, allowed, tool)
+        check_keys(t, args, allowed, tool)
         missing = [k for k in t.pk if k not in args]
         if missing:
             raise _ArgError(f"{tool}: missing primary key argument(s): {', '.join(missing)}",
                             f"identify the row with {', '.join(t.pk)}; use query_{t.name} to find it")
-        key_vals = [self._value(t.colmap[k], args[k], tool, nullable=False, enforce_enum=False) for k in t.pk]
+        key_vals = [check_value(t.colmap[k], args[k], tool, nullable=False, enforce_enum=False) for k in t.pk]
         sets: list[str] = []
         vals: list[Any] = []
         for key, v in args.items():
@@ -669,7 +669,7 @@ class SqliteEnvironment(Environment):
             if c.pk:
                 continue
             sets.append(f"{qident(c.name)} = ?")
-            vals.append(self._value(c, v, tool, nullable=c.nullable))
+            vals.append(check_value(c, v, tool, nullable=c.nullable))
         if not sets:
             settable = [c.name for c in t.columns if not c.pk and not c.readonly]
             raise _ArgError(f"{tool}: nothing to change", f"pass at least one of: {', '.join(settable)}")
@@ -689,40 +689,7 @@ class SqliteEnvironment(Environment):
     # -- error translation ----------------------------------------------------------------------
 
     def _error(self, e: sqlite3.Error, t: Table, kind: str) -> ToolResult:
-        msg = str(e)
-        tool = f"{kind}_{t.name}"
-        pv = _PV_RE.match(msg)
-        if pv:
-            rule, text = pv.group(1).strip(), pv.group(2).strip()
-            info = self.domain.rules.get(rule) or {}
-            hint = info.get("hint") or f"see the preconditions in the description of {tool}"
-            return ToolResult.fail("POLICY_VIOLATION", text, rule, hint)
-        for trg in self.domain.triggers:  # a RAISE message not in the POLICY_VIOLATION format
-            if msg in trg.raw_messages:
-                return ToolResult.fail("POLICY_VIOLATION", msg, trg.name,
-                                       f"see the preconditions in the description of {tool}")
-        if isinstance(e, sqlite3.IntegrityError):
-            m = re.match(r"(NOT NULL|UNIQUE|CHECK) constraint failed: (.*)$", msg)
-            if m:
-                kind_c, what = m.group(1), m.group(2).strip()
-                if kind_c == "NOT NULL":
-                    hint = f"{what} must have a value"
-                elif kind_c == "UNIQUE":
-                    hint = f"a row with the same {what} already exists; use query_{t.name} to find it"
-                else:
-                    checks = [c for c in _check_clauses(t.sql) if c == what] or _check_clauses(t.sql)
-                    hint = ("the values must satisfy: " + "; ".join(checks)) if checks else \
-                        "the value is outside the allowed range"
-                return ToolResult.fail("CONSTRAINT", msg, f"{kind_c} {what}", _short(hint, 600))
-            if "FOREIGN KEY" in msg:
-                refs = [f"{t.name}.{fk['column']} -> {fk['table']}.{fk['to'] or 'rowid'}" for fk in t.fks]
-                hint = "a referenced row does not exist" + (f" ({'; '.join(refs)})" if refs else "") + \
-                       "; query the referenced table first"
-                return ToolResult.fail("CONSTRAINT", msg, "FOREIGN KEY", hint)
-            return ToolResult.fail("CONSTRAINT", msg, None, f"see the description of {tool}")
-        if isinstance(e, sqlite3.DataError) or "too big" in msg or "too many" in msg:
-            return ToolResult.fail("INVALID_ARGUMENTS", msg, None, "check the argument values")
-        return ToolResult.fail("EXECUTION_ERROR", msg, None, "the call was rolled back; the state is unchanged")
+        return tool_error(e, t, kind, self.domain, timed_out=self._budget.interrupted(e), limits=self.limits)
 
     def evaluate_sql(self, select_sql: str, params: Any = ()) -> tuple | None:
         """Run one read-only SELECT (e.g. a trigger condition bound to NEW/OLD values, see
@@ -730,7 +697,11 @@ class SqliteEnvironment(Environment):
         if not re.match(r"\s*SELECT\b", select_sql, re.IGNORECASE):
             raise ValueError("evaluate_sql runs a single SELECT")
         with self._lock:
-            return self._conn.execute(select_sql, params).fetchone()
+            self._budget.start(self.limits.wall_seconds)  # an LLM-written condition: bounded too
+            try:
+                return self._conn.execute(select_sql, params).fetchone()
+            finally:
+                self._budget.stop()
 
     def schema_sql(self) -> str:
         """The current schema (tables, indexes, triggers) as stored in sqlite_master."""

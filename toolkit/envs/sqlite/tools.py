@@ -1,14 +1,16 @@
 """The generated tools of a compiled domain: per table `query_<t>`, `insert_<t>`, `update_<t>`
 (OpenAI function schemas with argument limits), their descriptions (preconditions from BEFORE
-triggers, side effects from AFTER triggers) and the tools.yaml overrides (hide, side, text)."""
+triggers, side effects from AFTER triggers), the tools.yaml overrides (hide, side, text), and the
+validation of a call's arguments against them (`check_keys`, `check_value`)."""
 
 from __future__ import annotations
 
 import fnmatch
+import math
 from typing import Any
 
 from toolkit.envs.sqlite.domain import Column, DomainError, DomainSpec, Table, ToolDef, TriggerInfo
-from toolkit.envs.sqlite.sqltext import _PV_RE
+from toolkit.envs.sqlite.sqltext import _PV_RE, _short
 
 MAX_STRING = 10_000  # longest string argument accepted (characters)
 MAX_QUERY_LIMIT = 200  # largest `limit` of a query_* call
@@ -17,6 +19,74 @@ MAX_OFFSET = 1_000_000
 MAX_IN_ITEMS = 100
 QUERY_CONTROL_PARAMS = ("order_by", "order", "limit", "offset")
 QUERY_OPS = ("=", "!=", "<", "<=", ">", ">=", "like", "in")
+
+_INT_MIN, _INT_MAX = -(2 ** 63), 2 ** 63 - 1
+
+
+class _ArgError(Exception):
+    """A tool call's arguments are refused (INVALID_ARGUMENTS, with a hint)."""
+
+    def __init__(self, message: str, hint: str | None = None):
+        super().__init__(message)
+        self.message, self.hint = message, hint
+
+
+def check_keys(table: Table, args: dict, allowed: list[str], tool: str) -> None:
+    """_ArgError unless every argument name is one of `allowed` (saying why a column is not)."""
+    for k in args:
+        if not isinstance(k, str) or k not in allowed:
+            col = table.colmap.get(k) if isinstance(k, str) else None
+            if col is not None and col.readonly:
+                raise _ArgError(f"{tool}: column {k!r} is maintained automatically and cannot be set",
+                                f"valid arguments: {', '.join(allowed)}")
+            if col is not None and col.pk:
+                raise _ArgError(f"{tool}: {k!r} is a primary key and cannot be set here",
+                                f"valid arguments: {', '.join(allowed)}")
+            raise _ArgError(f"{tool}: unknown argument {_short(k)}", f"valid arguments: {', '.join(allowed)}")
+
+
+def check_value(c: Column, v: Any, tool: str, nullable: bool, enforce_enum: bool = True) -> Any:
+    """`v` as SQLite stores it for column `c` (JSON type, 64-bit range, MAX_STRING, enum), else _ArgError."""
+    where = f"{tool}: {c.name}"
+    if v is None:
+        if nullable:
+            return None
+        raise _ArgError(f"{where} cannot be null", "pass a value" + (f" of type {c.json_type}" if c.json_type else ""))
+    t = c.json_type
+    if isinstance(v, bool):
+        if t == "boolean" or t is None:
+            v = int(v)
+        else:
+            raise _ArgError(f"{where} expects {t}, got boolean", f"pass a {t}")
+    elif isinstance(v, int):
+        if not (_INT_MIN <= v <= _INT_MAX):
+            raise _ArgError(f"{where} is out of the 64-bit integer range", "pass a smaller number")
+        if t == "string":
+            raise _ArgError(f"{where} expects string, got number", "pass the value as a JSON string")
+        if t == "boolean" and v not in (0, 1):
+            raise _ArgError(f"{where} expects boolean, got {v}", "pass true or false")
+    elif isinstance(v, float):
+        if not math.isfinite(v):
+            raise _ArgError(f"{where} must be a finite number", None)
+        if t == "integer":
+            if not v.is_integer() or not (_INT_MIN <= v <= _INT_MAX):
+                raise _ArgError(f"{where} expects integer, got {_short(v)}", "pass a whole number")
+            v = int(v)
+        elif t in ("string", "boolean"):
+            raise _ArgError(f"{where} expects {t}, got number", f"pass a {t}")
+    elif isinstance(v, str):
+        if len(v) > MAX_STRING:
+            raise _ArgError(f"{where} is too long ({len(v)} characters, max {MAX_STRING})", "shorten the value")
+        if t in ("integer", "number", "boolean"):
+            raise _ArgError(f"{where} expects {t}, got string {_short(v, 40)!r}",
+                            f"pass a JSON {t}, not a string")
+    else:
+        raise _ArgError(f"{where} expects a scalar ({t or 'string/number'}), got {type(v).__name__}",
+                        "nested objects and lists are not accepted here")
+    if enforce_enum and c.enum and v not in c.enum:
+        raise _ArgError(f"{where} must be one of {', '.join(map(str, c.enum))}; got {_short(v, 60)!r}",
+                        f"allowed values for {c.name}: {', '.join(map(str, c.enum))}")
+    return v
 
 
 _OP_SCHEMA = {

@@ -36,18 +36,27 @@ state_diff  LOGIGEN §4.2: the environment is rebuilt from `record.env`, reset, 
             its canonical form incrementally (no snapshot per step), environments are pooled per
             env ref, and replays are memoized per (target, exact call sequence) for the run
             (recipe key `replay_memo: false` turns that off).
-actions     tau2's ActionEvaluator rules (see toolkit.scoring.rewards): reward 1 iff every expected
-            action matches some tool call; no expected actions → 1.0 with a note (as tau2).
+actions     `actions_mode: strict` (default; `--actions-mode`, recipe key `actions_mode`): reward 1
+            iff every expected action is matched by a successful call with exactly its arguments,
+            no agent call made a successful write the reference does not make, and no write was
+            attempted that the task forbids (any write on a task whose reference writes nothing;
+            a write refused as POLICY_VIOLATION elsewhere). Which tools write: the environment's
+            own answer for sqlite (tool kinds) and tau2 (ToolType), else the tool name (only
+            read-verb names are reads). `actions_mode: subset` is tau2's ActionEvaluator rule (every
+            expected action matches some call, extra calls free; no expected actions → 1.0 with a
+            note). toolkit.scoring.rewards (`strict_actions`, `match_actions`); docs/scoring.md.
 f1          ASTRA §3.2.2: n sub-questions (q_i, a_i, d_i) — else `must_have_functions` —, n̂ solved,
             c agent tool calls; r = n̂/n, p = min(1, n̂/(c+ε)), F1 = 2pr/(p+r). Precision is capped
             at 1 here; the paper's formula is not (with one call answering two sub-questions its
-            p would be 2). A sub-question is solved when:
-            - it names a `tool`: a successful call of THAT tool was made (calls of other tools never
-              count, whatever they return), and, when a_i is given, a_i appears in the result of
-              such a call or in the final assistant message;
-            - it names no tool: at least one successful call was made and a_i appears in a
-              successful call's result or in the final assistant message (no a_i and no tool:
-              never solved);
+            p would be 2). A sub-question is solved only when its answer is grounded in a
+            successful call of its `tool` (any tool when it names none; calls of other tools never
+            count, whatever they return), `scores.grounded_by`:
+            - "result": a_i appears in the result of such a call;
+            - "arguments": such a call has exactly the arguments of a reference call of that tool
+              (`ground_truth.actions`) and a_i (when given) appears in the final assistant message;
+            - "call": no a_i, and the reference makes no call of that tool: a successful call is
+              all there is to check.
+            An answer that only appears in the final message (a spray of values) solves nothing.
             "appears" is `toolkit.scoring.rewards.contains_answer`: matching on token and number
             boundaries after normalization (NFKC, case-folded): 1000 matches "Total: $1,000.00",
             "Paris" matches "The capital is Paris.", but 4 is not in "order 42 shipped", 100 not

@@ -28,7 +28,7 @@ def _parse_args(raw: Any) -> dict | None:
         return None
     try:
         v = json.loads(raw) if raw.strip() else {}
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):
         return None
     return v if isinstance(v, dict) else None
 
@@ -39,15 +39,22 @@ def _content_text(c: Any) -> str | None:
     return json.dumps(c, ensure_ascii=False)
 
 
-def _result_failed(text: str | None) -> bool:
-    """A tool result that is a structured error {"error": {...}}."""
+def _result_error(text: str | None) -> dict | None:
+    """The {"error": {...}} of a tool result that is a structured error (else None)."""
     if not text or not text.lstrip().startswith("{"):
-        return False
+        return None
     try:
         obj = json.loads(text)
-    except json.JSONDecodeError:
-        return False
-    return isinstance(obj, dict) and set(obj) == {"error"}
+    except (ValueError, RecursionError):
+        return None
+    if isinstance(obj, dict) and set(obj) == {"error"}:
+        return obj["error"] if isinstance(obj["error"], dict) else {}
+    return None
+
+
+def _result_failed(text: str | None) -> bool:
+    """A tool result that is a structured error {"error": {...}}."""
+    return _result_error(text) is not None
 
 
 def trajectory_calls(traj: Trajectory) -> list[Call]:
@@ -110,3 +117,12 @@ def _call_ok(c: Call) -> bool:
     if c.ok is not None:
         return bool(c.ok)
     return not _result_failed(c.result)
+
+
+def _call_error_code(c: Call) -> str | None:
+    """The error code of a failed call: the step's, else the structured error's `code`."""
+    if c.error_code:
+        return c.error_code
+    err = _result_error(c.result)
+    code = err.get("code") if err else None
+    return code if isinstance(code, str) else None

@@ -73,6 +73,7 @@ class Options:
     grounding_match: str | None = None
     grounding_threshold: float | None = None
     code_reward: str = "binary"
+    actions_mode: str = "strict"  # strict | subset (tau2's rule)
     verdict_kinds: dict = field(default_factory=dict)  # strategy -> Verdict.kind (from the registry)
 
     @classmethod
@@ -102,7 +103,7 @@ class Options:
                    recipe_hash=o.recipe_hash, replay_memo=o.replay_memo,
                    penalize_invalid_calls=o.penalize_invalid_calls, no_write_basis=o.no_write_basis,
                    grounding_match=o.grounding_match, grounding_threshold=o.grounding_threshold,
-                   code_reward=o.code_reward)
+                   code_reward=o.code_reward, actions_mode=o.actions_mode)
 
     @classmethod
     def from_config(cls, cfg: dict | VerifyOptions) -> "Options":

@@ -6,15 +6,15 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from typing import Any
+from typing import Any, Callable
 
 from toolkit.io import StageError
-from toolkit.schema import Record, Step, Trajectory
+from toolkit.schema import Record, Step, SubQuestion, Trajectory
 from toolkit.scoring import rewards as R
 from toolkit.scoring.nowrite import no_write_check
-from toolkit.stages.verify.calls import Call, _call_ok, final_answer
-from toolkit.stages.verify.core import (NOT_REPLAYABLE, Options, Outcome, Scoring, _canon_json, _jsonable,
-                                        _short_repr, scorer)
+from toolkit.stages.verify.calls import Call, _call_error_code, _call_ok, final_answer
+from toolkit.stages.verify.core import (DETERMINISTIC, NOT_REPLAYABLE, Options, Outcome, Scoring, _canon_json,
+                                        _jsonable, _short_repr, scorer)
 from toolkit.stages.verify.replay import EnvContext
 
 
@@ -72,14 +72,52 @@ def run_state_diff(ctx: EnvContext, traj: Trajectory, calls: list[Call], opts: O
 
 
 def _write_tools(ctx: EnvContext) -> set[str] | None:
-    """Names of the tools that write, when the environment says (sqlite: insert_/update_ tools)."""
+    """Names of the tools that write, when the environment says (`Environment.write_tools`:
+    sqlite's insert_/update_ tools, tau2's WRITE tools); None when it does not."""
     try:
-        tools = getattr(getattr(ctx.env(), "domain", None), "tools", None)
+        env = ctx.env()
     except StageError:
         return None
-    if not isinstance(tools, dict):
-        return None
-    return {n for n, td in tools.items() if getattr(td, "kind", "query") != "query"}
+    fn = getattr(env, "write_tools", None)
+    return fn() if callable(fn) else None
+
+
+def _known_tools(ctx: EnvContext) -> set[str]:
+    env = ctx.env()
+    names = getattr(env, "tool_names", None)
+    out: set[str] = set()
+    for side in ("agent", "user"):
+        try:
+            out |= set(names(side)) if callable(names) else {t["function"]["name"] for t in env.tools(side)}
+        except Exception:  # noqa: BLE001, S112 - a backend without that side
+            continue
+    return out
+
+
+def write_classifier(record: Record, ctx: EnvContext) -> tuple[Callable[[str], bool], str]:
+    """(is_write(name), where the answer comes from). The environment's own answer for the
+    deterministic backends (sqlite: tool kinds; tau2: ToolType), for tools it has; otherwise the
+    tool name (`toolkit.scoring.rewards.looks_like_read`: only read-verb names are reads, everything
+    else counts as a write). Other backends are not started for this (an MCP or python
+    environment would run code just to list tools): they get the name rule."""
+    writes: set[str] | None = None
+    known: set[str] = set()
+    if record.env is not None and record.env.backend in DETERMINISTIC:
+        writes = _write_tools(ctx)
+        if writes is not None:
+            try:
+                known = _known_tools(ctx) | writes  # hidden write tools included
+            except Exception:  # noqa: BLE001 - the name rule decides then
+                writes = None
+    if writes is None:
+        return (lambda name: not R.looks_like_read(name)), "tool names (read verbs are reads)"
+
+    def is_write(name: str) -> bool:
+        if name in known:
+            return name in writes
+        return not R.looks_like_read(name)  # a tool the environment does not have (it failed anyway)
+
+    return is_write, f"the {record.env.backend} environment"
 
 
 def _no_write(ctx: EnvContext, traj: Trajectory, calls: list[Call], rp: dict) -> dict:
@@ -96,33 +134,72 @@ def _no_write(ctx: EnvContext, traj: Trajectory, calls: list[Call], rp: dict) ->
                           call_args=[c.args for c in calls])
 
 
-@scorer("actions", verdict_kind="actions", help="tau2-style: every expected action matches a tool call")
+@scorer("actions", verdict_kind="actions",
+        help="expected actions done, and no unexpected or forbidden write (actions_mode: strict | subset = tau2's)")
 def score_actions(s: Scoring) -> Outcome:
-    return run_actions(s.record, s.traj, s.calls)
+    if s.opts.actions_mode == "subset":
+        return run_actions(s.record, s.traj, s.calls, mode="subset")
+    is_write, source = write_classifier(s.record, s.env)
+    return run_actions(s.record, s.traj, s.calls, mode="strict", is_write=is_write, write_source=source)
 
 
-def run_actions(record: Record, traj: Trajectory, calls: list[Call]) -> Outcome:
+def run_actions(record: Record, traj: Trajectory, calls: list[Call], mode: str = "strict",
+                is_write: Callable[[str], bool] | None = None, write_source: str | None = None) -> Outcome:
+    """mode "strict" (`toolkit.scoring.rewards.strict_actions`; `is_write` defaults to the name
+    rule) or "subset" (tau2's `match_actions`: every expected action matches some call)."""
     gt = record.task.ground_truth if record.task else None
     expected = [a.model_dump() for a in (gt.actions if gt else [])]
-    if not expected:
-        return Outcome(passed=True, score=1.0, scores={"n_expected": 0, "n_matched": 0, "matched": []},
-                       reasons=["no expected actions in task.ground_truth.actions: reward 1.0 (as tau2)"])
-    pred = [(c.name, c.args) for c in calls if c.args is not None]
-    res = R.match_actions(expected, pred)
+    if mode == "subset":
+        if not expected:
+            return Outcome(passed=True, score=1.0, scores={"mode": mode, "n_expected": 0, "n_matched": 0, "matched": []},
+                           reasons=["no expected actions in task.ground_truth.actions: reward 1.0 (as tau2)"])
+        res = R.match_actions(expected, [(c.name, c.args) for c in calls if c.args is not None])
+    else:
+        if is_write is None:
+            is_write, write_source = (lambda name: not R.looks_like_read(name)), "tool names (read verbs are reads)"
+        outcomes = [R.CallOutcome(c.name, c.args, _call_ok(c), None if _call_ok(c) else _call_error_code(c),
+                                  "user" if c.side == "user" else "agent") for c in calls]
+        res = R.strict_actions(expected, outcomes, is_write)
     matched = [{"name": a["name"], "id": a.get("id"), "matched": ok, "call_index": by}
                for a, ok, by in zip(expected, res.matched, res.matched_by)]
+    how = "among the tool calls" if mode == "subset" else "among the successful tool calls (arguments compared exactly)"
     reasons = [f"expected action {i} {a['name']}({_canon_json(a.get('arguments') or {})}) "
-               f"not found among the tool calls" + (f" (compared keys: {a['compare_args']})"
-                                                     if a.get("compare_args") is not None else "")
+               f"not found {how}" + (f" (compared keys: {a['compare_args']})" if a.get("compare_args") is not None else "")
+               + (f" (expected to fail with {a['expect_error']})" if a.get("expect_error") and mode != "subset" else "")
                for i, (a, ok) in enumerate(zip(expected, res.matched)) if not ok]
-    return Outcome(passed=res.reward == 1.0, score=res.reward,
-                   scores={"n_expected": len(expected), "n_matched": sum(res.matched), "matched": matched},
-                   reasons=reasons)
+    for w in res.unexpected_writes:
+        reasons.append(f"call {w['index']} {w['name']}({_short_repr(_canon_json(w['arguments'] or {}), 160)}) wrote "
+                       "where the reference does not (an unexpected successful write)")
+    for w in res.forbidden_attempts:
+        reasons.append(f"call {w['index']} {w['name']} attempted a forbidden write ({w['why']})")
+    scores = {"mode": mode, "n_expected": len(expected), "n_matched": sum(res.matched), "matched": matched}
+    if mode != "subset":
+        scores.update(unexpected_writes=res.unexpected_writes, forbidden_attempts=res.forbidden_attempts,
+                      writes_from=write_source)
+    return Outcome(passed=res.reward == 1.0, score=res.reward, scores=scores, reasons=reasons)
 
 
-@scorer("f1", verdict_kind="f1", help="ASTRA: sub-question F1 (or must-have functions)")
+@scorer("f1", verdict_kind="f1", help="ASTRA: sub-question F1, each answer grounded in a call (or must-have functions)")
 def score_f1(s: Scoring) -> Outcome:
     return run_f1(s.record, s.traj, s.calls, s.opts)
+
+
+def _grounding(sq: SubQuestion, good: list[Call], refs: list[dict], final: str | None) -> str | None:
+    """How a sub-question's answer is grounded in a successful call of its tool (`good`), or None:
+    "result" (a_i is in that call's result), "arguments" (the call's arguments are a reference
+    call's, exactly, and a_i is in the final answer), "call" (no a_i and the reference makes no
+    call of that tool: a successful call is all there is to check)."""
+    if sq.a is not None and any(R.contains_answer(c.result, sq.a) for c in good):
+        return "result"
+    mine = [r for r in refs if sq.tool is None or r["name"] == sq.tool]
+    if any(R.action_matches_exact(r["name"], r.get("arguments") or {}, r.get("compare_args"), c.name, c.args)
+           for c in good for r in mine):
+        if sq.a is None or R.contains_answer(final, sq.a):
+            return "arguments"
+        return None
+    if sq.a is None and sq.tool is not None and good and not mine:
+        return "call"
+    return None
 
 
 def run_f1(record: Record, traj: Trajectory, calls: list[Call], opts: Options) -> Outcome:
@@ -131,19 +208,16 @@ def run_f1(record: Record, traj: Trajectory, calls: list[Call], opts: Options) -
     c_count = len(agent_calls)
     final = final_answer(traj)
     solved: list[bool] = []
+    grounded: list[str | None] = []
     mode = None
     if gt is not None and gt.sub_questions:
         mode = "sub_questions"
+        refs = [a.model_dump() for a in gt.actions if a.side != "user" and not a.expect_error]
         for sq in gt.sub_questions:
-            rel = [c for c in agent_calls if sq.tool is None or c.name == sq.tool]
-            good = [c for c in rel if _call_ok(c)]
-            if not good:
-                solved.append(False)
-            elif sq.a is None:
-                solved.append(sq.tool is not None)
-            else:
-                solved.append(any(R.contains_answer(c.result, sq.a) for c in good)
-                              or R.contains_answer(final, sq.a))
+            good = [c for c in agent_calls if (sq.tool is None or c.name == sq.tool) and _call_ok(c)]
+            g = _grounding(sq, good, refs, final)
+            grounded.append(g)
+            solved.append(g is not None)
         names = [sq.q for sq in gt.sub_questions]
     elif gt is not None and gt.must_have_functions:
         mode = "must_have_functions"
@@ -156,7 +230,11 @@ def run_f1(record: Record, traj: Trajectory, calls: list[Call], opts: Options) -
     res = R.f1_reward(len(solved), sum(solved), c_count, opts.f1_epsilon)
     passed = res["recall"] == 1.0 if opts.f1_threshold is None else res["f1"] >= opts.f1_threshold
     scores = dict(res, mode=mode, solved=solved)
-    reasons = [f"sub-task not solved: {n}" for n, ok in zip(names, solved) if not ok]
+    if mode == "sub_questions":
+        scores["grounded_by"] = grounded
+    reasons = [f"sub-task not solved: {n}" + (" (its answer is in no successful call of its tool, and no call of it "
+                                              "has the reference's arguments)" if mode == "sub_questions" else "")
+               for n, ok in zip(names, solved) if not ok]
     return Outcome(passed=bool(passed), score=res["f1"], scores=scores, reasons=reasons)
 
 
