@@ -125,19 +125,21 @@ def test_mcp_server_episode_is_confined_and_verified(tmp_path, monkeypatch):
     servers = tmp_path / "servers.json"
     servers.write_text(json.dumps({"mcpServers": {"git": {
         "command": M.GIT_SERVER, "args": ["--repository", "{workdir}"], "env": {**M.IDENT, "TOOLKIT_TEST_MARKER": marker},
-        "state_command": M.STATE, "limits": {"cpu_seconds": 60, "wall_seconds": 30}}}}))
+        "state_command": M.STATE, "limits": {"cpu_seconds": 60, "wall_seconds": 30},
+        "workdir_roots": [str(tmp_path)]}}}))
     monkeypatch.setenv("TOOLKIT_MCP_SERVERS", str(servers))
     src = tmp_path / "tasks.jsonl"
     src.write_text(json.dumps(M._task(repo, M.FULL)) + "\n")
     (rec,) = read_tasks(str(src))
     scorer = Scorer()
     with Episode(rec) as ep:
-        assert M._servers_with_marker(marker) == [ep.env.server_pid]
+        # server_pid is the confining launcher's; the server itself runs under it
+        assert ep.env.server_pid in M._servers_with_marker(marker)
         for name, args in oracle(rec):
             assert ep.call(name, args).ok, name
         assert scorer.score(rec, ep.calls, prompt=ep.prompt).reward == 1.0
         pid = ep.env.server_pid
-    assert not os.path.exists(f"/proc/{pid}")
+    assert not os.path.exists(f"/proc/{pid}") and M._servers_with_marker(marker) == []
     with Episode(rec) as ep:
         assert scorer.score(rec, ep.calls, prompt=ep.prompt).reward == 0.0
     assert "?? b.txt" in M._git(repo, "status", "--porcelain")  # the template is untouched
