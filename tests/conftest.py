@@ -192,3 +192,13 @@ def vllm_server(tmp_path_factory):
     assert r.returncode == 0 and ckpt in r.stderr, r.stderr
     left = _group_alive(int(state["pid"]))
     assert not left, f"vLLM processes left after toolkit serve --stop: {left}"
+
+
+@pytest.fixture(autouse=True)
+def _operator_mcp_servers_reset():
+    """A CLI invoked in-process (`--mcp-servers`) sets the operator's servers for the process; each
+    test starts from $TOOLKIT_MCP_SERVERS again, whatever ran before it."""
+    yield
+    mod = sys.modules.get("toolkit.envs.mcp.servers")
+    if mod is not None and getattr(mod, "_SERVERS", None) is not None:
+        mod._SERVERS, mod._SOURCE = None, None

