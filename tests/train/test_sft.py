@@ -145,8 +145,8 @@ def test_flow_recipes_sections_are_real_settings():
     from toolkit.train.grpo import GRPOOptions
 
     sft_fields = {f.name for f in dataclasses.fields(SFTConfig)} | sft._OURS | {"assistant_only_loss"}
-    grpo_fields = set(GRPOOptions.__dataclass_fields__) | {"judge_rubric", "use_cpu", "accelerator", "lora",
-                                                           "chat_template", "require", "diff_exclude"}
+    grpo_fields = set(GRPOOptions.model_fields) | {"use_cpu", "accelerator", "lora", "chat_template", "require",
+                                                   "diff_exclude", "model_dtype"}
     # the LLM roles grpo runs (user simulator, judge): `<role>_<llm option>` keys reach their clients
     from toolkit.options import CORE_ROLES, LLMOpts
 
