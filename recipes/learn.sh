@@ -43,15 +43,16 @@ done
 PY=${TOOLKIT_PYTHON:-python}
 case "$scale" in
   # n: tasks synthesized; held: held-out cap; k: rollouts per held-out task; turns/tokens: per episode / reply;
-  # lr: SFT learning rate; sys: the agent's system prompt (the domain policy) kept or dropped, at training
-  # and at evaluation alike; RL: rl_n tasks synthesized on `principals` cloned principals, grpo_steps
-  # optimizer steps of tps groups of G episodes, learning rate glr, sampling temperature gT; cons: the
-  # constrained-decoding rows (cn held-out tasks)
-  smoke) n=60;  held=3;  k=1; turns=3; toks=112; sft_steps=6;   max_len=3072; lr=2.0e-4; sys=drop
+  # lr: SFT learning rate, sbs: rows per SFT step (they share the tool-schema prefix, forwarded once);
+  # sys: the agent's system prompt (the domain policy) kept or dropped, at training and at evaluation
+  # alike; RL: rl_n tasks synthesized on `principals` cloned principals, grpo_steps optimizer steps of
+  # tps groups of G episodes, learning rate glr, sampling temperature gT; cons: the constrained-decoding
+  # rows (cn held-out tasks)
+  smoke) n=60;  held=3;  k=1; turns=3; toks=112; sft_steps=4;   sbs=4; max_len=3072; lr=4.0e-4; sys=drop
          rl_n=12;  principals=8;  grpo_steps=2;   G=2; tps=1;  glr=5.0e-5; gT=1.0; cons=1; cn=2 ;;
-  cpu)   n=300; held=48; k=1; turns=3; toks=112; sft_steps=130; max_len=3072; lr=2.0e-4; sys=drop
+  cpu)   n=300; held=48; k=1; turns=3; toks=112; sft_steps=36;  sbs=4; max_len=3072; lr=4.0e-4; sys=drop
          rl_n=120; principals=40; grpo_steps=24;  G=4; tps=2;  glr=5.0e-5; gT=1.0; cons=0; cn=8 ;;
-  gpu)   n=600; held=100; k=4; turns=8; toks=256; sft_steps=600; max_len=4096; lr=5.0e-5; sys=keep
+  gpu)   n=600; held=100; k=4; turns=8; toks=256; sft_steps=300; sbs=4; max_len=4096; lr=5.0e-5; sys=keep
          rl_n=600; principals=120; grpo_steps=200; G=8; tps=16; glr=2.0e-6; gT=1.0; cons=1; cn=100 ;;
   *) echo "learn.sh: --scale smoke|cpu|gpu" >&2; exit 2 ;;
 esac
@@ -107,7 +108,8 @@ if [ "$scale" = gpu ]; then  # one GPU: vLLM inside the training process (TRL's 
   gen_keys="generation: vllm
   vllm_mode: colocate
   gradient_checkpointing: true
-  micro_batch: 4
+  gradient_accumulation_steps: 8
+  micro_batch: 8
   trl:
     bf16: true
     vllm_gpu_memory_utilization: 0.35
@@ -155,8 +157,8 @@ sft:
   max_steps: $sft_steps
   learning_rate: $lr
   lr_scheduler_type: cosine
-  warmup_steps: 5
-  per_device_train_batch_size: 1
+  warmup_steps: 3
+  per_device_train_batch_size: $sbs
   max_length: $max_len
   bf16: $bf16
   model_dtype: float32

@@ -335,6 +335,9 @@ class SFTOptions(TrainOptions):
     export: Optional[str] = None  # a registered export format (kind "exporters")
     num_train_epochs: Optional[float] = None
     merge_lora: Optional[bool] = None
+    # forward a batch's common prefix (system prompt, tools) once (exact; toolkit.train.prefix);
+    # None = auto: one process, no DeepSpeed / FSDP / gradient checkpointing
+    shared_prefix: Optional[bool] = None
 
 
 GRPO_LOSS_TYPES = ("grpo", "bnpo", "dapo", "group_token", "dr_grpo", "turn")  # toolkit.train.advantages.LOSS_TYPES

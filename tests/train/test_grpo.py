@@ -392,7 +392,7 @@ def test_shared_prefix_logps_and_gradients_equal_the_per_row_forward(tiny_model,
     import torch
 
     from toolkit.train.grpo import batch as B
-    from toolkit.train.grpo.trainer import prefix_len
+    from toolkit.train.prefix import prefix_len
 
     recs = ticket_tasks(tmp_path, ["red", "blue"])
     scripts = {"tk-red-s0-g0": [call_text("insert_ticket", {"code": "red"}), DONE],

@@ -160,3 +160,30 @@ def test_flow_recipes_sections_are_real_settings():
         kw = sft.trainer_kwargs(recipe["sft"], SFTConfig, {"output_dir": "x", "report_to": "none", **sft.cpu_defaults()})
         kw.update(sft.cpu_defaults())
         SFTConfig(**kw)  # constructs: every value has the right type
+
+
+def test_shared_prefix_steps_equal_the_per_row_forward(tiny_model, verified_airline, tmp_path, monkeypatch):
+    """With 4 rows per step, the rows' common prefix (tool schemas) is forwarded once
+    (toolkit.train.prefix, on by default in one process): the same losses and weights as the per-row
+    forward (shared_prefix: false)."""
+    import torch
+    from safetensors.torch import load_file
+
+    from toolkit.train import prefix, sft
+
+    rows = [x for r in verified_airline[:8] for x in X.record_rows(r, filter="passed", tool_schema="minimal",
+                                                                   system_prompt="drop")]
+    calls = []
+    real = prefix.prefix_cache
+    monkeypatch.setattr(prefix, "prefix_cache", lambda *a: calls.append(a[1].shape) or real(*a))
+    out = {}
+    for mode in (None, False):
+        d = tmp_path / str(mode)
+        sft.train(rows, {**CPU, "max_steps": 2, "learning_rate": 1e-3, "save_strategy": "no", "seed": 3,
+                         "per_device_train_batch_size": 4, "shared_prefix": mode}, tiny_model, str(d))
+        out[mode] = ([x["loss"] for x in _metrics(d) if "loss" in x], load_file(d / "model.safetensors"))
+        if mode is None:
+            assert len(calls) == 2 and all(s[1] >= 64 for s in calls), calls  # one prefix forward per step
+    (l1, w1), (l0, w0) = out[None], out[False]
+    assert len(calls) == 2 and len(l1) == 2 and all(abs(a - b) < 1e-4 * max(1.0, abs(b)) for a, b in zip(l1, l0))
+    assert all(torch.allclose(w1[k], w0[k], atol=1e-5) for k in w0)

@@ -8,34 +8,10 @@ import contextlib
 import time
 
 from toolkit.train.grpo.options import GRPOOptions
+from toolkit.train.prefix import SHARED_PREFIX_MIN, cache_kw, common_prefix, prefix_cache
 
 # ----------------------------------------------------------------------------------------------
 # generation backends: ids in -> sampled completion ids out
-
-SHARED_PREFIX_MIN = 64  # tokens: a shorter common prefix is forwarded per row
-
-
-def common_prefix(seqs: list[list[int]]) -> int:
-    """The length of the longest prefix every sequence shares."""
-    if not seqs:
-        return 0
-    n = min(len(s) for s in seqs)
-    first = seqs[0]
-    for k in range(n):
-        t = first[k]
-        if any(s[k] != t for s in seqs[1:]):
-            return k
-    return n
-
-
-def cache_kw(model) -> str:
-    """The forward's keyword for a KV cache: `cache` (transformers 5.x) or `past_key_values` (older)."""
-    import inspect
-
-    m = getattr(model, "module", model)  # DDP
-    return "cache" if "cache" in inspect.signature(type(m).forward).parameters else "past_key_values"
-
-
 
 class Completion(list):
     """Completion ids with the sampler's log-prob of each id (`logps`), for the IS correction."""
@@ -122,10 +98,8 @@ class HFGenerator:
             torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=self.gen)))
             kw = {}
             if P:
-                pre = self.model(input_ids=input_ids[:1, :P].to(self.model.device), use_cache=True, logits_to_keep=1)
-                cache = pre.cache if hasattr(pre, "cache") else pre.past_key_values
-                cache.batch_repeat_interleave(len(prompts))
-                kw = {cache_kw(self.model): cache}
+                kw = {cache_kw(self.model): prefix_cache(self.model, input_ids[:1, :P].to(self.model.device),
+                                                         len(prompts))}
             out = self.model.generate(input_ids=input_ids.to(self.model.device), attention_mask=attn.to(self.model.device),
                                       do_sample=True, temperature=self.temperature, top_p=self.top_p, top_k=0,
                                       max_new_tokens=max_new, eos_token_id=eos, pad_token_id=pad,

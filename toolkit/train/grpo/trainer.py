@@ -39,7 +39,7 @@ except ModuleNotFoundError as e:  # say which extra, keep the missing module's n
                               name=e.name) from e
 
 from toolkit.train.grpo import batch as B
-from toolkit.train.grpo.generators import SHARED_PREFIX_MIN, cache_kw
+from toolkit.train.prefix import prefix_len, shared_forward
 
 STATE_FILE = "toolkit_grpo_state.pkl"
 
@@ -228,19 +228,10 @@ class ToolkitGRPOTrainer(GRPOTrainer):
         with `shared_prefix` it is forwarded ONCE and its key/value cache (with its graph, so the
         gradient is exact) is repeated for the rows' suffixes, instead of forwarding it per row."""
         P = prefix_len(ids, att, pm) if self._shared_prefix_ok() else 0
-        if P < SHARED_PREFIX_MIN:
+        if not P:
             return self._get_per_token_logps_and_entropies(model, ids, att, ids.size(1) - 1, batch_size=batch_size)[0]
-        n, L = ids.shape
-        with self.accelerator.autocast():
-            pre = model(input_ids=ids[:1, :P], use_cache=True, logits_to_keep=1)
-            cache = pre.cache if hasattr(pre, "cache") else pre.past_key_values
-            cache.batch_repeat_interleave(n)
-            labels = ids[:, P:].masked_fill(att[:, P:] == 0, -100)
-            pos = torch.arange(P, L, device=ids.device).unsqueeze(0).expand(n, -1)
-            out = model(input_ids=ids[:, P:], attention_mask=att, position_ids=pos, labels=labels, fused_lm_head=True,
-                        **{cache_kw(model): cache})
-        # positions 0..P-1 predict context tokens (prefix_len stops before the first policy token)
-        return torch.cat([out.log_probs.new_zeros(n, P), out.log_probs], dim=1)
+        with self.accelerator.autocast():  # positions before P predict context tokens: log-prob 0
+            return shared_forward(model, ids, att, ids.masked_fill(att == 0, -100), P).log_probs
 
     # -- loss ------------------------------------------------------------------------------------
     def _compute_loss(self, model, inputs):
@@ -303,20 +294,6 @@ class ToolkitGRPOTrainer(GRPOTrainer):
         path = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
         os.makedirs(path, exist_ok=True)
         self.run.save_state(path, self.accelerator.process_index, self.accelerator.is_main_process)
-
-
-def prefix_len(ids, att, pm) -> int:
-    """The length P of the prefix every row shares that holds no policy token: ids[:, :P+1] are equal
-    across rows (the token at P too, so the prefix's last position predicts the same context token for
-    every row) and no row has a policy token among positions 1..P. 0 for a single row."""
-    n, L = ids.shape
-    if n < 2 or L < 2:
-        return 0
-    same = (ids == ids[:1]).all(dim=0) & (att == 1).all(dim=0)
-    lcp = int(same.long().cumprod(0).sum())
-    pol = pm.any(dim=0).nonzero()
-    first_policy = int(pol[0]) + 1 if pol.numel() else L  # pm[:, k] is about ids[:, k + 1]
-    return max(0, min(lcp - 1, first_policy - 1, L - 2))
 
 
 def turn_log_ratio(log_ratio, turn_index, policy_mask):
