@@ -1,4 +1,5 @@
-"""Layered configuration: built-in defaults < recipe YAML < environment variables < CLI flags.
+"""Layered configuration: built-in defaults < a registered preset the options name (grpo's variant) <
+recipe YAML < environment variables < CLI flags.
 
 The merged config of a command is a flat dict keyed by option name (the click parameter name,
 e.g. `model`, `agent_base_url`, `concurrency`, `strategy`).

@@ -219,3 +219,27 @@ def test_principals_are_new_consistent_and_loadable():
     assert state["flight"] == base["flight"]  # the catalogue is shared
     again, _ = add_principals({"backend": "sqlite", "id": "airline"}, 12, seed=3)
     assert again == state  # seeded
+
+
+def test_principals_on_another_domain_recombine_one_column_names():
+    """clinic: patients (one full_name column) get names recombined word by word, new P-#### ids,
+    and their referrals / appointments / prescriptions with remapped references."""
+    from toolkit.envs.sqlite import SqliteEnvironment
+    from toolkit.train.principals import add_principals
+
+    env = SqliteEnvironment.from_ref({"backend": "sqlite", "id": "clinic"})
+    base = env.snapshot()
+    env.close()
+    state, info = add_principals({"backend": "sqlite", "id": "clinic"}, 10, seed=1)
+    assert info["principal_table"] == "patient" and len(state["patient"]) == 10
+    firsts = {p["full_name"].split()[0] for p in base["patient"]}
+    lasts = {p["full_name"].split()[-1] for p in base["patient"]}
+    names = [p["full_name"] for p in state["patient"]]
+    assert len(set(names)) == 10 and not set(names) & {p["full_name"] for p in base["patient"]}
+    assert all(n.split()[0] in firsts and n.split()[-1] in lasts for n in names)
+    ids = {p["patient_id"] for p in state["patient"]}
+    assert not ids & {p["patient_id"] for p in base["patient"]} and all(i.startswith("P-") for i in ids)
+    refs = {r["referral_id"] for r in state["referral"]}
+    assert state["appointment"] and all(a["patient_id"] in ids for a in state["appointment"])
+    assert all(a["referral_id"] is None or a["referral_id"] in refs for a in state["appointment"])
+    assert state["doctor"] == base["doctor"]

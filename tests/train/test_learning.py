@@ -3,15 +3,16 @@ raises the policy's success rate.
 
 Task: "Open a ticket with code X" in a one-table sqlite environment (the only tool is insert_ticket);
 reward = verify's state_diff R (the ticket table equals the target). SFT on replayed, verified
-episodes of four codes for 60 steps leaves the tiny model (hidden 64) right about a third of the
-time on "red" (wrong code, broken JSON); GRPO on that task, 4 groups of 8 episodes per step for 20
-steps, must lift it. Two statistics, each with a margin of several standard errors over what chance
-gives (docs/training.md, "Learning signal": ten seeds):
-- the policy itself: 64 sampled episodes (T = 1, the same sampler seed) of the SFT checkpoint
-  against 64 of the GRPO checkpoint, success rate up by >= 0.15 (measured: +0.31 ... +0.55);
-- the training curve (metrics.jsonl): reward_mean of the last quarter of the steps above the first
-  step's (the SFT policy's own 32 episodes) by >= 0.15.
-Seeded, CPU: ~1.5 CPU-minutes.
+episodes of four codes for 60 steps leaves the tiny model (hidden 64) right 22-56% of the time on
+"red" at T = 1 (junk tokens in the call); GRPO on that task, 4 groups of 8 episodes per step for 30
+steps, must lift it. Two statistics with margins of several standard errors (docs/training.md,
+"Learning signal": five seeds of this test gave SFT 0.22-0.56 -> GRPO 0.76-0.80, +0.23 to +0.56;
+training reward first quarter 0.35-0.56 -> last quarter 0.84-0.88):
+- the policy: 256 episodes sampled (T = 1, one sampler seed) from the SFT checkpoint and from the
+  GRPO checkpoint: success up by >= 0.1 and >= 0.6 after (SE of the difference ~0.04);
+- the training curve (metrics.jsonl): reward_mean of the last quarter of the steps >= the first
+  quarter's + 0.15 and >= 0.7 (224 episodes per quarter).
+Seeded, CPU: ~40 CPU-seconds.
 """
 
 import asyncio
@@ -23,7 +24,7 @@ from tests.train.test_grpo import ticket_tasks
 pytestmark = requires_train
 
 
-def success_rate(model_dir, record, n=64, seed=1234):
+def success_rate(model_dir, record, n=256, seed=1234):
     """The share of `n` episodes sampled at T = 1 from the checkpoint that pass (verify state_diff)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -62,15 +63,17 @@ def test_sft_then_grpo_raises_reward(tiny_model, tmp_path):
     red = [r for r in recs if r.id == "tk-red"]
     # the variant's defaults (on-policy: max_staleness 0 is every preset's); the knobs of this run only
     cfg = {"use_cpu": True, "learning_rate": 1e-3, "max_new_tokens": 40, "max_turns": 1, "tool_schema": "minimal",
-           "system_prompt": "drop", "num_generations": 8, "tasks_per_step": 4, "max_steps": 20, "variant": "grpo",
+           "system_prompt": "drop", "num_generations": 8, "tasks_per_step": 4, "max_steps": 30, "variant": "grpo",
            "seed": 0}
     run = G.GRPORun(cfg, red, str(tmp_path / "sft"), str(tmp_path / "grpo"))
     assert run.opts.max_staleness == 0 and run.opts.temperature == 1.0
     res = run.train()
     with open(tmp_path / "grpo" / "metrics.jsonl") as f:
         rewards = [json.loads(x)["reward_mean"] for x in f]
-    assert res["steps"] == 20 and len(rewards) == 20
+    assert res["steps"] == 30 and len(rewards) == 30
     before, after = success_rate(str(tmp_path / "sft"), red[0]), success_rate(str(tmp_path / "grpo"), red[0])
-    last = sum(rewards[-5:]) / 5
-    assert after >= before + 0.15, (before, after, rewards)
-    assert last >= rewards[0] + 0.15, (before, after, rewards)
+    q = len(rewards) // 4
+    first, last = sum(rewards[:q]) / q, sum(rewards[-q:]) / q
+    print(json.dumps({"learning": {"before": before, "after": after, "first_quarter": first, "last_quarter": last}}))
+    assert after >= before + 0.1 and after >= 0.6, (before, after, rewards)
+    assert last >= first + 0.15 and last >= 0.7, (before, after, rewards)

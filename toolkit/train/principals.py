@@ -182,6 +182,15 @@ def add_principals(env_ref: dict, k: int, seed: int = 0, keep_original: bool = F
                  and all(isinstance(r.get(c.name), str) and _WORD.match(r[c.name]) and not _DATE.match(r[c.name])
                          for r in originals)
                  and len({r.get(c.name) for r in originals}) == len(originals) and len(originals) > 1]
+        # each name-like column's words, recombined position by position (first and last names of
+        # different rows; one column "Kara Singh" / "Ana Lopez" → "Kara Lopez")
+        shape = {c: len(str(originals[0][c]).split()) for c in words}
+        pools = {c: [sorted({str(r[c]).split()[j] for r in originals if len(str(r[c]).split()) == shape[c]})
+                     for j in range(shape[c])] for c in words}
+
+        def draw() -> tuple:
+            return tuple(" ".join(rng.choice(pool) for pool in pools[c]) for c in words)
+
         combos = {tuple(r.get(c) for c in words) for r in originals}
         out = {t: ([] if not keep_original and t in _dependents(ptab, edges, dom) | {ptab} else list(rows))
                for t, rows in state.items()}
@@ -190,7 +199,7 @@ def add_principals(env_ref: dict, k: int, seed: int = 0, keep_original: bool = F
         for i in range(k):
             src = originals[i % len(originals)]
             for _ in range(100):  # a name combination no row has yet
-                pick = tuple(rng.choice(originals).get(c) for c in words)
+                pick = draw()
                 if pick not in combos or not words:
                     break
             combos.add(pick)
