@@ -1,29 +1,38 @@
 #!/usr/bin/env bash
-# The closed loop on a real model, offline (issue 20):
-#   recipes/learn.sh [--scale smoke|cpu|gpu] [--domain DIR|NAME] [--eval-domain DIR|NAME] [--out DIR]
+# The closed loop on a real model, offline (issues 20, 31):
+#   recipes/learn.sh [--scale smoke|cpu|gpu] [--tasks plain|deep] [--domain DIR|NAME] [--eval-domain DIR|NAME] [--out DIR]
 #   (just learn [ARGS])
 # 1. synthesize LOGIGEN tasks symbolically on the domain (gen-task --explorer symbolic | validate-task)
 # 2. split by target into train / held-out (disjoint targets and entities: toolkit.train.learn split)
-# 3. oracle replay of train → verify state_diff --filter passed → verified trajectories
-# 4. sft on SmolLM2-135M-Instruct (toolkit models materialize smollm2-135m-instruct) → ckpt/sft
-# 5. grpo --variant ta-grpo from the SFT checkpoint → ckpt/grpo
-# 6. evaluate base / SFT / GRPO: toolkit serve --model CKPT (CPU: GGUF export on llama.cpp; GPU: vLLM) →
+# 3. RL tasks of their own: the domain's principals (customers ...) replaced by clones none of the
+#    train / held-out tasks name (toolkit.train.learn principals), tasks synthesized there, any task
+#    sharing a key with train or held-out dropped (toolkit.train.learn exclude)
+# 4. oracle replay of train → verify state_diff --filter passed → verified trajectories
+# 5. sft on SmolLM2-135M-Instruct (toolkit models materialize smollm2-135m-instruct) → ckpt/sft
+# 6. grpo --variant ta-grpo from the SFT checkpoint on the RL tasks → ckpt/grpo (on-policy)
+# 7. evaluate base / SFT / GRPO: toolkit serve --model CKPT (CPU: GGUF export on llama.cpp; GPU: vLLM) →
 #    rollout on the held-out tasks (and on --eval-domain's tasks) → verify --strategy state_diff
 #    (no-write tasks need the DB + ACTION + COMMUNICATE basis)
+# --tasks deep: violation-first and boundary tasks (up to 2 writes) with the domain policy in the agent's
+# prompt; the table adds the share of episodes that attempt a write the policy forbids.
 # Out ($OUT, default out/learn): table.md, summary.json, details.json, curves.png, yield.txt, timings.json,
 # and every intermediate JSONL. The user simulator of every evaluation (and of GRPO) is the packaged
 # SmolLM2 GGUF on the embedded llama.cpp server, its own server (TOOLKIT_EMBEDDED_SLOTS=role), so the
 # three rows differ only by the agent; each agent checkpoint is served by `toolkit serve --model`
 # (CPU: exported to GGUF, llama.cpp's server, its KV cache kept between turns; GPU: vLLM).
-# Env: TOOLKIT_PYTHON (python), LEARN_N (tasks to synthesize), LEARN_SFT_STEPS, LEARN_GRPO_STEPS, LEARN_SKIP_GRPO=1,
-#      LEARN_CONSTRAINED=0 (no constrained-decoding rows), LEARN_CONSTRAINED_N (held-out tasks they use),
-#      LEARN_BF16=false (fp32 SFT on CPU).
+# Env: TOOLKIT_PYTHON (python), LEARN_N (tasks to synthesize), LEARN_HELD (held-out cap), LEARN_SFT_STEPS,
+#      LEARN_GRPO_STEPS, LEARN_GRPO_G, LEARN_GRPO_TASKS (groups per step), LEARN_GRPO_LR, LEARN_GRPO_T
+#      (sampling temperature), LEARN_GRPO_STALENESS, LEARN_GRPO_VARIANT, LEARN_RL_N (RL tasks synthesized),
+#      LEARN_PRINCIPALS (clones), LEARN_SKIP_GRPO=1, LEARN_CONSTRAINED=1 (constrained-decoding rows),
+#      LEARN_CONSTRAINED_N, LEARN_BF16=true|false (default: bf16 autocast where native),
+#      LEARN_FROM=DIR (reuse DIR's tasks, base/SFT evaluations and SFT checkpoint: GRPO ablations).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scale=smoke; domain=airline; eval_domain=""; out=${OUT:-out/learn}
+scale=smoke; tasks=plain; domain=airline; eval_domain=""; out=${OUT:-out/learn}
 while [ $# -gt 0 ]; do
   case "$1" in
     --scale) scale=$2; shift 2 ;;
+    --tasks) tasks=$2; shift 2 ;;
     --domain) domain=$2; shift 2 ;;
     --eval-domain) eval_domain=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
@@ -34,14 +43,38 @@ done
 PY=${TOOLKIT_PYTHON:-python}
 case "$scale" in
   # n: tasks synthesized; held: held-out cap; k: rollouts per held-out task; turns/tokens: per episode / reply;
-  # lr: SFT learning rate; G: GRPO group size; sys: the agent's system prompt (the domain policy) kept or
-  # dropped, at training and at evaluation alike
-  smoke) n=60;  held=3;  k=1; turns=3; toks=112; sft_steps=6;   grpo_steps=1;  G=2; max_len=3072; lr=2.0e-4; sys=drop; cn=2 ;;
-  cpu)   n=200; held=20; k=1; turns=3; toks=112; sft_steps=130; grpo_steps=2;  G=2; max_len=3072; lr=2.0e-4; sys=drop; cn=8 ;;
-  gpu)   n=400; held=60; k=4; turns=8; toks=256; sft_steps=600; grpo_steps=40; G=8; max_len=4096; lr=5.0e-5; sys=keep; cn=60 ;;
+  # lr: SFT learning rate, sbs: rows per SFT step (they share the tool-schema prefix, forwarded once);
+  # sys: the agent's system prompt (the domain policy) kept or dropped, at training and at evaluation
+  # alike; RL: rl_n tasks synthesized on `principals` cloned principals, grpo_steps optimizer steps of
+  # tps groups of G episodes, learning rate glr, sampling temperature gT; cons: the constrained-decoding
+  # rows (cn held-out tasks)
+  smoke) n=60;  held=3;  k=1; turns=3; toks=112; sft_steps=4;   sbs=4; max_len=3072; lr=4.0e-4; sys=drop
+         rl_n=12;  principals=8;  grpo_steps=2;   G=2; tps=1;  glr=5.0e-5; gT=1.0; cons=1; cn=2 ;;
+  cpu)   n=300; held=48; k=1; turns=3; toks=112; sft_steps=36;  sbs=4; max_len=3072; lr=4.0e-4; sys=drop
+         rl_n=120; principals=40; grpo_steps=24;  G=4; tps=2;  glr=5.0e-5; gT=1.0; cons=0; cn=8 ;;
+  gpu)   n=600; held=100; k=4; turns=8; toks=256; sft_steps=300; sbs=4; max_len=4096; lr=5.0e-5; sys=keep
+         rl_n=600; principals=120; grpo_steps=200; G=8; tps=16; glr=2.0e-6; gT=1.0; cons=1; cn=100 ;;
   *) echo "learn.sh: --scale smoke|cpu|gpu" >&2; exit 2 ;;
 esac
-n=${LEARN_N:-$n}; sft_steps=${LEARN_SFT_STEPS:-$sft_steps}; grpo_steps=${LEARN_GRPO_STEPS:-$grpo_steps}
+# deep: violation-first and boundary tasks need the policy to be solved: it stays in the prompt
+deep_gen="violation_share: 0.0
+  rule_coverage: false
+  boundary_share: 0.0
+  max_writes: 1"
+case "$tasks" in
+  plain) ;;
+  deep) sys=keep; max_len=$(( max_len + 1536 ))
+        deep_gen="violation_share: 0.5
+  rule_coverage: true
+  boundary_share: 0.5
+  max_writes: 2" ;;
+  *) echo "learn.sh: --tasks plain|deep" >&2; exit 2 ;;
+esac
+n=${LEARN_N:-$n}; held=${LEARN_HELD:-$held}; sft_steps=${LEARN_SFT_STEPS:-$sft_steps}
+grpo_steps=${LEARN_GRPO_STEPS:-$grpo_steps}; G=${LEARN_GRPO_G:-$G}; tps=${LEARN_GRPO_TASKS:-$tps}
+glr=${LEARN_GRPO_LR:-$glr}; gT=${LEARN_GRPO_T:-$gT}; rl_n=${LEARN_RL_N:-$rl_n}; principals=${LEARN_PRINCIPALS:-$principals}
+variant=${LEARN_GRPO_VARIANT:-ta-grpo}; staleness=${LEARN_GRPO_STALENESS:-0}
+from=${LEARN_FROM:-}
 mkdir -p "$out"
 : > "$out/stages.jsonl"; : > "$out/rejects.jsonl"
 export TOOLKIT_STAGE_LOG="$out/stages.jsonl"
@@ -61,16 +94,31 @@ PY
 }
 
 # the recipe every stage reads. What the CPU scales cut (docs/learn.md): tasks with one write each
-# (max_writes 1, no violation-first or boundary tasks: a 135M model gets 0 on the deep ones), the
-# minimal tool rendering (airline: 11 tools in ~0.95k tokens instead of 2.3k compact / 11k full),
-# bf16 autocast on CPU, greedy decoding, short replies, 3 agent turns (an oracle episode: 2 reads,
-# the write, a closing line), Hermes tool calls in text. sys=drop leaves the policy (1.2k tokens)
-# out of the agent's prompt at training and evaluation alike (rows ~1.8k instead of ~2.9k tokens,
-# so the CPU budget covers ~1 epoch of SFT: 130 steps on 133 trajectories; docs/learn.md run 3:
-# SFT 15/20 held-out vs base 0/20). The same rendering at training and at evaluation
-# (tests/train/test_render_parity.py).
+# (max_writes 1, no violation-first or boundary tasks unless --tasks deep), the minimal tool rendering
+# (airline: 11 tools in ~0.95k tokens instead of 2.3k compact / 11k full), bf16 autocast on CPU, greedy
+# decoding at evaluation, short replies, 3 agent turns (an oracle episode: 2 reads, the write, a closing
+# line), Hermes tool calls in text. sys=drop leaves the policy (1.2k tokens) out of the agent's prompt
+# at training and evaluation alike (rows ~1.8k instead of ~2.9k tokens). The same rendering at training
+# and at evaluation (tests/train/test_render_parity.py).
 recipe="$out/learn.yaml"
-bf16=$([ "$scale" = gpu ] && echo true || echo "${LEARN_BF16:-true}")
+# bf16 autocast over fp32 weights where bf16 is native (GPU, CPU with AMX / AVX512-BF16): ~2x faster;
+# on an AVX2-only CPU torch emulates bf16 and it is many times slower, so fp32 there
+bf16=${LEARN_BF16:-$("$PY" -c 'from toolkit.train.sft import native_bf16; print(str(native_bf16()).lower())')}
+if [ "$scale" = gpu ]; then  # one GPU: vLLM inside the training process (TRL's colocate mode)
+  gen_keys="generation: vllm
+  vllm_mode: colocate
+  gradient_checkpointing: true
+  gradient_accumulation_steps: 8
+  micro_batch: 8
+  trl:
+    bf16: true
+    vllm_gpu_memory_utilization: 0.35
+    vllm_enable_sleep_mode: false"
+else
+  gen_keys="generation: transformers
+  trl:
+    bf16: $bf16"
+fi
 cat > "$recipe" <<YAML
 defaults:
   temperature: 0.0
@@ -79,10 +127,7 @@ gen-task:
   strategy: logigen
   explorer: symbolic
   user_view: template
-  max_writes: 1
-  violation_share: 0.0
-  rule_coverage: false
-  boundary_share: 0.0
+  $deep_gen
 validate-task:
   strategy: logigen
   filter: passed
@@ -112,59 +157,95 @@ sft:
   max_steps: $sft_steps
   learning_rate: $lr
   lr_scheduler_type: cosine
-  warmup_steps: 5
-  per_device_train_batch_size: 1
+  warmup_steps: 3
+  per_device_train_batch_size: $sbs
   max_length: $max_len
   bf16: $bf16
   model_dtype: float32
   save_strategy: "no"
   logging_steps: 1
 grpo:
-  variant: ta-grpo
+  # on-policy TA-GRPO (LOGIGEN eq. 5: the turn's ratio, r_t = -lambda_err for policy violations only);
+  # zero-variance groups train only through their negative r_t (the variant's rule)
+  variant: $variant
+  max_staleness: $staleness
   chat_template: toolkit
   tool_schema: minimal
   system_prompt: $sys
+  model_dtype: float32
   max_steps: $grpo_steps
   num_generations: $G
-  tasks_per_step: 1
+  tasks_per_step: $tps
   max_turns: $(( turns < 4 ? turns : 4 ))
   max_new_tokens: $toks
   max_total_tokens: $(( max_len + 1536 ))
-  learning_rate: 1.0e-6
-  temperature: 1.0
+  learning_rate: $glr
+  lr_scheduler_type: constant
+  temperature: $gT
+  strict_tool_calls: true
   user_tool_protocol: hermes
   user_max_tokens: 48
   user_timeout: 1800
   user_max_retries: 1
+  $gen_keys
 YAML
 
-# 1-2 synthesize and split
-env_record "$domain" > "$out/domain.jsonl"
-set +e
-gen-task --recipe "$recipe" -n "$n" --seed 7 --rejects "$out/rejects.jsonl" < "$out/domain.jsonl" \
-  | validate-task --recipe "$recipe" --rejects "$out/rejects.jsonl" > "$out/tasks.jsonl"
-set -e
-"$PY" -m toolkit.train.learn split --heldout 0.3 --seed 7 --max-heldout "$held" \
-  --train "$out/train_tasks.jsonl" --heldout-out "$out/heldout_tasks.jsonl" < "$out/tasks.jsonl" > "$out/split.json"
-stamp synthesize
+reuse() {  # FILE...: take them from LEARN_FROM's run
+  for f in "$@"; do
+    [ -e "$from/$f" ] || { echo "learn.sh: LEARN_FROM=$from has no $f" >&2; exit 2; }
+    mkdir -p "$(dirname "$out/$f")"; rm -rf "${out:?}/$f"; ln -s "$(cd "$from" && pwd)/$f" "$out/$f"
+  done
+}
 
-# 3 oracle replay → verified teacher trajectories
-set +e
-rollout --recipe "$recipe" --agent replay --max-turns 64 --rejects "$out/rejects.jsonl" < "$out/train_tasks.jsonl" \
-  | verify --recipe "$recipe" --filter passed --rejects "$out/rejects.jsonl" > "$out/train_verified.jsonl"
-set -e
-echo "[learn] $(wc -l < "$out/train_verified.jsonl") verified train trajectories" >&2
-stamp oracle
+if [ -n "$from" ]; then
+  reuse tasks.jsonl train_tasks.jsonl heldout_tasks.jsonl rl_tasks.jsonl split.json train_verified.jsonl ckpt/sft
+  # the base and SFT evaluations when LEARN_FROM's run has finished (else they run here)
+  if [ -f "$from/summary.json" ]; then reuse eval_base.jsonl eval_sft.jsonl; fi
+  stamp reused
+else
+  # 1-2 synthesize and split
+  env_record "$domain" > "$out/domain.jsonl"
+  set +e
+  gen-task --recipe "$recipe" -n "$n" --seed 7 --rejects "$out/rejects.jsonl" < "$out/domain.jsonl" \
+    | validate-task --recipe "$recipe" --rejects "$out/rejects.jsonl" > "$out/tasks.jsonl"
+  set -e
+  "$PY" -m toolkit.train.learn split --heldout 0.3 --seed 7 --max-heldout "$held" \
+    --train "$out/train_tasks.jsonl" --heldout-out "$out/heldout_tasks.jsonl" < "$out/tasks.jsonl" > "$out/split.json"
+  stamp synthesize
 
-# 4 base checkpoint and its server
+  # 3 RL tasks on principals nobody else names
+  "$PY" -m toolkit.train.learn principals -k "$principals" --seed 7 < "$out/domain.jsonl" > "$out/domain_rl.jsonl"
+  set +e
+  gen-task --recipe "$recipe" -n "$rl_n" --seed 8 --rejects "$out/rejects.jsonl" < "$out/domain_rl.jsonl" \
+    | validate-task --recipe "$recipe" --rejects "$out/rejects.jsonl" \
+    | "$PY" -m toolkit.train.learn exclude "$out/train_tasks.jsonl" "$out/heldout_tasks.jsonl" > "$out/rl_tasks.jsonl"
+  set -e
+  echo "[learn] $(wc -l < "$out/rl_tasks.jsonl") RL tasks" >&2
+  stamp synthesize_rl
+
+  # 4 oracle replay → verified teacher trajectories
+  set +e
+  rollout --recipe "$recipe" --agent replay --max-turns 64 --rejects "$out/rejects.jsonl" < "$out/train_tasks.jsonl" \
+    | verify --recipe "$recipe" --filter passed --rejects "$out/rejects.jsonl" > "$out/train_verified.jsonl"
+  set -e
+  echo "[learn] $(wc -l < "$out/train_verified.jsonl") verified train trajectories" >&2
+  stamp oracle
+fi
+
+# the base checkpoint and its server
 base=$(toolkit models materialize smollm2-135m-instruct | tail -1)
-base_url=$(toolkit serve --model "$base" | tail -1)
+base_url=""
 stamp materialize
 
 evaluate() {  # MODEL_NAME CKPT TASKS OUTFILE [ROLLOUT FLAGS...]
   local url name=$1 ckpt=$2 tasks=$3 outfile=$4
   shift 4
-  if [ "$ckpt" = "$base" ]; then url=$base_url; else url=$(toolkit serve --model "$ckpt" | tail -1); fi
+  if [ "$ckpt" = "$base" ]; then
+    [ -n "$base_url" ] || base_url=$(toolkit serve --model "$base" | tail -1)
+    url=$base_url
+  else
+    url=$(toolkit serve --model "$ckpt" | tail -1)
+  fi
   set +e
   rollout --recipe "$recipe" -n "$k" --seed 11 --agent-base-url "$url" --agent-model "$ckpt" "$@" \
       --rejects "$out/rejects.jsonl" < "$tasks" \
@@ -175,46 +256,55 @@ evaluate() {  # MODEL_NAME CKPT TASKS OUTFILE [ROLLOUT FLAGS...]
 
 # constrained decoding of the agent's tool calls (a GBNF grammar: a reply is plain text or calls
 # naming offered tools with schema-shaped arguments), as extra rows NAME+grammar on the first
-# LEARN_CONSTRAINED_N held-out tasks (grammar sampling is slow on CPU); LEARN_CONSTRAINED=0 skips them
-constrained=${LEARN_CONSTRAINED:-1}
+# LEARN_CONSTRAINED_N held-out tasks (grammar sampling is slow on CPU; off at --scale cpu, whose
+# budget goes to the 48 held-out tasks and GRPO); LEARN_CONSTRAINED=1 adds them
+constrained=${LEARN_CONSTRAINED:-$cons}
 head -n "${LEARN_CONSTRAINED_N:-$cn}" "$out/heldout_tasks.jsonl" > "$out/heldout_constrained.jsonl"
 
-evaluate base "$base" "$out/heldout_tasks.jsonl" "$out/eval_base.jsonl"
-stamp eval_base
-if [ "$constrained" = 1 ]; then
-  evaluate base "$base" "$out/heldout_constrained.jsonl" "$out/eval_base_grammar.jsonl" --constrain-tool-calls grammar
-  stamp eval_base_grammar
+sft_dir() { (cd "$out/ckpt/sft" && pwd -P); }
+# training first (SFT, then GRPO from it), the evaluations after: a GRPO ablation can start from the
+# SFT checkpoint (LEARN_FROM) while this run still evaluates
+if [ -z "$from" ]; then
+  # 5 SFT
+  sft --recipe "$recipe" --model "$base" --output-dir "$out/ckpt/sft" < "$out/train_verified.jsonl" > /dev/null
+  stamp sft
 fi
 
-# 5 SFT
-sft --recipe "$recipe" --model "$base" --output-dir "$out/ckpt/sft" < "$out/train_verified.jsonl" > /dev/null
-stamp sft
-evaluate sft "$(cd "$out/ckpt/sft" && pwd)" "$out/heldout_tasks.jsonl" "$out/eval_sft.jsonl"
-stamp eval_sft
-if [ "$constrained" = 1 ]; then
-  evaluate sft "$(cd "$out/ckpt/sft" && pwd)" "$out/heldout_constrained.jsonl" "$out/eval_sft_grammar.jsonl" \
-    --constrain-tool-calls grammar
-  stamp eval_sft_grammar
-fi
-
-# 6 GRPO from the SFT checkpoint (rewards: verify state_diff, the same no-write basis)
-evals=(base="$out/eval_base.jsonl" sft="$out/eval_sft.jsonl")
-[ "$constrained" = 1 ] && evals+=("base+grammar=$out/eval_base_grammar.jsonl" "sft+grammar=$out/eval_sft_grammar.jsonl")
-curves=(sft="$out/ckpt/sft")
+# 6 GRPO from the SFT checkpoint on the RL tasks (rewards: verify state_diff, the same no-write basis)
+grpo_ok=0
 if [ "${LEARN_SKIP_GRPO:-0}" != 1 ]; then
+  rm -rf "$out/ckpt/grpo" "$out/grpo_rollouts.jsonl"
   set +e
-  grpo --recipe "$recipe" --model "$(cd "$out/ckpt/sft" && pwd)" --output-dir "$out/ckpt/grpo" \
-    < "$out/train_tasks.jsonl"
+  grpo --recipe "$recipe" --model "$(sft_dir)" --output-dir "$out/ckpt/grpo" -i "$out/rl_tasks.jsonl" \
+    --rollouts "$out/grpo_rollouts.jsonl"
   rc=$?
   set -e
   stamp grpo
-  if [ $rc -eq 0 ] && [ -f "$out/ckpt/grpo/config.json" ]; then
-    evaluate grpo "$(cd "$out/ckpt/grpo" && pwd)" "$out/heldout_tasks.jsonl" "$out/eval_grpo.jsonl"
-    stamp eval_grpo
-    evals+=(grpo="$out/eval_grpo.jsonl"); curves+=(grpo="$out/ckpt/grpo")
-  else
-    echo "[learn] grpo failed (exit $rc): the table has no GRPO row" >&2
-  fi
+  if [ $rc -eq 0 ] && [ -f "$out/ckpt/grpo/config.json" ]; then grpo_ok=1
+  else echo "[learn] grpo failed (exit $rc): the table has no GRPO row" >&2; fi
+fi
+
+# 7 evaluate on the held-out tasks (the base and SFT rows are LEARN_FROM's when it has them)
+if [ ! -e "$out/eval_base.jsonl" ]; then
+  evaluate base "$base" "$out/heldout_tasks.jsonl" "$out/eval_base.jsonl"
+  stamp eval_base
+fi
+if [ ! -e "$out/eval_sft.jsonl" ]; then
+  evaluate sft "$(sft_dir)" "$out/heldout_tasks.jsonl" "$out/eval_sft.jsonl"
+  stamp eval_sft
+fi
+evals=(base="$out/eval_base.jsonl" sft="$out/eval_sft.jsonl")
+curves=(sft="$out/ckpt/sft")
+if [ $grpo_ok = 1 ]; then
+  evaluate grpo "$(cd "$out/ckpt/grpo" && pwd)" "$out/heldout_tasks.jsonl" "$out/eval_grpo.jsonl"
+  stamp eval_grpo
+  evals+=(grpo="$out/eval_grpo.jsonl"); curves+=(grpo="$out/ckpt/grpo")
+fi
+if [ "$constrained" = 1 ]; then
+  evaluate base "$base" "$out/heldout_constrained.jsonl" "$out/eval_base_grammar.jsonl" --constrain-tool-calls grammar
+  evaluate sft "$(sft_dir)" "$out/heldout_constrained.jsonl" "$out/eval_sft_grammar.jsonl" --constrain-tool-calls grammar
+  evals+=("base+grammar=$out/eval_base_grammar.jsonl" "sft+grammar=$out/eval_sft_grammar.jsonl")
+  stamp eval_grammar
 fi
 
 # a second domain never trained on
@@ -222,19 +312,23 @@ if [ -n "$eval_domain" ]; then
   env_record "$eval_domain" | gen-task --recipe "$recipe" -n "$held" --seed 13 \
     | validate-task --recipe "$recipe" > "$out/eval_domain_tasks.jsonl" || true
   evaluate base "$base" "$out/eval_domain_tasks.jsonl" "$out/evaldomain_base.jsonl"
-  evaluate sft "$(cd "$out/ckpt/sft" && pwd)" "$out/eval_domain_tasks.jsonl" "$out/evaldomain_sft.jsonl"
-  "$PY" -m toolkit.train.learn report --out "$out/eval_domain" base="$out/evaldomain_base.jsonl" \
-    sft="$out/evaldomain_sft.jsonl" > /dev/null
+  evaluate sft "$(sft_dir)" "$out/eval_domain_tasks.jsonl" "$out/evaldomain_sft.jsonl"
+  ed=(base="$out/evaldomain_base.jsonl" sft="$out/evaldomain_sft.jsonl")
+  if [ -f "$out/ckpt/grpo/config.json" ]; then
+    evaluate grpo "$(cd "$out/ckpt/grpo" && pwd)" "$out/eval_domain_tasks.jsonl" "$out/evaldomain_grpo.jsonl"
+    ed+=(grpo="$out/evaldomain_grpo.jsonl")
+  fi
+  "$PY" -m toolkit.train.learn report --out "$out/eval_domain" "${ed[@]}" > /dev/null
   stamp eval_domain
 fi
-toolkit serve --model "$base" --stop
+[ -n "$base_url" ] && toolkit serve --model "$base" --stop
 
 "$PY" -m toolkit.train.learn report --out "$out" "${evals[@]}" --curves "${curves[@]}" > /dev/null
 "$PY" -m toolkit.yieldtable "$out/stages.jsonl" --json "$out/yield.json" > "$out/yield.txt" || true
-"$PY" - "$out" "$scale" <<PY
+"$PY" - "$out" "$scale" "$tasks" <<PY
 import json, sys
 t = {$(for s in "${!secs[@]}"; do printf '"%s": %s, ' "$s" "${secs[$s]}"; done)}
-json.dump({"scale": sys.argv[2], "seconds_since_start": t}, open(sys.argv[1] + "/timings.json", "w"), indent=1)
+json.dump({"scale": sys.argv[2], "tasks": sys.argv[3], "seconds_since_start": t}, open(sys.argv[1] + "/timings.json", "w"), indent=1)
 PY
 cat "$out/table.md" >&2
 echo "[learn] done in $(( $(date +%s) - T0 ))s: $out/table.md $out/summary.json" >&2

@@ -163,3 +163,58 @@ def test_constrain_tool_calls_flag_and_role_key_are_typed(tmp_path):
     recipe.write_text("rollout:\n  agent_constrain_tool_calls: regex\n")
     r = CliRunner().invoke(cli.rollout, ["--recipe", str(recipe), "--print-config"])
     assert r.exit_code == 2 and "agent_constrain_tool_calls" in r.output and "regex" in r.output
+
+
+def test_grpo_print_config_is_the_effective_configuration(tmp_path):
+    """`grpo --print-config` prints what the run would use: model defaults < the variant's preset <
+    recipe < env < flags. Every preset trains on-policy; ta-grpo follows LOGIGEN eq. 5 (the turn's
+    ratio) and penalizes policy violations only."""
+    for variant in ("grpo", "eigendata", "astra", "ta-grpo", "simia"):
+        r, cfg = _config(cli.grpo, ["--variant", variant])
+        assert r.exit_code == 0, r.output
+        assert cfg["variant"] == variant and cfg["max_staleness"] == 0, (variant, cfg)
+        assert cfg["num_generations"] == 4 and cfg["learning_rate"] == 1e-6  # model defaults, not null
+    _, ta = _config(cli.grpo, ["--variant", "ta-grpo"])
+    assert (ta["turn_ratio"], ta["loss_type"], ta["advantage"], ta["penalize_invalid_calls"]) == (
+        "turn", "turn", "ta_grpo", False)
+    _, ei = _config(cli.grpo, ["--variant", "eigendata"])
+    assert (ei["filter"], ei["loss_type"], ei["turn_ratio"]) == ("dynamic", "group_token", "token")
+    _, si = _config(cli.grpo, ["--variant", "simia"])
+    assert si["verify_strategy"] == ["judge"] and si["judge_rubric"] == "simia" and si["beta"] == 0.001
+    # the recipe overrides the preset (and picks the variant), env overrides the recipe, flags env
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("grpo:\n  variant: ta-grpo\n  turn_ratio: token\n  penalize_invalid_calls: true\n"
+                      "  num_generations: 8\n")
+    r, cfg = _config(cli.grpo, ["--recipe", str(recipe)])
+    assert (cfg["variant"], cfg["turn_ratio"], cfg["penalize_invalid_calls"], cfg["loss_type"]) == (
+        "ta-grpo", "token", True, "turn")
+    r, cfg = _config(cli.grpo, ["--recipe", str(recipe), "--max-staleness", "1"], env={"TOOLKIT_NUM_GENERATIONS": "6"})
+    assert cfg["max_staleness"] == 1 and cfg["num_generations"] == 6 and cfg["turn_ratio"] == "token"
+    r, cfg = _config(cli.grpo, ["--recipe", str(recipe), "--group-size", "3"], env={"TOOLKIT_NUM_GENERATIONS": "6"})
+    assert cfg["num_generations"] == 3
+    # a variant named on the command line over one in the recipe: its preset, the recipe's own keys kept
+    r, cfg = _config(cli.grpo, ["--recipe", str(recipe), "--variant", "astra"])
+    assert (cfg["variant"], cfg["filter"], cfg["loss_type"], cfg["turn_ratio"]) == ("astra", "adaptive", "dapo", "token")
+    # an unknown variant in a recipe, and a bad value, are usage errors naming the key
+    recipe.write_text("grpo:\n  variant: nope\n")
+    r = CliRunner().invoke(cli.grpo, ["--recipe", str(recipe), "--print-config"])
+    assert r.exit_code == 2 and "unknown variant 'nope'" in r.output and "ta-grpo" in r.output
+    recipe.write_text("grpo:\n  turn_ratio: sequence\n")
+    r = CliRunner().invoke(cli.grpo, ["--recipe", str(recipe), "--print-config"])
+    assert r.exit_code == 2 and "turn_ratio" in r.output
+
+
+def test_grpo_options_from_a_plain_dict_apply_the_preset_too():
+    from toolkit.io import UsageError
+    from toolkit.train.grpo import GRPOOptions
+
+    o = GRPOOptions.from_config({"variant": "ta-grpo", "use_cpu": True, "num_generations": 3})
+    assert (o.turn_ratio, o.penalize_invalid_calls, o.max_staleness, o.num_generations) == ("turn", False, 0, 3)
+    assert GRPOOptions.from_config({"variant": "ta-grpo", "turn_ratio": "token"}).turn_ratio == "token"
+    assert GRPOOptions.from_config({}).variant == "grpo"
+    with pytest.raises(UsageError, match="unknown variant"):
+        GRPOOptions.from_config({"variant": "nope"})
+    with pytest.raises(UsageError, match="num_generations"):
+        GRPOOptions.from_config({"num_generations": 1})
+    with pytest.raises(UsageError, match="colocate"):
+        GRPOOptions.from_config({"generation": "vllm", "vllm_mode": "colocate", "max_staleness": 1})

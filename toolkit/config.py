@@ -1,4 +1,5 @@
-"""Layered configuration: built-in defaults < recipe YAML < environment variables < CLI flags.
+"""Layered configuration: built-in defaults < a registered preset the options name (grpo's variant) <
+recipe YAML < environment variables < CLI flags.
 
 The merged config of a command is a flat dict keyed by option name (the click parameter name,
 e.g. `model`, `agent_base_url`, `concurrency`, `strategy`).
@@ -81,8 +82,9 @@ def _unknown(what: str, key: str, valid: set[str]) -> ConfigError:
 def resolve(command: str, model: type, recipe: dict, flags: dict, *, known_anywhere: Any = None,
             environ: Mapping[str, str] | None = None, recipe_path: str | None = None,
             warn: Any = None):
-    """The typed options of `command`: model defaults < recipe `defaults:` < recipe `<command>:` <
-    `TOOLKIT_<KEY>` env < flags, validated by `model` (a toolkit.options model).
+    """The typed options of `command`: model defaults < the preset the options name (grpo's
+    `variant`: `options.with_preset`) < recipe `defaults:` < recipe `<command>:` < `TOOLKIT_<KEY>`
+    env < flags, validated by `model` (a toolkit.options model).
 
     `defaults:` keys are checked against `known_anywhere` (every command's keys, or a callable
     returning them: one recipe serves all commands) and the ones this command lacks are skipped;
@@ -91,7 +93,7 @@ def resolve(command: str, model: type, recipe: dict, flags: dict, *, known_anywh
     Raises ConfigError (a usage error) naming the key, the nearest valid one and the layer."""
     from pydantic import ValidationError
 
-    from toolkit.options import NON_OPTION_ENV, NON_OPTION_ENV_PREFIXES, env_field_value, nearest
+    from toolkit.options import NON_OPTION_ENV, NON_OPTION_ENV_PREFIXES, env_field_value, nearest, with_preset
 
     environ = os.environ if environ is None else environ
     valid = set(model.model_fields)
@@ -137,7 +139,7 @@ def resolve(command: str, model: type, recipe: dict, flags: dict, *, known_anywh
         vals[k] = v
         source[k] = "command line"
     try:
-        return model.model_validate(vals)
+        opts = model.model_validate(vals)
     except ValidationError as e:
         errs = []
         for err in e.errors()[:3]:
@@ -147,6 +149,10 @@ def resolve(command: str, model: type, recipe: dict, flags: dict, *, known_anywh
             got = vals.get(key, err.get("input"))
             errs.append(f"{key}: {err['msg']} (got {got!r} from {source.get(key, 'defaults')})")
         raise ConfigError(f"{command}: invalid option " + "; ".join(errs)) from None
+    try:  # a registered preset the options name (grpo's variant) fills the keys no layer set
+        return with_preset(opts)
+    except ValueError as e:
+        raise ConfigError(f"{command}: {e} (from {source.get(model.preset[0], 'defaults')})") from None
 
 
 def dump(cfg: dict) -> str:

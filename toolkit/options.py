@@ -60,6 +60,9 @@ class Options(BaseModel):
     model_config = ConfigDict(extra="forbid", protected_namespaces=(), validate_assignment=False)
     command: ClassVar[str] = ""
     llm_roles: ClassVar[tuple[str, ...]] = ()
+    # (field, registry kind): the registered preset that the field's value names fills the keys no
+    # layer set (`with_preset`); e.g. grpo's ("variant", "variants")
+    preset: ClassVar[Optional[tuple[str, str]]] = None
 
     def cfg(self) -> dict:
         """The flat dict view (`cfg.get(...)`) for code not converted to typed attributes yet;
@@ -336,34 +339,97 @@ class SFTOptions(TrainOptions):
     export: Optional[str] = None  # a registered export format (kind "exporters")
     num_train_epochs: Optional[float] = None
     merge_lora: Optional[bool] = None
+    # forward a batch's common prefix (system prompt, tools) once (exact; toolkit.train.prefix);
+    # None = auto: one process, no DeepSpeed / FSDP / gradient checkpointing
+    shared_prefix: Optional[bool] = None
 
 
-class GRPOCommandOptions(TrainOptions, LLMOpts):
-    model_config = ConfigDict(extra="allow", protected_namespaces=())
-    command: ClassVar[str] = "grpo"
-    llm_roles: ClassVar[tuple[str, ...]] = CORE_ROLES["grpo"]
-    variant: Optional[str] = None
-    num_generations: Optional[int] = None
-    tasks_per_step: Optional[int] = None
-    max_turns: Optional[int] = None
+GRPO_LOSS_TYPES = ("grpo", "bnpo", "dapo", "group_token", "dr_grpo", "turn")  # toolkit.train.advantages.LOSS_TYPES
+
+
+class GRPOOpts(Options):
+    """grpo's own keys and their defaults (the trainer reads them as toolkit.train.grpo.GRPOOptions).
+    The chosen `variant` (registry kind "variants") presets some of them: the effective value of a
+    key is model default < variant preset < recipe < `TOOLKIT_<KEY>` env < flag (`with_preset`), and
+    `grpo --print-config` prints exactly that."""
+
+    preset: ClassVar[Optional[tuple[str, str]]] = ("variant", "variants")
+    variant: str = "grpo"
+    num_generations: int = Field(4, ge=2)  # G: advantages are relative to the group
+    tasks_per_step: int = Field(2, ge=1)   # groups per step (ASTRA: the batch size n, in groups)
+    max_steps: int = 10
+    learning_rate: float = 1e-6
+    lr_scheduler_type: str = "constant"   # any transformers scheduler name (constant, cosine, linear ...)
+    warmup_ratio: float = 0.0
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    temperature: float = 1.0               # the policy's sampling temperature (> 0: checked before loading)
+    top_p: float = 1.0
+    max_turns: int = 8
     # who opens an episode: instruction (task.instruction verbatim) | simulate (the user simulator,
     # as rollout's first_message); read by the episode engine
-    first_message: Optional[Literal["instruction", "simulate"]] = None
-    # ASTRA irrelevant-tool mixing: a registered distractor source (auto: similarity bands for ASTRA records)
-    distractor_mode: Optional[str] = None
-    max_new_tokens: Optional[int] = None
-    verify_strategy: Optional[list[str]] = None
-    rollouts: Optional[str] = None
-    generation: Optional[Literal["transformers", "vllm", "scripted"]] = None
-    vllm_mode: Optional[Literal["server", "colocate"]] = None
-    vllm_server_host: Optional[str] = None   # also TOOLKIT_VLLM_SERVER_HOST (the sbatch files pass it)
-    vllm_server_port: Optional[int] = None   # also TOOLKIT_VLLM_SERVER_PORT
-    max_staleness: Optional[int] = None
+    first_message: Literal["instruction", "simulate"] = "instruction"
+    max_tool_errors: int = 5
+    max_new_tokens: int = 256              # per agent turn
+    max_total_tokens: int = 4096           # per episode (context)
+    num_iterations: int = Field(1, ge=1)   # policy updates per batch (mu); > 1 uses importance ratios
+    beta: float = 0.0                      # KL to the reference model (k3 estimator); 0 = no reference model
+    epsilon: float = 0.2                   # clip low
+    epsilon_high: Optional[float] = None   # clip high (DAPO clip-higher); None = epsilon
+    loss_type: Literal[GRPO_LOSS_TYPES] = "grpo"  # type: ignore[valid-type]
+    advantage: Literal["grpo", "ta_grpo"] = "grpo"
+    scale_rewards: bool = True             # divide by sigma (False: Dr. GRPO)
+    filter: Literal["none", "dynamic", "adaptive"] = "none"  # zero-variance groups: kept (advantage 0), dropped, refilled
+    delta: float = 0.0                     # a group is valid when Std(R) > delta
+    max_fill_rounds: int = Field(16, ge=1)  # rollout rounds per step before training on what is valid
+    verify_strategy: list[str] = ["state_diff"]
+    judge_rubric: Optional[str] = None     # verify's judge rubric (None: verify's default)
+    lambda_err: float = Field(VerifyOptions.model_fields["lambda_err"].default, ge=0)  # r_t of a penalized call
+    # r_t = -lambda_err also for calls to unknown tools / with invalid arguments (true), or for policy
+    # violations only (false: LOGIGEN eq. 4, the ta-grpo preset); verify's key of the same name
+    penalize_invalid_calls: bool = VerifyOptions.model_fields["penalize_invalid_calls"].default
+    micro_batch: int = Field(1, ge=1)      # sequences per forward in the no-grad passes (old / reference log-probs)
+    # forward the rows' common prefix (system prompt, tools, a group's task) once per batch and repeat
+    # its KV cache (exact gradient); None = auto: on with one process, no DeepSpeed / FSDP / checkpointing
+    shared_prefix: Optional[bool] = None
+    gradient_accumulation_steps: int = Field(1, ge=1)  # slices of each rank's rows, one backward each
+    save_steps: int = 0                    # 0 = only at the end
+    seed: int = 0
+    tool_schema: Literal["full", "compact", "minimal"] = "full"
+    system_prompt: Literal["keep", "drop"] = "keep"
+    distractor_tools: int = Field(0, ge=0)  # ASTRA irrelevant-tool mixing from the rollout side
+    # a registered distractor source (auto: similarity bands for ASTRA records)
+    distractor_mode: str = "auto"
+    generation: Literal["transformers", "vllm", "scripted"] = "transformers"
+    scripted_completions: Optional[str] = None  # generation scripted: JSON {episode key: [turn texts]} or [texts]
+    vllm_mode: Literal["server", "colocate"] = "server"  # server (`trl vllm-serve`) | colocate (in each process)
+    vllm_server_host: str = "127.0.0.1"    # also TOOLKIT_VLLM_SERVER_HOST (the sbatch files pass it)
+    vllm_server_port: int = 8000           # also TOOLKIT_VLLM_SERVER_PORT
+    vllm_server_timeout: float = 10.0      # seconds: the early reachability check and TRL's own wait
+    importance_sampling: bool = True       # correct sampler/trainer mismatch with the sampler's log-probs
+    importance_sampling_cap: float = 3.0   # per-token ratio truncated at this value
+    report_to: str = "none"                # transformers trackers: none | wandb | tensorboard | ...
+    gradient_checkpointing: Optional[bool] = None  # None: TRL's default on GPU, off on CPU
+    # asynchronous rollouts: generation of step k+1 overlaps training of step k with weights at most
+    # this many updates old; 0 = on-policy (the papers' setting; pays only with generation on other
+    # devices, docs/training.md)
+    max_staleness: int = Field(0, ge=0)
+    turn_ratio: Literal["token", "turn"] = "token"  # ta-grpo: per-token ratios | the turn's ratio (eq. 5)
+    log_completions: bool = False
+    strict_tool_calls: bool = False        # a <tool_call> block must be valid JSON as generated (no repair)
+    trl: Optional[dict] = None             # any other trl.GRPOConfig field (deepspeed, fsdp, bf16 ...)
 
     @field_validator("verify_strategy", mode="before")
     @classmethod
     def _lists(cls, v: Any) -> Any:
-        return as_list(v) or None
+        return as_list(v) or ["state_diff"]
+
+
+class GRPOCommandOptions(GRPOOpts, TrainOptions, LLMOpts):
+    model_config = ConfigDict(extra="allow", protected_namespaces=())
+    command: ClassVar[str] = "grpo"
+    llm_roles: ClassVar[tuple[str, ...]] = CORE_ROLES["grpo"]
+    rollouts: Optional[str] = None
 
 
 COMMAND_MODELS: dict[str, type[Options]] = {m.command: m for m in (
@@ -448,3 +514,38 @@ def typed_options(model: type[Options], src: Any) -> Any:
         err = e.errors()[0]
         key = ".".join(str(x) for x in err.get("loc", ())) or "?"
         raise UsageError(f"{key}: {err['msg']} (got {err.get('input')!r})") from None
+
+
+def preset_values(model: type[Options], name: Any) -> dict:
+    """The registered preset (registry kind `model.preset[1]`) that `name` names, restricted to the
+    model's keys. Unknown name: ValueError naming the registered ones."""
+    from toolkit import registry
+
+    field_name, kind = model.preset or ("", "")
+    e = registry.lookup(kind, str(name))
+    if e is None:
+        raise ValueError(f"unknown {field_name} {name!r}; choose from {', '.join(registry.names(kind))}")
+    return {k: v for k, v in dict(e.obj).items() if k in model.model_fields}
+
+
+def with_preset(opts: Options) -> Options:
+    """`opts` with the preset its `preset` field names filled in for every key no layer set
+    (`model_fields_set`): model default < preset < recipe < env < flags. Options without a preset
+    are returned as they are. A bad preset value is a ValueError naming the key."""
+    model = type(opts)
+    if not model.preset:
+        return opts
+    field_name = model.preset[0]
+    preset = {k: v for k, v in preset_values(model, getattr(opts, field_name)).items()
+              if k not in opts.model_fields_set}
+    if not preset:
+        return opts
+    given = {k: getattr(opts, k) for k in opts.model_fields_set}
+    from pydantic import ValidationError
+
+    try:
+        return model.model_validate({**given, **(opts.__pydantic_extra__ or {}), **preset})
+    except ValidationError as e:
+        err = e.errors()[0]
+        key = ".".join(str(x) for x in err.get("loc", ())) or "?"
+        raise ValueError(f"{field_name} {getattr(opts, field_name)!r} presets {key}: {err['msg']}") from None

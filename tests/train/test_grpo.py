@@ -156,6 +156,29 @@ def test_ta_grpo_turn_penalty_token_by_token(tiny_model, tmp_path):
     assert any((a != b.detach()).any() for a, b in zip(before, run.unwrapped.parameters()))
 
 
+def test_ta_grpo_penalizes_policy_violations_only_unless_told(tiny_model, tmp_path):
+    """LOGIGEN eq. 4: r_t = -lambda_err when a call violates the policy. The ta-grpo preset keeps that
+    rule: a call to an unknown tool earns no penalty (r_t = its progress, 0), a violating one -0.1;
+    `penalize_invalid_calls: true` (the toolkit's earlier default) penalizes the unknown tool too."""
+    import asyncio
+
+    rec = airline(1)
+    rec.task.user_scenario = None
+    scripts = {f"{rec.id}-s0-g0": [call_text("frobnicate_reservation", {"reservation_id": 1002}), DONE],
+               f"{rec.id}-s0-g1": [call_text("update_reservation", {"reservation_id": 1002, "status": "cancelled"}),
+                                   DONE]}
+    for extra, unknown_r in (({}, 0.0), ({"penalize_invalid_calls": True}, -0.1)):
+        run = make_run(tiny_model, tmp_path / str(bool(extra)), [rec], scripts, num_generations=2,
+                       variant="ta-grpo", **extra)
+        assert run.opts.turn_ratio == "turn" and run.opts.max_staleness == 0
+        group, _ = asyncio.run(run.rollouts.group(rec, 0))
+        unknown, viol = group.items
+        assert unknown.traj.steps[0].error_code == "UNKNOWN_TOOL"
+        assert viol.traj.steps[0].error_code == "POLICY_VIOLATION"
+        assert unknown.turn_rewards == pytest.approx([unknown_r, 0.0]), extra
+        assert viol.turn_rewards == pytest.approx([-0.1, 0.0])
+
+
 def _order(records, seed=0):
     order = list(records)
     random.Random(seed).shuffle(order)
@@ -359,3 +382,43 @@ def test_async_behaviour_copy_samples_its_own_weights(tiny_model, tmp_path):
         assert torch.equal(run.behaviour(input_ids=ids).logits, before)  # untouched by the training weights
         run.behaviour.load_state_dict(run.behaviour_snapshot())  # the prefetch loads a snapshot when it starts
         assert torch.allclose(run.behaviour(input_ids=ids).logits, run.unwrapped(input_ids=ids).logits, atol=1e-5)
+
+
+def test_shared_prefix_logps_and_gradients_equal_the_per_row_forward(tiny_model, tmp_path):
+    """shared_prefix (auto with one process): the rows' common prefix is forwarded once and its KV
+    cache repeated; the log-probs and the loss gradient equal the per-row forward's."""
+    import asyncio
+
+    import torch
+
+    from toolkit.train.grpo import batch as B
+    from toolkit.train.prefix import prefix_len
+
+    recs = ticket_tasks(tmp_path, ["red", "blue"])
+    scripts = {"tk-red-s0-g0": [call_text("insert_ticket", {"code": "red"}), DONE],
+               "tk-red-s0-g1": ["I will not.<|im_end|>"],
+               "tk-blue-s0-g0": [call_text("insert_ticket", {"code": "x"}), DONE],
+               "tk-blue-s0-g1": [call_text("insert_ticket", {"code": "blue"}), "All set, blue.<|im_end|>"]}
+    run = make_run(tiny_model, tmp_path, recs, scripts, num_generations=2, variant="ta-grpo")
+    groups = [asyncio.run(run.rollouts.group(r, 0))[0] for r in recs]
+    inputs = B.rows_to_tensors(B.global_rows(groups, run.opts), run.tok.pad_token_id, 1.0)
+    ids, att, pm = inputs["input_ids"], inputs["attention_mask"], inputs["policy_mask"]
+    P = prefix_len(ids, att, pm)
+    first_policy = min(int(r.nonzero()[0]) + 1 for r in pm)
+    assert 64 <= P < first_policy and (ids[:, : P + 1] == ids[:1, : P + 1]).all()
+    model, tr = run.unwrapped, run.trainer
+    assert tr._shared_prefix_ok()
+    grads = {}
+    for shared in (True, False):
+        run.opts.shared_prefix = shared
+        model.zero_grad()
+        with torch.no_grad():
+            lp = tr._logps(model, ids, att, pm)
+        loss = tr._compute_loss(model, inputs)
+        loss.backward()
+        grads[shared] = ([p.grad.clone() for p in model.parameters()], lp * pm, float(loss.detach()))
+    (g1, lp1, l1), (g0, lp0, l0) = grads[True], grads[False]
+    assert torch.allclose(lp1, lp0, atol=1e-5) and abs(l1 - l0) < 1e-6
+    assert all(torch.allclose(a, b, atol=1e-6, rtol=1e-4) for a, b in zip(g1, g0))
+    assert max(float(g.abs().max()) for g in g1) > 1e-4
+    assert prefix_len(ids[:1], att[:1], pm[:1]) == 0  # one row: nothing to share

@@ -99,7 +99,8 @@ def test_report_numbers_and_summary_shape(tmp_path):
         (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     s = L.report({"base": str(tmp_path / "base.jsonl"), "sft": str(tmp_path / "sft.jsonl")}, str(tmp_path / "out"))
     # by hand: base valid turns 0 of 4 (the one call named an unknown tool), sft 3 of 7
-    assert s["base"] == {"n": 3, "reward_mean": 1 / 3, "pass_rate": 1 / 3, "valid_tool_call_rate": 0.0}
+    assert s["base"] == {"n": 3, "reward_mean": 1 / 3, "pass_rate": 1 / 3, "valid_tool_call_rate": 0.0,
+                         "forbidden_write_rate": 0.0}
     assert s["sft"]["valid_tool_call_rate"] == 3 / 7 and s["sft"]["reward_mean"] == 2 / 3
     d = s["sft_vs_base"]
     assert abs(d["diff"] - 1 / 3) < 1e-9 and d["ci_low"] <= d["diff"] <= d["ci_high"]
@@ -126,3 +127,119 @@ def test_report_counts_passes_per_kind_of_task(tmp_path):
     assert det["by_signature"] == {"q > insert_x": {"n": 2, "passes": 1}, "q > update_y": {"n": 1, "passes": 1}}
     table = (tmp_path / "out" / "table.md").read_text()
     assert "| q > insert_x | 1/2 |" in table and "| q > update_y | 1/1 |" in table
+
+
+def test_report_forbidden_writes_per_kind_and_paired_diffs_per_signature(tmp_path):
+    """Attempted forbidden writes (POLICY_VIOLATION calls) are counted per model and per LOGIGEN kind
+    of task; the paired differences are repeated within each kind of task."""
+    def rec(tid, kind, reward, codes):
+        r = _traj((tid, reward, False, ["text"]))
+        t = r["trajectories"][0]
+        for i, code in enumerate(codes):
+            t["messages"].insert(1, {"role": "assistant", "content": None, "tool_calls": [
+                {"id": f"x{i}", "type": "function", "function": {"name": "update_x", "arguments": "{}"}}]})
+            t["steps"].append({"tool_call_id": f"x{i}", "name": "update_x", "ok": code is None, "error_code": code})
+        r["task"] = {"complexity": {"violation": {"rule": "r"}} if kind == "v" else {},
+                     "ground_truth": {"actions": [{"name": "update_x" if kind == "v" else "q", "arguments": {}}]}}
+        return r
+
+    sft = [rec("a", "v", 0.0, ["POLICY_VIOLATION", "POLICY_VIOLATION"]), rec("b", "v", 1.0, []),
+           rec("c", "p", 1.0, [None])]
+    grpo = [rec("a", "v", 1.0, []), rec("b", "v", 1.0, []), rec("c", "p", 0.0, ["INVALID_ARGUMENTS"])]
+    for name, recs in (("sft", sft), ("grpo", grpo)):
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    s = L.report({"sft": str(tmp_path / "sft.jsonl"), "grpo": str(tmp_path / "grpo.jsonl")}, str(tmp_path / "out"))
+    assert s["sft"]["forbidden_write_rate"] == 1 / 3 and s["grpo"]["forbidden_write_rate"] == 0.0
+    det = json.loads((tmp_path / "out" / "details.json").read_text())
+    assert det["models"]["sft"]["forbidden_calls"] == 2  # an invalid call is not a forbidden write
+    assert det["models"]["sft"]["by_kind"]["violation-first"] == {"n": 2, "passes": 1, "forbidden_episodes": 1}
+    by_sig = det["diffs_by_kind"]["signature"]
+    assert by_sig["update_x"]["grpo_vs_sft"]["diff"] == 0.5 and by_sig["q"]["grpo_vs_sft"]["diff"] == -1.0
+    table = (tmp_path / "out" / "table.md").read_text()
+    assert "| violation-first | 1/2 | 2/2 | +0.50 [" in table
+
+
+def test_training_curve_quarters(tmp_path):
+    rewards = [0.0, 0.25, 0.25, 0.5, 0.5, 0.5, 0.75, 1.0]
+    (tmp_path / "metrics.jsonl").write_text("".join(
+        json.dumps({"step": i + 1, "reward_mean": r, "success_rate": r / 2}) + "\n" for i, r in enumerate(rewards)))
+    t = L.training_curve(str(tmp_path))
+    assert t["steps"] == 8 and t["reward_first_quarter"] == 0.125 and t["reward_last_quarter"] == 0.875
+    assert t["success_last_quarter"] == 0.4375
+    assert L.training_curve(str(tmp_path / "nothing")) is None
+
+
+def test_exclude_drops_tasks_sharing_a_key():
+    tasks = [_task("a", "T1", user_id="u1"), _task("b", "T2", user_id="u2"), _task("c", "T9", user_id="u9")]
+    others = [_task("x", "T2", user_id="u7"), _task("y", "T8", user_id="u1")]
+    kept, dropped = L.exclude(tasks, others)
+    assert [t["id"] for t in kept] == ["c"] and [t["id"] for t in dropped] == ["a", "b"]
+
+
+def test_principals_are_new_consistent_and_loadable():
+    """airline: the customers are replaced by clones with recombined names mapped into the id and the
+    e-mail, new digits, their payment methods / reservations / payments cloned with remapped
+    references; the state loads (checked inside) and no original customer, payment method or
+    reservation id is left."""
+    from toolkit.envs.sqlite import SqliteEnvironment
+    from toolkit.train.principals import add_principals, principal_table
+
+    env = SqliteEnvironment.from_ref({"backend": "sqlite", "id": "airline"})
+    base = env.snapshot()
+    assert principal_table(env.domain) == "customer"
+    env.close()
+    state, info = add_principals({"backend": "sqlite", "id": "airline"}, 12, seed=3)
+    custs = state["customer"]
+    assert len(custs) == 12 and info["principal_table"] == "customer"
+    old_ids = {c["user_id"] for c in base["customer"]}
+    firsts = {c["first_name"] for c in base["customer"]}
+    lasts = {c["last_name"] for c in base["customer"]}
+    names = set()
+    for c in custs:
+        assert c["user_id"] not in old_ids and c["first_name"] in firsts and c["last_name"] in lasts
+        first, last, digits = c["user_id"].split("_")
+        assert (first, last) == (c["first_name"].lower(), c["last_name"].lower()) and len(digits) == 4
+        assert c["email"].startswith(f"{first}.")  # emma.w@ → mia.w@: the words it holds are mapped
+        names.add((c["first_name"], c["last_name"]))
+    assert not names & {(c["first_name"], c["last_name"]) for c in base["customer"]}  # never an existing pair
+    assert len({c["email"] for c in custs}) == 12  # UNIQUE
+    ids = {c["user_id"] for c in custs}
+    pms = state["payment_method"]
+    assert pms and all(p["user_id"] in ids for p in pms)
+    assert not {p["payment_id"] for p in pms} & {p["payment_id"] for p in base["payment_method"]}
+    for p in pms:  # the label's digits follow the id's
+        if p["kind"] == "credit_card":
+            assert p["label"].endswith(p["payment_id"].rsplit("_", 1)[1])
+    res = state["reservation"]
+    assert res and all(r["user_id"] in ids for r in res)
+    assert min(r["reservation_id"] for r in res) > max(r["reservation_id"] for r in base["reservation"])
+    pm_owner = {p["payment_id"]: p["user_id"] for p in pms}
+    res_owner = {r["reservation_id"]: r["user_id"] for r in res}
+    assert state["payment"] and all(pm_owner[p["payment_id"]] == res_owner[p["reservation_id"]] for p in state["payment"])
+    assert state["flight"] == base["flight"]  # the catalogue is shared
+    again, _ = add_principals({"backend": "sqlite", "id": "airline"}, 12, seed=3)
+    assert again == state  # seeded
+
+
+def test_principals_on_another_domain_recombine_one_column_names():
+    """clinic: patients (one full_name column) get names recombined word by word, new P-#### ids,
+    and their referrals / appointments / prescriptions with remapped references."""
+    from toolkit.envs.sqlite import SqliteEnvironment
+    from toolkit.train.principals import add_principals
+
+    env = SqliteEnvironment.from_ref({"backend": "sqlite", "id": "clinic"})
+    base = env.snapshot()
+    env.close()
+    state, info = add_principals({"backend": "sqlite", "id": "clinic"}, 10, seed=1)
+    assert info["principal_table"] == "patient" and len(state["patient"]) == 10
+    firsts = {p["full_name"].split()[0] for p in base["patient"]}
+    lasts = {p["full_name"].split()[-1] for p in base["patient"]}
+    names = [p["full_name"] for p in state["patient"]]
+    assert len(set(names)) == 10 and not set(names) & {p["full_name"] for p in base["patient"]}
+    assert all(n.split()[0] in firsts and n.split()[-1] in lasts for n in names)
+    ids = {p["patient_id"] for p in state["patient"]}
+    assert not ids & {p["patient_id"] for p in base["patient"]} and all(i.startswith("P-") for i in ids)
+    refs = {r["referral_id"] for r in state["referral"]}
+    assert state["appointment"] and all(a["patient_id"] in ids for a in state["appointment"])
+    assert all(a["referral_id"] is None or a["referral_id"] in refs for a in state["appointment"])
+    assert state["doctor"] == base["doctor"]

@@ -145,8 +145,8 @@ def test_flow_recipes_sections_are_real_settings():
     from toolkit.train.grpo import GRPOOptions
 
     sft_fields = {f.name for f in dataclasses.fields(SFTConfig)} | sft._OURS | {"assistant_only_loss"}
-    grpo_fields = set(GRPOOptions.__dataclass_fields__) | {"judge_rubric", "use_cpu", "accelerator", "lora",
-                                                           "chat_template", "require", "diff_exclude"}
+    grpo_fields = set(GRPOOptions.model_fields) | {"use_cpu", "accelerator", "lora", "chat_template", "require",
+                                                   "diff_exclude", "model_dtype"}
     # the LLM roles grpo runs (user simulator, judge): `<role>_<llm option>` keys reach their clients
     from toolkit.options import CORE_ROLES, LLMOpts
 
@@ -160,3 +160,30 @@ def test_flow_recipes_sections_are_real_settings():
         kw = sft.trainer_kwargs(recipe["sft"], SFTConfig, {"output_dir": "x", "report_to": "none", **sft.cpu_defaults()})
         kw.update(sft.cpu_defaults())
         SFTConfig(**kw)  # constructs: every value has the right type
+
+
+def test_shared_prefix_steps_equal_the_per_row_forward(tiny_model, verified_airline, tmp_path, monkeypatch):
+    """With 4 rows per step, the rows' common prefix (tool schemas) is forwarded once
+    (toolkit.train.prefix, on by default in one process): the same losses and weights as the per-row
+    forward (shared_prefix: false)."""
+    import torch
+    from safetensors.torch import load_file
+
+    from toolkit.train import prefix, sft
+
+    rows = [x for r in verified_airline[:8] for x in X.record_rows(r, filter="passed", tool_schema="minimal",
+                                                                   system_prompt="drop")]
+    calls = []
+    real = prefix.prefix_cache
+    monkeypatch.setattr(prefix, "prefix_cache", lambda *a: calls.append(a[1].shape) or real(*a))
+    out = {}
+    for mode in (None, False):
+        d = tmp_path / str(mode)
+        sft.train(rows, {**CPU, "max_steps": 2, "learning_rate": 1e-3, "save_strategy": "no", "seed": 3,
+                         "per_device_train_batch_size": 4, "shared_prefix": mode}, tiny_model, str(d))
+        out[mode] = ([x["loss"] for x in _metrics(d) if "loss" in x], load_file(d / "model.safetensors"))
+        if mode is None:
+            assert len(calls) == 2 and all(s[1] >= 64 for s in calls), calls  # one prefix forward per step
+    (l1, w1), (l0, w0) = out[None], out[False]
+    assert len(calls) == 2 and len(l1) == 2 and all(abs(a - b) < 1e-4 * max(1.0, abs(b)) for a, b in zip(l1, l0))
+    assert all(torch.allclose(w1[k], w0[k], atol=1e-5) for k in w0)

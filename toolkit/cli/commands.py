@@ -348,7 +348,8 @@ Example:
 @click.option("--vllm-server-host", default=None, help="trl vllm-serve host (env TOOLKIT_VLLM_SERVER_HOST).")
 @click.option("--vllm-server-port", type=int, default=None, help="trl vllm-serve port (env TOOLKIT_VLLM_SERVER_PORT).")
 @click.option("--max-staleness", type=int, default=None,
-              help="Async rollouts: weights at most this many updates old (default 1; 0 = synchronous).")
+              help="Async rollouts: weights at most this many updates old (0 = on-policy, every variant's "
+                   "preset; > 0 pays when generation runs on other devices, e.g. a vLLM server).")
 @stage_command
 def grpo(opts: Any) -> int:
     from toolkit.train import grpo as stage

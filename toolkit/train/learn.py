@@ -33,6 +33,7 @@ import sys
 from collections.abc import Iterable
 
 BAD_CALL_CODES = ("UNKNOWN_TOOL", "INVALID_ARGUMENTS")
+FORBIDDEN_CODE = "POLICY_VIOLATION"  # a write the domain's policy forbids, attempted (and rejected)
 MODELS = ("base", "sft", "grpo")
 
 
@@ -41,6 +42,10 @@ def _read(path: str | None) -> list[dict]:
         return [json.loads(line) for line in sys.stdin if line.strip()]
     with open(path, encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def _write_stdout(recs: Iterable[dict]) -> None:
+    sys.stdout.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in recs)
 
 
 def _write(path: str, recs: Iterable[dict]) -> None:
@@ -92,6 +97,17 @@ def signature(rec: dict) -> tuple[str, ...]:
     return tuple(str(a.get("name")) for a in gt.get("actions") or [])
 
 
+def task_kind(rec: dict) -> str:
+    """LOGIGEN's kind of task: violation-first (the reference path starts with a forbidden attempt),
+    boundary (s_origin one action from a rule's edge), or plain."""
+    cx = ((rec.get("task") or {}).get("complexity") or {})
+    if cx.get("violation"):
+        return "violation-first"
+    if cx.get("boundary"):
+        return "boundary"
+    return "plain"
+
+
 def _sig_counts(recs: list[dict]) -> dict[str, int]:
     out: dict[str, int] = {}
     for r in recs:
@@ -140,6 +156,25 @@ def split(tasks: list[dict], heldout_frac: float, seed: int,
     return train, [tasks[i] for i in sorted(held)], dropped
 
 
+def exclude(tasks: list[dict], others: list[dict]) -> tuple[list[dict], list[dict]]:
+    """(kept, dropped): the tasks that share no key (target, entity) with any of `others` (e.g. RL
+    tasks against the SFT and held-out ones), and the rest."""
+    shared_by_env: dict[str, set[str]] = {}
+
+    def keys(t: dict) -> set[str]:
+        ek = json.dumps({k: v for k, v in (t.get("env") or {}).items() if k not in ("state", "state_ref")},
+                        sort_keys=True)
+        if ek not in shared_by_env:
+            shared_by_env[ek] = shared_args(t)
+        return task_keys(t, shared_by_env[ek])
+
+    taken = set().union(*(keys(o) for o in others)) if others else set()
+    kept, dropped = [], []
+    for t in tasks:
+        (dropped if keys(t) & taken else kept).append(t)
+    return kept, dropped
+
+
 # ----------------------------------------------------------------------------------------------
 # metrics
 
@@ -167,9 +202,11 @@ def rows(recs: list[dict]) -> list[dict]:
             reward = float(t.get("reward") or 0.0)
             passed = bool(sd.get("R")) if "R" in sd else reward >= 1.0
             turns, valid = agent_turns(t)
+            forbidden = sum(1 for s in t.get("steps") or [] if s.get("side", "agent") == "agent"
+                            and s.get("error_code") == FORBIDDEN_CODE)
             out.append({"task": r.get("id"), "reward": reward, "passed": passed, "turns": turns, "valid": valid,
                         "noop_pass": passed and bool(sd.get("noop_target")), "model": t.get("agent_model"),
-                        "signature": " > ".join(signature(r))})
+                        "signature": " > ".join(signature(r)), "kind": task_kind(r), "forbidden": forbidden})
     return out
 
 
@@ -180,14 +217,20 @@ def _boot(values: list[float], n_boot: int, rng: random.Random) -> tuple[float, 
     return means[int(0.025 * n_boot)], means[min(n_boot - 1, int(0.975 * n_boot))]
 
 
-def _by_signature(rs: list[dict]) -> dict[str, dict]:
-    """Passes per kind of task (action signature): which kinds a model learned."""
+def _by(rs: list[dict], key: str) -> dict[str, dict]:
+    """Passes (and attempted forbidden writes) per value of `key`: which kinds a model learned."""
     out: dict[str, dict] = {}
     for r in rs:
-        d = out.setdefault(r.get("signature") or "", {"n": 0, "passes": 0})
+        d = out.setdefault(r.get(key) or "", {"n": 0, "passes": 0, "forbidden_episodes": 0})
         d["n"] += 1
         d["passes"] += int(bool(r["passed"]))
+        d["forbidden_episodes"] += int(bool(r.get("forbidden")))
     return dict(sorted(out.items()))
+
+
+def _by_signature(rs: list[dict]) -> dict[str, dict]:
+    """Passes per kind of task (action signature): which kinds a model learned."""
+    return {k: {"n": v["n"], "passes": v["passes"]} for k, v in _by(rs, "signature").items()}
 
 
 def model_stats(rs: list[dict], n_boot: int = 2000, seed: int = 0) -> dict:
@@ -198,14 +241,19 @@ def model_stats(rs: list[dict], n_boot: int = 2000, seed: int = 0) -> dict:
     rewards = [r["reward"] for r in rs]
     passes = [1.0 if r["passed"] else 0.0 for r in rs]
     per_traj_valid = [r["valid"] / r["turns"] for r in rs if r["turns"]]
+    forb = [1.0 if r.get("forbidden") else 0.0 for r in rs]
     st = {"n": n, "reward_mean": (sum(rewards) / n) if n else 0.0, "pass_rate": (sum(passes) / n) if n else 0.0,
-          "valid_tool_call_rate": (valid / turns) if turns else 0.0}
+          "valid_tool_call_rate": (valid / turns) if turns else 0.0,
+          # episodes with at least one write the policy forbids (POLICY_VIOLATION), attempted
+          "forbidden_write_rate": (sum(forb) / n) if n else 0.0}
     detail = dict(st, agent_turns=turns, valid_turns=valid, passes=int(sum(passes)),
                   noop_passes=sum(1 for r in rs if r["noop_pass"]),
                   reward_ci=_boot(rewards, n_boot, rng), pass_ci=_boot(passes, n_boot, rng),
                   valid_ci=_boot(per_traj_valid, n_boot, rng),
                   models=sorted({str(r["model"]) for r in rs if r.get("model")}),
-                  by_signature=_by_signature(rs))
+                  by_signature=_by_signature(rs),
+                  forbidden_calls=sum(int(r.get("forbidden") or 0) for r in rs),
+                  forbidden_ci=_boot(forb, n_boot, rng), by_kind=_by(rs, "kind"))
     return {"summary": st, "detail": detail}
 
 
@@ -229,27 +277,75 @@ def _fmt_ci(ci) -> str:
     return f"[{ci[0]:.3f}, {ci[1]:.3f}]"
 
 
-def table(details: dict, diffs: dict) -> str:
+def _diff_cell(v: dict | None) -> str:
+    if not v or v.get("diff") != v.get("diff"):  # absent or NaN
+        return "-"
+    return f"{v['diff']:+.2f} [{v['ci_low']:+.2f}, {v['ci_high']:+.2f}]"
+
+
+def table(details: dict, diffs: dict, by_kind_diffs: dict | None = None, training: dict | None = None) -> str:
+    """table.md: one row per model, then per kind of task (action signature; LOGIGEN kind when the
+    tasks mix plain, violation-first and boundary ones) the passes of each model and the paired
+    differences with their intervals, then the differences and GRPO's training curve in numbers."""
     lines = [("| model | n | valid tool-call rate [95% CI] | mean reward [95% CI] | pass rate [95% CI] | "
-              "passes that changed nothing |"),
-             "|---|---|---|---|---|---|"]
+              "passes that changed nothing | episodes attempting a forbidden write [95% CI] |"),
+             "|---|---|---|---|---|---|---|"]
     for m, d in details.items():
         lines.append(f"| {m} | {d['n']} | {d['valid_tool_call_rate']:.3f} {_fmt_ci(d['valid_ci'])} "
                      f"({d['valid_turns']}/{d['agent_turns']} turns) | {d['reward_mean']:.3f} {_fmt_ci(d['reward_ci'])} | "
-                     f"{d['pass_rate']:.3f} {_fmt_ci(d['pass_ci'])} | {d['noop_passes']} of {d['passes']} |")
-    sigs = sorted({k for d in details.values() for k in d.get("by_signature") or {}})
-    if len(sigs) > 1:
-        lines += ["", "| passes per kind of task (action signature) | " + " | ".join(details) + " |",
-                  "|---|" + "---|" * len(details)]
-        for k in sigs:
-            got = [(d.get("by_signature") or {}).get(k) for d in details.values()]
+                     f"{d['pass_rate']:.3f} {_fmt_ci(d['pass_ci'])} | {d['noop_passes']} of {d['passes']} | "
+                     f"{d.get('forbidden_write_rate', 0.0):.3f} {_fmt_ci(d.get('forbidden_ci') or (0.0, 0.0))} |")
+    by_kind_diffs = by_kind_diffs or {}
+    for title, field_, dkey in (("kind of task (action signature)", "by_signature", "signature"),
+                                ("LOGIGEN kind of task", "by_kind", "kind")):
+        keys = sorted({k for d in details.values() for k in d.get(field_) or {}})
+        if len(keys) < 2:
+            continue
+        dnames = [n for n in ("sft_vs_base", "grpo_vs_sft") if n in diffs]
+        head = [f"passes per {title}", *details, *(n.replace("_vs_", " − ") for n in dnames)]
+        if dkey == "kind":
+            head += [f"{m}: forbidden writes" for m in details]
+        lines += ["", "| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+        for k in keys:
+            got = [(d.get(field_) or {}).get(k) for d in details.values()]
             cells = [f"{c['passes']}/{c['n']}" if c else "-" for c in got]
+            cells += [_diff_cell((by_kind_diffs.get(dkey) or {}).get(k, {}).get(n)) for n in dnames]
+            if dkey == "kind":
+                cells += [f"{c['forbidden_episodes']}/{c['n']}" if c else "-" for c in got]
             lines.append(f"| {k or '(no actions)'} | " + " | ".join(cells) + " |")
     lines.append("")
     for k, v in diffs.items():
         lines.append(f"- {k}: mean reward difference {v['diff']:+.3f}, 95% paired bootstrap CI "
                      f"[{v['ci_low']:+.3f}, {v['ci_high']:+.3f}]")
+    for name, t in (training or {}).items():
+        lines.append(f"- {name} training ({t['steps']} steps): reward_mean first quarter {t['reward_first_quarter']:.3f} "
+                     f"-> last quarter {t['reward_last_quarter']:.3f}; success_rate "
+                     f"{t['success_first_quarter']:.3f} -> {t['success_last_quarter']:.3f}")
     return "\n".join(lines) + "\n"
+
+
+def training_curve(run_dir: str) -> dict | None:
+    """GRPO's per-step training reward in numbers (metrics.jsonl): steps, reward_mean and
+    success_rate averaged over the first and the last quarter of the steps (at least one step each)."""
+    try:
+        with open(os.path.join(run_dir, "metrics.jsonl"), encoding="utf-8") as f:
+            ms = [json.loads(x) for x in f if x.strip()]
+    except (OSError, ValueError):
+        return None
+    ms = [m for m in ms if isinstance(m.get("reward_mean"), (int, float)) and not m.get("reused_rollouts")]
+    if not ms:
+        return None
+    q = max(1, len(ms) // 4)
+
+    def mean(xs: list, k: str) -> float:
+        v = [float(x.get(k) or 0.0) for x in xs]
+        return sum(v) / len(v)
+
+    return {"steps": len(ms), "reward_first_quarter": mean(ms[:q], "reward_mean"),
+            "reward_last_quarter": mean(ms[-q:], "reward_mean"),
+            "success_first_quarter": mean(ms[:q], "success_rate"), "success_last_quarter": mean(ms[-q:], "success_rate"),
+            "reward_per_step": [round(float(m["reward_mean"]), 4) for m in ms],
+            "success_per_step": [round(float(m.get("success_rate") or 0.0), 4) for m in ms]}
 
 
 def curves(runs: dict[str, str], png: str) -> bool:
@@ -269,7 +365,7 @@ def curves(runs: dict[str, str], png: str) -> bool:
                 for i, line in enumerate(f):
                     m = json.loads(line)
                     step = m.get("step", i)
-                    for k in ("loss", "reward_mean", "reward"):
+                    for k in ("loss", "reward_mean", "success_rate", "reward"):
                         if isinstance(m.get(k), (int, float)):
                             pts.setdefault(k, []).append((step, m[k]))
         except (OSError, ValueError):
@@ -297,17 +393,32 @@ def report(evals: dict[str, str], out: str, curve_runs: dict[str, str] | None = 
     if variants:
         summary["variants"] = variants
     diffs = {}
-    if "base" in rs and "sft" in rs:
-        diffs["sft_vs_base"] = summary["sft_vs_base"] = paired_diff(rs["base"], rs["sft"])
-    if "sft" in rs and "grpo" in rs:
-        diffs["grpo_vs_sft"] = summary["grpo_vs_sft"] = paired_diff(rs["sft"], rs["grpo"])
+    pairs = [(n, a, b) for n, a, b in (("sft_vs_base", "base", "sft"), ("grpo_vs_sft", "sft", "grpo"))
+             if a in rs and b in rs]
+    for n, a, b in pairs:
+        diffs[n] = summary[n] = paired_diff(rs[a], rs[b])
+    # the same differences within each kind of task (action signature; LOGIGEN kind)
+    by_kind_diffs: dict = {}
+    for key in ("signature", "kind"):
+        for n, a, b in pairs:
+            for k in sorted({r.get(key) or "" for r in rs[a] + rs[b]}):
+                by_kind_diffs.setdefault(key, {}).setdefault(k, {})[n] = paired_diff(
+                    [r for r in rs[a] if (r.get(key) or "") == k], [r for r in rs[b] if (r.get(key) or "") == k])
+    training = {}
+    for name, d in (curve_runs or {}).items():
+        t = training_curve(d) if name != "sft" else None
+        if t is not None:
+            training[name] = t
+    if "grpo" in training:
+        summary["grpo_training"] = {k: v for k, v in training["grpo"].items() if not k.endswith("_per_step")}
     details = {m: s["detail"] for m, s in stats.items()}
     with open(os.path.join(out, "summary.json"), "w", encoding="utf-8") as f:
         json.dump(summary, f, indent=1)
     with open(os.path.join(out, "details.json"), "w", encoding="utf-8") as f:
-        json.dump({"models": details, "diffs": diffs}, f, indent=1)
+        json.dump({"models": details, "diffs": diffs, "diffs_by_kind": by_kind_diffs, "training": training}, f,
+                  indent=1)
     with open(os.path.join(out, "table.md"), "w", encoding="utf-8") as f:
-        f.write(table(details, diffs))
+        f.write(table(details, diffs, by_kind_diffs, training))
     if curve_runs:
         curves(curve_runs, os.path.join(out, "curves.png"))
     return summary
@@ -334,6 +445,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="do not mix the held-out set's action signatures (fewest new keys only)")
     sp.add_argument("--train", required=True)
     sp.add_argument("--heldout-out", required=True)
+    xp = sub.add_parser("exclude", help="tasks (stdin) sharing no key (target, entity) with the tasks of FILES")
+    xp.add_argument("files", nargs="+")
+    pp = sub.add_parser("principals", help="domain records (stdin) with env.state = the base state with its "
+                                           "principals replaced by K clones (toolkit.train.principals)")
+    pp.add_argument("-k", type=int, default=40)
+    pp.add_argument("--seed", type=int, default=0)
+    pp.add_argument("--keep-original", action="store_true", help="add the clones instead of replacing")
     rp = sub.add_parser("report", help="table + summary.json from verified held-out rollouts")
     rp.add_argument("--out", required=True)
     rp.add_argument("--curves", nargs="*", default=[])
@@ -349,6 +467,24 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(info), file=sys.stderr)
         print(json.dumps(info))
         return 0 if train and held else 1
+    if a.cmd == "exclude":
+        tasks = _read(None)
+        kept, dropped = exclude(tasks, [t for p in a.files for t in _read(p)])
+        _write_stdout(kept)
+        print(json.dumps({"tasks": len(tasks), "kept": len(kept), "dropped_shared_keys": len(dropped),
+                          "signatures": _sig_counts(kept)}), file=sys.stderr)
+        return 0 if kept else 1
+    if a.cmd == "principals":
+        from toolkit.train.principals import add_principals
+
+        for rec in _read(None):
+            state, info = add_principals(rec.get("env") or {}, a.k, a.seed, a.keep_original)
+            rec = {**rec, "env": {**(rec.get("env") or {}), "state": state}}
+            print(json.dumps({"id": rec.get("id"), **{k: v for k, v in info.items() if k != "principals"},
+                              "principals": len(info["principals"]), "examples": info["principals"][:5]}),
+                  file=sys.stderr)
+            _write_stdout([rec])
+        return 0
     summary = report(_pairs(a.evals), a.out, _pairs(a.curves) if a.curves else None)
     with open(os.path.join(a.out, "table.md"), encoding="utf-8") as f:
         sys.stderr.write(f.read())

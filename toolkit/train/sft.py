@@ -41,7 +41,7 @@ from toolkit.train import export as X
 _OURS = {"input", "output", "rejects", "resume", "shard", "limit", "unordered", "progress", "concurrency",
          "recipe", "print_config", "recipe_hash", "model", "role", "filter", "min_reward", "export", "lora",
          "chat_template", "resume_from_checkpoint", "max_rows", "tool_schema", "system_prompt", "merge_lora",
-         "model_dtype"}
+         "model_dtype", "shared_prefix"}
 
 
 def collect_rows(cfg: dict, role: str) -> tuple[list[dict], Any]:
@@ -183,6 +183,24 @@ def cpu_defaults() -> dict:
     if has_gpu:
         return {}
     return {"use_cpu": True, "bf16": False, "gradient_checkpointing": False, "dataloader_pin_memory": False}
+
+
+def native_bf16() -> bool:
+    """Whether bf16 matmuls run natively here: a GPU, or a CPU with AMX / AVX512-BF16. On other CPUs
+    (AVX2 only) torch emulates bf16 and `bf16: true` autocast is many times SLOWER than fp32 (an AMD
+    EPYC with AVX2: an SFT step of a 1.8k-token row did not finish in 3 CPU-minutes; fp32 ~10 s)."""
+    try:
+        import torch
+    except Exception:  # pragma: no cover
+        return False
+    if torch.cuda.is_available():
+        return True
+    amx = getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    avx512_bf16 = getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
+    try:
+        return bool(amx() or avx512_bf16())
+    except Exception:  # pragma: no cover - a torch build without the probes
+        return False
 
 
 def launched_with(kind: str) -> bool:
@@ -381,8 +399,9 @@ def train(rows: list[dict], cfg: dict, model_path: str, out_dir: str) -> dict:
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=model_dtype(cfg, args))
     os.makedirs(out_dir, exist_ok=True)
     metrics = MetricsJSONL(os.path.join(out_dir, "metrics.jsonl"), {"role": cfg.get("role") or "assistant"})
-    trainer = SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tok,
-                         peft_config=lora, callbacks=[metrics.make()])
+    trainer = prefix_sharing(SFTTrainer)(model=model, args=args, train_dataset=ds, processing_class=tok,
+                                         peft_config=lora, callbacks=[metrics.make()],
+                                         shared_prefix=cfg.get("shared_prefix"))
     resume = resolve_resume(cfg.get("resume_from_checkpoint"), out_dir)
     out = trainer.train(resume_from_checkpoint=resume)
     save_full_model(trainer, out_dir)
@@ -406,6 +425,51 @@ def train(rows: list[dict], cfg: dict, model_path: str, out_dir: str) -> dict:
     with open(os.path.join(out_dir, "run.json"), "w", encoding="utf-8") as f:
         json.dump({"result": result, "config": {k: v for k, v in kw.items() if _jsonable(v)}}, f, indent=2, default=str)
     return result
+
+
+def prefix_sharing(base: type) -> type:
+    """`trl.SFTTrainer` whose fused forward runs the batch rows' common prefix (system prompt, tool
+    schemas) once (toolkit.train.prefix: exact; with `per_device_train_batch_size` > 1 a step costs
+    about the prefix once plus each row's rest). `shared_prefix`: None = auto (one process, no
+    DeepSpeed / FSDP / gradient checkpointing, TRL's default loss), False = off."""
+    from toolkit.train.prefix import prefix_len, shared_forward
+
+    class _Proxy:
+        def __init__(self, model, P):
+            self._model, self._P = model, P
+
+        def __getattr__(self, name):
+            return getattr(self._model, name)
+
+        def __call__(self, **kw):
+            if not kw.get("fused_lm_head"):
+                return self._model(**kw)
+            rest = {k: v for k, v in kw.items() if k not in ("input_ids", "attention_mask", "labels", "use_cache",
+                                                              "fused_lm_head")}
+            return shared_forward(self._model, kw["input_ids"], kw["attention_mask"], kw["labels"], self._P, **rest)
+
+    class PrefixSharingSFTTrainer(base):
+        def __init__(self, *a, shared_prefix=None, **kw):
+            super().__init__(*a, **kw)
+            self.shared_prefix = shared_prefix
+
+        def _prefix(self, inputs) -> int:
+            if self.shared_prefix is False or self.compute_loss_func is not None or self.label_smoother is not None:
+                return 0
+            if (self.accelerator.num_processes != 1 or self.is_deepspeed_enabled or self.is_fsdp_enabled
+                    or self.args.gradient_checkpointing or "attention_mask" not in inputs or "labels" not in inputs):
+                return 0
+            labels = inputs["labels"]
+            return prefix_len(inputs["input_ids"], inputs["attention_mask"], labels[:, 1:] != -100)
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            P = self._prefix(inputs) if self.model.training else 0
+            if P:
+                model = _Proxy(model, P)
+            return super().compute_loss(model, inputs, return_outputs=return_outputs,
+                                        num_items_in_batch=num_items_in_batch)
+
+    return PrefixSharingSFTTrainer
 
 
 def _jsonable(v: Any) -> bool:

@@ -9,7 +9,7 @@ from typing import Any
 from toolkit.schema import Record, Trajectory
 from toolkit.train import advantages as ADV
 from toolkit.train.grpo.agent import PolicyAgent
-from toolkit.train.grpo.options import GRPOOptions, variant_preset
+from toolkit.train.grpo.options import GRPOOptions
 
 # ----------------------------------------------------------------------------------------------
 # episodes and groups
@@ -41,13 +41,14 @@ class Rollouts:
         from toolkit.stages import verify
 
         self.opts, self.tok, self.generator = opts, tok, generator
-        # the policy's --model is a checkpoint path, never the simulator's / judge's model name
-        side_cfg = {k: v for k, v in cfg.items() if k not in ("model", "base_url")}
+        # the policy's --model is a checkpoint path, never the simulator's / judge's model name, and
+        # its sampling settings are not theirs (user_temperature, judge_temperature ... set those)
+        side_cfg = {k: v for k, v in cfg.items() if k not in ("model", "base_url", "temperature", "top_p")}
         self.side_cfg = side_cfg
         self.meter = meter
         vcfg = {**side_cfg, "strategy": list(opts.verify_strategy), "lambda_err": opts.lambda_err,
-                "filter": "all", "require": cfg.get("require"),
-                "judge_rubric": cfg.get("judge_rubric") or variant_preset(opts.variant).get("judge_rubric")}
+                "penalize_invalid_calls": opts.penalize_invalid_calls, "filter": "all", "require": cfg.get("require"),
+                "judge_rubric": opts.judge_rubric}
         self.verify_fn = verify.build(vcfg, meter)
         self._user_client = None
 

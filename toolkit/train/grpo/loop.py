@@ -11,7 +11,6 @@ import pickle
 import random
 import sys
 import time
-from dataclasses import asdict
 from typing import Any
 
 from toolkit.io import UsageError, log
@@ -67,7 +66,7 @@ def grpo_config(cfg: dict, o: GRPOOptions, out_dir: str):
             kw[k] = v
     if o.gradient_checkpointing is not None:
         kw["gradient_checkpointing"] = o.gradient_checkpointing
-    extra = cfg.get("trl") or {}
+    extra = o.trl or {}
     names = set(GRPOConfig.__dataclass_fields__)
     bad = [k for k in extra if k not in names]
     if bad:
@@ -84,13 +83,12 @@ def verify_reward(*_, **__):
 
 class GRPORun:
     def __init__(self, cfg: dict, records: list[Record], model_path: str, out_dir: str, generator=None):
-        import torch
         from datasets import Dataset
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from toolkit.stages import make_meter
         from toolkit.train.grpo.trainer import ToolkitGRPOTrainer
-        from toolkit.train.sft import apply_template, lora_config
+        from toolkit.train.sft import apply_template, lora_config, model_dtype
 
         self.cfg, self.records, self.out_dir = cfg, records, out_dir
         self.opts = o = GRPOOptions.from_config(cfg)
@@ -104,8 +102,8 @@ class GRPORun:
             # vLLM's CPU build would reserve TRL's vllm_gpu_memory_utilization (0.9) of the machine's RAM
             # for its KV cache, and refuse to start when less is free: give it an explicit size (GiB)
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-        dtype = torch.bfloat16 if args.bf16 else (torch.float16 if args.fp16 else torch.float32)
-        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
+        # model_dtype float32 with `trl: {bf16: true}`: fp32 weights and optimizer, bf16 autocast (as sft)
+        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=model_dtype(cfg, args))
         # the dataloader only paces TRL's loop; tasks come from our own seeded stream (exact resume)
         n_rows = max(8, len(records)) * args.world_size * o.gradient_accumulation_steps
         ds = Dataset.from_dict({"prompt": [str(i) for i in range(n_rows)]})
@@ -113,6 +111,10 @@ class GRPORun:
                                           processing_class=self.tok, peft_config=lora_config(cfg), run=self)
         acc = self.trainer.accelerator
         self.unwrapped = self.trainer.model
+        import torch
+
+        # fp32 weights under bf16 mixed precision: generation autocasts too (training's forward does)
+        self.gen_autocast = torch.bfloat16 if args.bf16 and model.dtype == torch.float32 else None
         self.uses_policy_weights = False
         if generator is not None:  # a factory (model, tokenizer) -> generator (tests, custom backends)
             self.generator = generator(self.unwrapped, self.tok)
@@ -122,7 +124,8 @@ class GRPORun:
         elif o.generation == "vllm":
             self.generator = TRLVLLMGenerator(self.trainer.vllm_generation, o)
         else:
-            self.generator = HFGenerator(self.unwrapped, self.tok, o.temperature, o.top_p, seed=o.seed + acc.process_index)
+            self.generator = HFGenerator(self.unwrapped, self.tok, o.temperature, o.top_p, seed=o.seed + acc.process_index,
+                                         autocast=self.gen_autocast, shared_prefix=o.shared_prefix is not False)
             self.uses_policy_weights = True
         self.meter = make_meter()
         self.rollouts = Rollouts(cfg, o, self.tok, self.generator, self.meter)
@@ -170,7 +173,8 @@ class GRPORun:
             for p in self.behaviour.parameters():
                 p.requires_grad_(False)
             gen = HFGenerator(self.behaviour, self.tok, o.temperature, o.top_p,
-                              seed=o.seed + 1000 + self.acc.process_index, record_logps=True)
+                              seed=o.seed + 1000 + self.acc.process_index, record_logps=True,
+                              autocast=self.gen_autocast, shared_prefix=o.shared_prefix is not False)
         self.behaviour_generator = gen
         self.rollouts_async = Rollouts(cfg, o, self.tok, gen, self.meter)
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grpo-rollouts")
@@ -302,5 +306,5 @@ class GRPORun:
                "empty_steps": self.empty_steps, "fill_bound_hits": self.fill_bound_hits, "output_dir": self.out_dir}
         if self.acc.is_main_process:
             with open(os.path.join(self.out_dir, "run.json"), "w", encoding="utf-8") as f:
-                json.dump({"result": res, "options": asdict(self.opts)}, f, indent=2, default=str)
+                json.dump({"result": res, "options": self.opts.model_dump(mode="json")}, f, indent=2, default=str)
         return res

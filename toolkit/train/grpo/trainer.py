@@ -39,6 +39,7 @@ except ModuleNotFoundError as e:  # say which extra, keep the missing module's n
                               name=e.name) from e
 
 from toolkit.train.grpo import batch as B
+from toolkit.train.prefix import prefix_len, shared_forward
 
 STATE_FILE = "toolkit_grpo_state.pkl"
 
@@ -193,10 +194,10 @@ class ToolkitGRPOTrainer(GRPOTrainer):
         need_old = self.num_iterations > 1 or "sampling_per_token_logps" in out
         with disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
             if need_old:
-                out["old_per_token_logps"] = self._get_per_token_logps_and_entropies(self.model, ids, att, T, batch_size=bs)[0]
+                out["old_per_token_logps"] = self._logps(self.model, ids, att, out["policy_mask"], batch_size=bs)
             if self.beta != 0.0:
                 if self.ref_model is not None:
-                    ref = self._get_per_token_logps_and_entropies(self.ref_model, ids, att, T, batch_size=bs)[0]
+                    ref = self._logps(self.ref_model, ids, att, out["policy_mask"], batch_size=bs)
                 else:
                     from trl.trainer.utils import use_adapter
 
@@ -210,11 +211,33 @@ class ToolkitGRPOTrainer(GRPOTrainer):
             out["importance_sampling_ratio"] = torch.clamp(torch.exp(diff), max=float(self.run.opts.importance_sampling_cap))
         out.pop("sampling_per_token_logps", None)
 
+    # -- log-probs: the rows' common prefix forwarded once ----------------------------------------
+    def _shared_prefix_ok(self) -> bool:
+        """shared_prefix auto: one process, no DeepSpeed / FSDP (they shard or wrap the forward) and no
+        gradient checkpointing (its recomputation would append to the prefix's cache twice)."""
+        o = self.run.opts
+        if o.shared_prefix is False:
+            return False
+        plain = (self.accelerator.num_processes == 1 and not self.is_deepspeed_enabled and not self.is_fsdp_enabled
+                 and not self.args.gradient_checkpointing)
+        return plain
+
+    def _logps(self, model, ids, att, pm, batch_size=None):
+        """Per-token log-probs aligned with ids[:, 1:] (0 where not needed). Rows of one step share a
+        long prefix (system prompt, tool schemas, and within a group the task's first user turn):
+        with `shared_prefix` it is forwarded ONCE and its key/value cache (with its graph, so the
+        gradient is exact) is repeated for the rows' suffixes, instead of forwarding it per row."""
+        P = prefix_len(ids, att, pm) if self._shared_prefix_ok() else 0
+        if not P:
+            return self._get_per_token_logps_and_entropies(model, ids, att, ids.size(1) - 1, batch_size=batch_size)[0]
+        with self.accelerator.autocast():  # positions before P predict context tokens: log-prob 0
+            return shared_forward(model, ids, att, ids.masked_fill(att == 0, -100), P).log_probs
+
     # -- loss ------------------------------------------------------------------------------------
     def _compute_loss(self, model, inputs):
         o = self.run.opts
         ids, att = inputs["input_ids"], inputs["attention_mask"]
-        logps = self._get_per_token_logps_and_entropies(model, ids, att, ids.size(1) - 1)[0]
+        logps = self._logps(model, ids, att, inputs["policy_mask"])
         per_tok, info = surrogate(logps, inputs, o.epsilon, o.eps_high, self.beta,
                                   turn_ratio=o.turn_ratio == "turn" and o.loss_type == "turn")
         loss = (per_tok * inputs["loss_weight"]).sum()
