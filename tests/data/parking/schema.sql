@@ -105,7 +105,7 @@ BEGIN
 END;
 
 CREATE TRIGGER payments_fixed
-BEFORE UPDATE ON payments
+BEFORE UPDATE OF resident_id, permit_id, amount ON payments
 BEGIN
   SELECT RAISE(ABORT, 'POLICY_VIOLATION: payments_final: a recorded payment cannot change')
   WHERE 1;

@@ -111,6 +111,9 @@ _PARTICIPLES = {"due", "paid", "made", "held", "sent", "done", "born", "given", 
                 "read", "met", "found", "hired", "fired", "issued", "opened", "closed", "valid"}
 
 
+_ADJECTIVE = re.compile(r"(?:ed|en|ive|al|able|ible|ic|ous|ful|less|ant|ent|ary|ory|ile|ish)$")
+
+
 def _squash(s: str) -> str:
     return re.sub(r"\s+", " ", s).strip(" .,;:-")
 
@@ -272,8 +275,10 @@ class DomainWords:
             elif parts[0] in ("has", "with", "needs", "requires", "includes") and len(parts) > 1:
                 stem = " ".join(parts[1:])
                 out = (f"with {stem}", f"without {stem}")
-            elif len(parts) == 1:
+            elif len(parts) == 1 and _ADJECTIVE.search(parts[0]):  # paid, active, electric
                 out = (parts[0], f"not {parts[0]}")
+            elif len(parts) == 1:  # a thing it has or not: insurance
+                out = (f"with {parts[0]}", f"without {parts[0]}")
             else:
                 out = ("with that option", "without that option")
         if not (self.clean(out[0]) and self.clean(out[1])):

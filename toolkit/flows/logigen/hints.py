@@ -29,7 +29,7 @@ def column_hints(an: Any) -> dict[tuple[str, str], list]:
                     continue
                 found: list = []
                 # an order comparison suggests the days (units) after a constant too
-                order = cond.kind == "compare" and cond.op in ("<", "<=", ">", ">=")
+                order = not (cond.kind in ("in", "null") or cond.op in ("=", "==", "IS", "IS NOT", "!=", "<>"))
                 for o in ops:
                     if o.kind == "literal" and o.value is not None:
                         found.append(("lit", o.value))
