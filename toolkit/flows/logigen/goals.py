@@ -619,6 +619,12 @@ class GoalExplorer:
         except TypeError:
             return None
 
+    def _own_row(self, table: str, key: dict) -> str:
+        """A row named by its key ("booking BK-2041"); the user's own record is "my customer details"."""
+        if table == self.principal and list(key.values()) == [self.say.me] and self.say.me is not None:
+            return f"my {self.say.noun(table)} details"
+        return f"{self.say.noun(table)} {' '.join(str(x) for x in key.values())}"
+
     def _speak_for(self, state: dict, p: Probe) -> None:
         """The phrases are said by the owner of `p` (their own references read "my ...")."""
         if self.principal is None:
@@ -823,7 +829,7 @@ class GoalExplorer:
             if p.table in view.query_tool:
                 acts.append({"name": view.query_tool[p.table], "arguments": dict(key)})
             ktxt = " ".join(str(v) for v in key.values())
-            req["text"] = f"{self.say.noun(p.table)} {ktxt}: " + " and ".join(changes)
+            req["text"] = f"{self._own_row(p.table, key)}: " + " and ".join(changes)
             req["known"] = [f"{self.say.noun(p.table)} {ktxt}"]
         return acts, req, pats, p
 
@@ -878,7 +884,7 @@ class GoalExplorer:
                 who = lk[1]
                 known = [self.say.value(v.table, k, x) for k, x in lk[0].items() if view.fk(v.table, k)]
             else:
-                who = f"{self.say.noun(v.table)} {' '.join(str(x) for x in key.values())}"
+                who = self._own_row(v.table, key)
                 known = [who]
                 if v.table in view.query_tool:
                     read = {"name": view.query_tool[v.table], "arguments": dict(key)}
