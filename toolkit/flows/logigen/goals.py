@@ -416,9 +416,11 @@ class GoalExplorer:
         if row is None:
             return None
         cols = [c.name for c in t.columns if not c.pk and c.name not in view.exclude_keys and not c.readonly
-                and row.get(c.name) is not None and not isinstance(row.get(c.name), float)
-                and self.say.nameable(table, c.name)]
-        cols.sort(key=lambda c: (view.fk(table, c) is None, t.colmap[c].enum is None, rng.random()))
+                and row.get(c.name) is not None and not isinstance(row.get(c.name), float)]
+        # what a person can name first (references, kinds, attributes the domain has words for),
+        # a value said generically ("the loan with the number 45") only when nothing else singles it out
+        cols.sort(key=lambda c: (not self.say.nameable(table, c), view.fk(table, c) is None, t.colmap[c].enum is None,
+                                 rng.random()))
         rows = state.get(table, [])
         for n in (1, 2, 3):
             for combo in itertools.combinations(cols[:6], n):

@@ -144,6 +144,8 @@ class Phrases:
             return self._label(a, self._num(table, col, v))
         if _is_date(v):
             return f"on {v}"
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return f"the number {self._num(table, col, v)}"  # no words for it: the value, said as one
         return self._num(table, col, v)
 
     def value_of_key(self, table: str, v: Any) -> str:
@@ -187,6 +189,8 @@ class Phrases:
                     rest.append(f"whose {a} is {self._num(table, k, v)}")
                 elif _is_date(v):
                     rest.append(f"on {v}")
+                elif isinstance(v, (int, float)) and not isinstance(v, bool):
+                    rest.append(f"with the number {self._num(table, k, v)}")
                 else:
                     rest.append(f"with {self._num(table, k, v)}")
         return " ".join([det] + adj + [self.noun(table)] + rest)
@@ -217,6 +221,8 @@ class Phrases:
             return f"{self._label(a, nv)} instead of {ov}"
         if old is None:
             return f"set to {nv} (empty now)"
+        if isinstance(old, (int, float)) and not isinstance(old, bool):
+            return f"the number {ov} changed to {nv}"
         return f"{ov} changed to {nv}"
 
     def _first_clean(self, options: list[str]) -> str:
