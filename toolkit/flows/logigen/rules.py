@@ -64,6 +64,7 @@ class RuleCoverage:
         self.impossible: dict[str, str] = {}
         self.draws: dict[str, dict] = {}  # per rule: targeted / random draws verified, found by, capped
         self._left = 0
+        self._two_left = 600  # tool calls of the two-step searches of this record (twostep.py)
         try:
             from toolkit.flows.logigen.analysis import analyze
 
@@ -393,14 +394,15 @@ class RuleCoverage:
             # S reached by one or two executed writes of what the rule reads (twostep.py)
             from toolkit.flows.logigen.twostep import TwoStep
 
-            two = TwoStep(self, reach, rule)
+            two = TwoStep(self, reach, rule, max_calls=min(200, self._two_left))
             try:
-                b = two.run(wits[:2])
+                b = two.run(wits[:2]) if self._two_left > 0 else None
             except Exception as e:  # noqa: BLE001 - counted, the random draws still run
                 self.errors.append(f"{rule}: two-step boundary search failed: {type(e).__name__}: {e}")
                 b = None
             finally:
                 st["two_step"] = two.tried
+                self._two_left -= two.spent()
                 self.gx.walker.restore(self.gx.base_cp)
             if b is not None:
                 st["found_by"] = "two-step"

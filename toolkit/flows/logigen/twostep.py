@@ -13,7 +13,8 @@ a verified N-1 boundary on S (`RuleCoverage._verify`) and NOT one on s_origin (t
 The boundary records `seeded = {"by": "executed calls", "calls": [w1, w2?], "search": "two-step"}`.
 
 Budget: at most `setups` first writes, `setups // 2` second writes per first, `goals` goals per
-state and `budget` verified pairs per rule (defaults keep a rule's search under ~2,000 tool calls).
+state, `budget` verified pairs and `max_calls` tool calls per rule (defaults 4, 2, 6, 96 and 200);
+`RuleCoverage` gives the searches of one record 600 tool calls in all.
 """
 
 from __future__ import annotations
@@ -25,8 +26,11 @@ from toolkit.flows.logigen.explorer import Boundary, Probe
 
 
 class TwoStep:
-    def __init__(self, cov: Any, reach: Any, rule: str, budget: int = 240, setups: int = 6, goals: int = 8):
+    def __init__(self, cov: Any, reach: Any, rule: str, budget: int = 96, setups: int = 4, goals: int = 6,
+                 max_calls: int = 300):
         self.cov = cov
+        self.max_calls = max_calls  # tool calls (setups, goals, verifications) this rule's search may make
+        self.calls0 = cov.gx.walker.calls
         self.gx = cov.gx
         self.view = cov.view
         self.reach = reach
@@ -46,16 +50,23 @@ class TwoStep:
             out.update(rc.tools)  # the rule's own writes (a count walked by the next unit's kind)
         return {t for t in out if t in self.view.tools}
 
+    def spent(self) -> int:
+        return self.gx.walker.calls - self.calls0
+
     def _moves(self, state: dict, who: Any, tools: set, k: int, anchors: set) -> list[tuple[dict, dict]]:
         """Up to k accepted, state-changing writes of `tools` by `who` on `state`: (call, state after)."""
         gx, w = self.gx, self.gx.walker
-        out = []
+        out: list = []
+        if self.spent() >= self.max_calls:
+            return out
         self.cov._load(state)
         base_cp = w.cp()
         h0 = w.hash()
+        tries = 0
         for p in gx.step_candidates(state, self.rng, anchors, {}, {}, who, width=2, only=tools, hints=True):
-            if len(out) >= k:
+            if len(out) >= k or tries >= 4 * k:  # at most 4 calls per write wanted
                 break
+            tries += 1
             r = w.call(p.name, p.args)
             if r.ok and w.hash() != h0:
                 out.append((p.call(), self.cov._snap()))
@@ -87,7 +98,7 @@ class TwoStep:
                 found = self._pairs_on(st, calls, v, who, tools, anchors)
                 if found is not None:
                     return found
-                if self.tried >= self.budget:
+                if self.tried >= self.budget or self.spent() >= self.max_calls:
                     return None
         return None
 
@@ -112,7 +123,7 @@ class TwoStep:
         cov, gx = self.cov, self.gx
         for g, _ in self._moves(st, who, tools, self.goals, anchors):
             for n in self._nexts(v, g, who):
-                if self.tried >= self.budget:
+                if self.tried >= self.budget or self.spent() >= self.max_calls:
                     return None
                 self.tried += 1
                 if not cov._verify(st, g, n, self.rule, state_rule=True):
