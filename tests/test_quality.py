@@ -63,7 +63,14 @@ def test_column_mentions():
     assert column_mentions("the status: cancelled please", cols) == ["status: cancelled"]
     assert column_mentions("my loyalty is gold", cols) == ["loyalty is gold"]
     assert column_mentions("I want it cancelled; my rental 3", cols) == []
+    # a column named with spaces instead of underscores is named all the same
+    assert column_mentions("the rental with total price 300", cols) == ["total price"]
     assert domain_columns({"backend": "python", "path": "x.py"}) is None
+    # a domain with plural table names: "a new loans", "a books" is the schema talking
+    lending = domain_columns({"backend": "sqlite", "path": str(Path(CARRENTAL).parent / "lending")})
+    said = column_mentions("a new loans (members m_ana, books b2, due day 20) with a books (on loan)", lending)
+    assert {"due day", "a new loans", "a books"} <= set(said), said
+    assert column_mentions("a new loan for the book 'Dune', due on day 20; my reservation", lending) == []
 
 
 def test_cli_quality_gate_and_chart(tmp_path):

@@ -14,8 +14,8 @@ Per dataset (one JSONL file of records) and in total:
 - n-gram diversity of the user text (distinct bigrams / bigrams over instruction and
   user_scenario, and distinct trigrams), and the share of near-duplicate user texts;
 - leak rate: records whose `projection` verdict failed or whose user text names a column of
-  their sqlite domain (a non-key snake_case column, or a column followed by one of its enum
-  values: `column_mentions`);
+  their sqlite domain (a non-key snake_case column, a multi-word column name with spaces, "a
+  <plural table>", or a column followed by one of its enum values: `column_mentions`);
 - yield per stage: records passing each stage's verdicts (validate-task, verify, ...).
 
 Writes are counted from task.complexity.writes when present (a replayed count of state
@@ -79,8 +79,10 @@ _COLS: dict[str, Any] = {}
 
 
 def domain_columns(env: Any) -> dict | None:
-    """{"snake": non-key snake_case column names, "enums": {column: values}} of a record's sqlite
-    domain (None for other backends or a domain that does not load); cached per domain."""
+    """{"snake": non-key snake_case column names, "enums": {column: values}, "named": the
+    domain's banned-words patterns (a multi-word column name with underscores or spaces, "a
+    <plural table>": `toolkit.envs.sqlite.vocab`)} of a record's sqlite domain (None for other
+    backends or a domain that does not load); cached per domain."""
     if not isinstance(env, dict) or env.get("backend") != "sqlite":
         return None
     ref = str(env.get("path") or env.get("id") or "")
@@ -89,6 +91,7 @@ def domain_columns(env: Any) -> dict | None:
     out = None
     try:
         from toolkit.envs import load_env
+        from toolkit.envs.sqlite.vocab import domain_words
 
         e = load_env({k: v for k, v in env.items() if k in ("backend", "id", "path")})
         try:
@@ -102,7 +105,7 @@ def domain_columns(env: Any) -> dict | None:
                         snake.add(c.name)
                     if c.enum:
                         enums[c.name] = [str(v) for v in c.enum]
-            out = {"snake": sorted(snake), "enums": enums}
+            out = {"snake": sorted(snake), "enums": enums, "named": domain_words(e.domain).patterns()}
         finally:
             e.close()
     except Exception:  # noqa: BLE001 - quality stats never fail on a domain that moved
@@ -112,11 +115,14 @@ def domain_columns(env: Any) -> dict | None:
 
 
 def column_mentions(text: str, cols: dict | None) -> list[str]:
-    """Columns the user text names: a non-key snake_case column, or a column (or its words)
-    followed by one of its enum values ("status cancelled", "tier: gold")."""
+    """Columns the user text names: a non-key snake_case column, a multi-word column name with
+    spaces ("due day") or "a <plural table>" ("a new loans"), or a column (or its words) followed
+    by one of its enum values ("status cancelled", "tier: gold")."""
     if not cols:
         return []
     found = [c for c in cols["snake"] if re.search(r"(?<![\w-])" + re.escape(c) + r"(?![\w-])", text)]
+    for pat in cols.get("named") or []:
+        found += [m.group(0) for m in re.finditer(pat, text) if m.group(0) not in found]
     for c, vals in cols["enums"].items():
         names = sorted({c, c.replace("_", " ")}, key=len, reverse=True)
         vs = sorted({v for v in vals} | {v.replace("_", " ") for v in vals}, key=len, reverse=True)

@@ -24,7 +24,7 @@ def _src(name: str) -> Path:
 
 # hotel, pharmacy, bank, university: written blind by engineers who never read the generator
 @pytest.mark.parametrize("name", ["airline", "clinic", "library", "retail", "carrental", "hotel", "pharmacy",
-                                  "bank", "university"])
+                                  "bank", "university", "lending", "parking"])
 def test_sound_domains_pass_with_every_rule_provoked(name):
     rep = check_domain(_src(name))
     assert rep.ok, rep.reasons
@@ -49,6 +49,31 @@ def test_sound_domains_pass_with_every_rule_provoked(name):
         else:
             assert res.error["code"] == "CONSTRAINT" and rule in res.error["message"]
         assert env.state_hash() == h
+
+
+def test_a_count_limit_is_provoked_from_one_below_it():
+    """tests/data/parking: r_ana holds 2 of the 3 visitor permits a month allows (and no resident is
+    at 3 of 3). The provoking call is the fourth, after the third is accepted: the search keeps
+    an accepted call and repeats it, instead of dropping the valid third permit."""
+    env = load_env({"backend": "sqlite", "path": str(DATA / "parking")})
+    try:
+        seed = env.snapshot()
+        may = [p for p in seed["permits"] if p["permit_kind"] == "visitor" and p["permit_status"] == "active"
+               and p["valid_from"].startswith("2025-05")]
+        per = {r: sum(p["resident_id"] == r for p in may) for r in {p["resident_id"] for p in may}}
+        assert max(per.values()) == 2  # nobody starts at the limit
+        info = check_domain(DATA / "parking").to_dict()["rules"]["visitor_monthly_cap"]
+        assert info["provoked"] and info["state"].startswith("after: insert_permits"), info
+        setup, call = info["setup"], info["call"]
+        assert len(setup) == 3 - per[call["arguments"]["resident_id"]]  # the accepted ones up to the limit
+        env.reset()
+        for c in setup:
+            assert env.call(c["name"], dict(c["arguments"])).ok
+        h = env.state_hash()
+        res = env.call(call["name"], dict(call["arguments"]))
+        assert not res.ok and res.error["violated_rule"] == "visitor_monthly_cap" and env.state_hash() == h
+    finally:
+        env.close()
 
 
 def _copy(tmp_path: Path, name: str = "airline") -> Path:

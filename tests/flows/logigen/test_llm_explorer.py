@@ -80,8 +80,8 @@ def test_llm_explorer_goal_from_the_option_menu_and_every_write_kept():
     # each loan's book named by its number or by what singles it out (B-3 is Ulysses, B-1 Dune
     # in seed.yaml): the agent looks it up
     second, third = instr.split("(3)")[0].split("(2)")[1], instr.split("(3)")[1]
-    assert "book B-3" in second or "title Ulysses" in second, second
-    assert "book B-1" in third or "title Dune" in third, third
+    assert "book B-3" in second or "title is 'Ulysses'" in second, second
+    assert "book B-1" in third or "title is 'Dune'" in third, third
     assert ex["diverged_writes"] == 2 and ex["diverged_violations"] == 1 and ex["executed_writes"] == 3
     assert "diverged" in r.task.complexity["patterns"]
     assert r.task.complexity["violation"]["rule"] == "renewal_limit"

@@ -64,3 +64,38 @@ def test_synth_recipe_from_a_brief(tmp_path):
     assert list(table) == ["gen-plan", "gen-task", "validate-task", "rollout", "verify", "total"]
     assert table["gen-plan"]["llm_requests"] == 8 and table["gen-task"]["llm_requests"] == 6
     assert table["total"]["out"] == 6 and table["total"]["tokens"] > 0
+
+
+def test_demo_main_job_files_and_table(tmp_path):
+    """recipes/demo.sh (the main job of `bin/setup demo`) with the agent on a loopback scripted
+    server instead of the embedded model (the 135M model is run by `bin/setup demo` itself): tasks
+    at depth, validated, the quality report, oracle-verified SFT rows, a short rollout whose calls
+    are counted as valid or not, and the yield table; every file named on screen."""
+    from toolkit.llm.testserver import ScriptedServer
+
+    out = tmp_path / "demo"
+    # one valid call (a real tool, well-formed), then an unknown tool: 1 of 2 calls valid
+    replies = [{"tool_calls": [{"name": "query_flight", "arguments": {"limit": 2}}]},
+               {"tool_calls": [{"name": "no_such_tool", "arguments": {}}]}]
+    with ScriptedServer(replies) as srv:
+        env = {"OUT": str(out), "DEMO_TASKS": "24", "DEMO_ROLLOUTS": "1", "DEMO_TURNS": "2",
+               "DEMO_ARGS": f"--agent-base-url {srv.base_url} --agent-model scripted --user-base-url {srv.base_url} "
+                            f"--user-model scripted --constrain-tool-calls off",
+               "TOOLKIT_MAX_RETRIES": "0", "TOOLKIT_PYTHON": sys.executable,
+               "PATH": f"{ROOT / 'bin'}:{os.path.dirname(sys.executable)}:{os.environ.get('PATH', '')}"}
+        r = run_cmd(["bash", str(ROOT / "recipes" / "demo.sh")], env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    tasks = [json.loads(x) for x in (out / "validated.jsonl").read_text().splitlines()]
+    assert len(tasks) == 24
+    sft = [json.loads(x) for x in (out / "sft.jsonl").read_text().splitlines()]
+    assert len(sft) == 24 and all(row["messages"] and row["tools"] for row in sft)  # SFT-ready: every task
+    q = json.loads((out / "quality.json").read_text())["total"]
+    assert q["tasks"] == 24 and q["leak_rate"] == 0 and q["share_writes_ge3"] >= 0.5
+    table = {row["stage"]: row for row in json.loads((out / "yield.json").read_text())}
+    assert {"gen-task", "validate-task", "rollout (oracle)", "verify (oracle)", "rollout (135M)",
+            "verify (135M)", "total"} <= set(table)
+    assert "embedded 135M model: 1 trajectories, 2 tool calls, 1 valid" in r.stderr, r.stderr[-2000:]
+    for name in ("tasks.jsonl", "validated.jsonl", "quality.json", "oracle.jsonl", "sft.jsonl", "embedded.jsonl",
+                 "yield.txt"):
+        assert f"  {name}" in r.stderr  # said on screen what each file is
+    assert (out / "yield.txt").read_text().splitlines()[0].startswith("stage")

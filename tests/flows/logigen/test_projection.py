@@ -20,7 +20,9 @@ def test_leaks_match_whole_terms_only():
 def test_yes_no_enum_values_are_phrased_with_their_attribute():
     """airline's reservation.insurance is a yes/no enum: "passenger count 1, yes" says nothing, so
     the user says "with insurance" / "without insurance" (never "insurance yes": a column followed
-    by its enum value), and a change says which way; other enums stay adjectives."""
+    by its enum value), and a change says which way; other enums stay adjectives; a column the
+    domain has no words for is never named ("date of birth" is `date_of_birth` with spaces): the
+    change is said by its values."""
     from toolkit.envs import load_env
     from toolkit.flows.logigen.explorer import DomainView
     from toolkit.flows.logigen.goals import Phrases
@@ -32,24 +34,27 @@ def test_yes_no_enum_values_are_phrased_with_their_attribute():
         assert say.value("reservation", "insurance", "yes") == "with insurance"
         assert say.value("reservation", "insurance", "no") == "without insurance"
         assert say.value("reservation", "cabin", "business") == "business"
-        assert say.change("reservation", "insurance", "no", "yes") == "with insurance (not as now)"
-        assert say.change("reservation", "cabin", "economy", "business") == "business (it is economy now)"
-        assert say.change("customer", "date_of_birth", "1979-01-30", "1979-01-31") == \
-            "date of birth 1979-01-31 instead of 1979-01-30"
+        assert say.change("reservation", "insurance", "no", "yes") == "with insurance (without insurance now)"
+        assert say.change("reservation", "cabin", "economy", "business") == "business (now economy)"
+        assert say.change("customer", "date_of_birth", "1979-01-30", "1979-01-31") == "1979-01-30 changed to 1979-01-31"
         assert say.row("reservation", {"insurance": "yes", "cabin": "economy"}) == \
-            "the economy reservation with insurance"
+            "the economy reservation (with insurance)"
         terms = forbidden_terms(DomainView(env), None, None)
-        text = "a new reservation (flight HAT305-2024-05-22, economy, passenger count 1, with insurance); " \
-               "the reservation: with insurance (not as now); customer: date of birth 1979-01-31 instead of 1979-01-30"
+        text = "a new reservation (flight HAT305-2024-05-22, economy, with insurance); " \
+               "the reservation: with insurance (without insurance now); customer: 1979-01-30 changed to 1979-01-31"
         assert leaks([text], terms) == []
         assert leaks(["the reservation: insurance yes"], terms)  # the rule the phrasing avoids
+        assert leaks(["customer: date of birth 1979-01-31"], terms)  # a column with spaces
+        assert leaks(["customer: date_of_birth 1979-01-31"], terms)
     finally:
         env.close()
 
 
 def test_two_references_to_one_table_keep_their_role():
     # bank's transfer has from_account and to_account, both to account: "account ACC-1" would
-    # not say which; a card's single account_id is just "account"
+    # not say which, and "to account ACC-1" names the column `to_account`; the roles come from the
+    # columns' comments ("-- the sending account", "-- the receiving account"); a card's single
+    # account_id is just "account"
     from pathlib import Path
 
     from toolkit.envs import load_env
@@ -61,9 +66,12 @@ def test_two_references_to_one_table_keep_their_role():
         say = Phrases(DomainView(env))
     finally:
         env.close()
-    assert say.value("transfer", "to_account", "ACC-1") == "to account ACC-1"
-    assert say.value("transfer", "from_account", "ACC-2") == "from account ACC-2"
+    assert say.value("transfer", "to_account", "ACC-1") == "receiving account ACC-1"
+    assert say.value("transfer", "from_account", "ACC-2") == "sending account ACC-2"
     assert say.value("card", "account_id", "ACC-1") == "account ACC-1"
-    assert say.row("transfer", {"to_account": "ACC-1"}) == "the transfer to account ACC-1"
+    assert say.row("transfer", {"to_account": "ACC-1"}) == "the transfer with receiving account ACC-1"
     assert say.row("card", {"account_id": "ACC-1"}) == "the card for account ACC-1"
     assert say.change("transfer", "memo", None, "rent") == "memo 'rent' (none now)"
+    # "moved to account" would name `to_account`: the change is said another way
+    moved = say.change("card", "account_id", "ACC-1", "ACC-2")
+    assert "ACC-2" in moved and "ACC-1" in moved and say.w.clean(moved) and not say.w.clean("moved to account ACC-2")

@@ -287,6 +287,51 @@ def test_llm_user_view_and_fallback():
     assert all(v.passed for v in validate(fb)[0].verdicts)
 
 
+def test_llm_paraphrase_kept_only_when_it_names_no_column():
+    """The optional LLM paraphrase (a capable endpoint) on a domain written in a newcomer's style
+    (tests/data/lending: plural tables, `due_day`, `returned_day`): a reply that names a column with
+    spaces ("due day") or says "a new loans" is refused like a spoiler, retried, and the next, clean
+    paraphrase is kept; when every attempt leaks, the template view is used and says why."""
+    from toolkit.llm.testserver import ScriptedServer
+
+    lending = {"backend": "sqlite", "path": str(Path(__file__).resolve().parents[2] / "data" / "lending")}
+    calls = []
+
+    def leaky_then_clean(req: dict) -> str:
+        calls.append(1)
+        good = json.loads(view_reply(req))
+        if len(calls) == 1:  # every value of the task, but the column's name with spaces
+            good["instructions"] += " Mention the due day if the agent asks."
+        elif len(calls) == 2:  # the table's name, plural, after "a new"
+            good["reason_for_call"] = "they want a new loans record"
+        return json.dumps(good)
+
+    with ScriptedServer(leaky_then_clean) as srv:
+        ok = gen(lending, n=1, seed=1, base_url=srv.base_url, model="scripted", max_retries=0, attempts=3)
+        assert srv.chat_count == 3
+    info = ok[0].task.extra["user_view"]
+    assert info["source"] == "llm", info
+    assert any("due day" in x for x in info["reasons"]) and any("a new loans" in x for x in info["reasons"])
+    us = ok[0].task.user_scenario
+    text = " ".join([ok[0].task.instruction, us.reason_for_call, us.known_info, us.instructions])
+    assert "due day" not in text and "a new loans" not in text
+    assert all(v.passed for v in validate(ok)[0].verdicts)
+    # every attempt leaks: the template view, with the reasons
+    always = []
+
+    def always_leaky(req: dict) -> str:
+        always.append(1)
+        good = json.loads(view_reply(req))
+        good["known_info"] += "; their returned_day is unknown"
+        return json.dumps(good)
+
+    with ScriptedServer(always_leaky) as srv:
+        fb = gen(lending, n=1, seed=1, base_url=srv.base_url, model="scripted", max_retries=0, attempts=2)
+    info = fb[0].task.extra["user_view"]
+    assert info["source"] == "template-fallback" and all("returned_day" in x for x in info["reasons"])
+    assert all(v.passed for v in validate(fb)[0].verdicts)
+
+
 # ---------------------------------------------------------------------------------------------
 # --explorer llm: Client x Consultant over the real environment (scripted loopback server)
 

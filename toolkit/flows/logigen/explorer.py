@@ -187,11 +187,20 @@ def _shift_date(v: str, days: int) -> str | None:
 
 
 def alt_values(view: DomainView, state: dict, table: str, col: Any, cur: Any, rng: random.Random,
-               k: int = 4) -> list:
-    """Other values a column could plausibly take (from the schema and the state)."""
+               k: int = 4, hints: dict | None = None) -> list:
+    """Other values a column could plausibly take (from the schema and the state): the values the
+    rules compare it with first when `hints` (hints.column_hints) are given."""
     rows = state.get(table) or []
     fk = view.fk(table, col.name)
     vals: list = []
+    mine = hints.get((table, col.name)) if hints and not fk and not col.enum else None
+    if mine:  # the values the rules compare this column with first (hints.py)
+        from toolkit.flows.logigen.hints import hint_values
+
+        first = hint_values(mine, state, col, cur)
+        if first:
+            rest = alt_values(view, state, table, col, cur, rng, k=k)
+            return list(dict.fromkeys(first + rest))[:k]
     if col.enum:
         vals = [v for v in col.enum if v != cur]
     elif fk:
@@ -230,7 +239,9 @@ def _default_value(col: Any) -> Any:
     return {"integer": 1, "number": 1.0, "boolean": 0}.get(col.json_type or "", "n/a")
 
 
-def update_candidates(view: DomainView, state: dict, td: Any, rng: random.Random, max_rows: int = 6) -> list[Probe]:
+def update_candidates(view: DomainView, state: dict, td: Any, rng: random.Random, max_rows: int = 6,
+                      hints: dict | None = None) -> list[Probe]:
+    """`hints`: values the rules compare a column with, tried first (hints.column_hints)."""
     t = view.tables[td.table]
     rows = list(state.get(t.name) or [])
     if not rows or not t.pk:
@@ -243,7 +254,7 @@ def update_candidates(view: DomainView, state: dict, td: Any, rng: random.Random
     for row in rows:
         key = {k: row[k] for k in t.pk}
         for c in settable:
-            for v in alt_values(view, state, t.name, c, row.get(c.name), rng):
+            for v in alt_values(view, state, t.name, c, row.get(c.name), rng, hints=hints):
                 out.append(Probe(td.name, {**key, c.name: v}, "update", t.name, column=c.name))
     return out
 

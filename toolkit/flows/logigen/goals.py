@@ -43,7 +43,8 @@ from toolkit.flows.logigen.explorer import (
     insert_args,
     update_candidates,
 )
-from toolkit.flows.logigen.phrases import Phrases, _is_date, words
+from toolkit.envs.sqlite.vocab import domain_words
+from toolkit.flows.logigen.phrases import Phrases, _is_date
 
 MAX_TRIES_PER_STEP = 24
 
@@ -84,6 +85,19 @@ class Walker:
         if r.ok:
             self.restore(cp)
         return r
+
+
+class _Bounded(dict):
+    """A dict emptied when it reaches `cap` entries (a memo that never grows past it)."""
+
+    def __init__(self, cap: int):
+        super().__init__()
+        self.cap = cap
+
+    def __setitem__(self, k: Any, v: Any) -> None:
+        if len(self) >= self.cap:
+            self.clear()
+        super().__setitem__(k, v)
 
 
 _ROW_INDEX: dict = {}
@@ -137,10 +151,12 @@ def choose_principal(view: DomainView, policy: str = "") -> str | None:
     if not refs:
         return None
     low = (policy or "").lower()
+    vocab = domain_words(view.domain)
 
     def score(t: str) -> tuple:
         named = any("name" in c.name for c in view.tables[t].columns if not c.pk)
-        mentions = len(re.findall(r"\b" + re.escape(words(t).lower()) + r"s?\b", low))
+        one, many = vocab.noun(t).lower(), vocab.nouns(t).lower()
+        mentions = len(re.findall(r"\b(?:" + re.escape(many) + "|" + re.escape(one) + r"s?)\b", low))
         return (named, mentions, refs[t], t)
 
     return max(refs, key=score)
@@ -169,6 +185,22 @@ class GoalExplorer:
         self._owners: dict = {}
         self._owner_ids: dict = {}
         self._owned: dict = {}
+        self._dead = _Bounded(200000)  # (state hash, tool, arguments) of writes that fail there
+        self._dead_rows = _Bounded(100000)  # (table, row) refused by a rule that reads only the row (OLD.*)
+        try:
+            from toolkit.flows.logigen.analysis import analyze
+            from toolkit.flows.logigen.reach import _immutable
+
+            from toolkit.flows.logigen.hints import column_hints, row_only_rules
+
+            an = analyze(env_base)
+            self._frozen = set(_immutable(an))
+            self.hints = column_hints(an)
+            self._row_rules = row_only_rules(an)
+        except Exception:  # noqa: BLE001 - no analysis: nothing is known frozen, every change is tried
+            self._frozen = set()
+            self._row_rules = set()
+            self.hints = {}
         self.pk = None
         if self.principal and len(self.view.tables[self.principal].pk) == 1:
             self.pk = self.view.tables[self.principal].pk[0]
@@ -277,7 +309,7 @@ class GoalExplorer:
 
     def step_candidates(self, state: dict, rng: random.Random, anchors: set, created: dict,
                         used: dict, who: Any = None, width: int = 1, lazy: bool = False,
-                        only: Any = None) -> Any:
+                        only: Any = None, hints: bool = False) -> Any:
         """Candidate writes on the principal `who`'s rows; `width` > 1: every tool, more rows and
         insert drafts (the boundary search), 1: a random half of the tools (a chain step).
         `lazy`: an iterator that checks ownership only of the candidates taken (the drafts are
@@ -296,7 +328,8 @@ class GoalExplorer:
                 rows = state.get(td.table) or []
                 if who is not None:
                     rows = [r for r in rows if self.owner_of(state, td.table, r) == who]
-                ps = update_candidates(view, {**state, td.table: rows}, td, rng, max_rows=4 * width) if rows else []
+                ps = update_candidates(view, {**state, td.table: rows}, td, rng, max_rows=4 * width,
+                                       hints=self.hints if hints else None) if rows else []
                 if rng.random() < 0.3 and len(ps) > 1:
                     # two changes on the same row in one request
                     a, b = rng.sample(ps, 2)
@@ -384,7 +417,10 @@ class GoalExplorer:
             return None
         cols = [c.name for c in t.columns if not c.pk and c.name not in view.exclude_keys and not c.readonly
                 and row.get(c.name) is not None and not isinstance(row.get(c.name), float)]
-        cols.sort(key=lambda c: (view.fk(table, c) is None, t.colmap[c].enum is None, rng.random()))
+        # what a person can name first (references, kinds, attributes the domain has words for),
+        # a value said generically ("the loan with the number 45") only when nothing else singles it out
+        cols.sort(key=lambda c: (not self.say.nameable(table, c), view.fk(table, c) is None, t.colmap[c].enum is None,
+                                 rng.random()))
         rows = state.get(table, [])
         for n in (1, 2, 3):
             for combo in itertools.combinations(cols[:6], n):
@@ -417,7 +453,8 @@ class GoalExplorer:
             to = fk.get("to") or rt.pk[0]
             rows = state.get(rt.name, [])
             nums = [c.name for c in rt.columns if not c.pk and c.json_type in ("integer", "number")
-                    and not view.fk(rt.name, c.name) and c.name not in view.exclude_keys]
+                    and not view.fk(rt.name, c.name) and c.name not in view.exclude_keys
+                    and self.say.preference(rt.name, c.name, "lowest") is not None]
             cats = [c.name for c in rt.columns if not c.pk and (c.enum or view.fk(rt.name, c.name))
                     and c.name not in view.exclude_keys]
             if not nums or len(rows) < 3:
@@ -445,6 +482,7 @@ class GoalExplorer:
                         if len(pick) == 1 and len(matches) >= 2:
                             others = [r for r in matches if r is not pick[0]]
                             return {"arg": a, "table": rt.name, "filters": f, "column": col, "word": word,
+                                    "pref": self.say.preference(rt.name, col, word),
                                     "choice": pick[0][to], "options": len(matches), "accepted": len(ok),
                                     "other": others[0][to] if others else None}
         return None
@@ -465,13 +503,13 @@ class GoalExplorer:
         parts = []
         for k, v in p.args.items():
             c = t.colmap.get(k)
-            if k in skip or c is None or k in view.exclude_keys or c.rowid_alias:
-                continue
+            if k in skip or c is None or k in view.exclude_keys or c.rowid_alias or self.say.is_me(p.table, k, v):
+                continue  # the user's own reference: they said who they are
             if c.default is not None and str(c.default).strip("'\"") == str(v):
                 continue  # the default: nothing the user has to say
-            # a date with what it dates ("check in 2025-09-20, check out 2025-09-23")
-            parts.append(f"{words(k)} {v}" if _is_date(v) else self.say.value(p.table, k, v))
-        return f"a new {words(p.table)}" + (f" ({', '.join(parts)})" if parts else "")
+            # a date with what it dates ("arrival date: 2025-09-20")
+            parts.append(self.say.value(p.table, k, v))
+        return self.say.a_new(p.table) + (f" ({', '.join(parts)})" if parts else "")
 
     def describe_update(self, p: Probe, state: dict) -> list[str]:
         t = self.view.tables[p.table]
@@ -482,9 +520,13 @@ class GoalExplorer:
     # -- the chain -------------------------------------------------------------------------------
 
     def chain(self, rng: random.Random, origin: dict, want: int, *, first: list[dict] | None = None,
-              archetype: str = "Goal", menu_share: float = 0.5, lookup_share: float = 0.6) -> Draft | None:
+              archetype: str = "Goal", menu_share: float = 0.5, lookup_share: float = 0.6,
+              avoid: Any = None, cap: int = 8) -> Draft | None:
         """Execute a chain of `want` writes from `origin` (after the `first` segment: pre-planned
-        steps {"call": {...}, "expect_error"?: ..., "request": {...}}) and return the draft."""
+        steps {"call": {...}, "expect_error"?: ..., "request": {...}}) and return the draft.
+        `avoid`: sequences of tool names earlier tasks have; a chain that ends on one of them goes
+        on by up to 3 writes (at most `cap`) until its sequence is new (a narrow domain repeats its
+        few sequences otherwise, and the caller would draw the whole chain again)."""
         w = self.walker
         w.restore(self.base_cp) if origin is self.base else w.env.reset(origin)
         start = w.cp()
@@ -497,6 +539,7 @@ class GoalExplorer:
         used: dict[str, int] = {}
         writes = 0
         who = self._who(state, first, rng)
+        self.say.me_table, self.say.me = self.principal, who
         if who is not None and self.principal in view_query(self.view):
             # the Consultant identifies the user first (the identity the policy asks for)
             actions.append({"name": self.view.query_tool[self.principal], "arguments": {self.pk: who}})
@@ -522,9 +565,15 @@ class GoalExplorer:
             patterns += seg.get("patterns", [])
             used[call["name"]] = used.get(call["name"], 0) + 1
             state = w.snapshot()
+        extra = 0
         while writes < want:
             prefix = tuple(a["name"] for a in actions if not a.get("expect_error") and self._is_write(a["name"]))
             step = self._next_write(state, rng, anchors, created, used, menu_share, lookup_share, who, prefix)
+            if step is None and avoid and writes and tuple(a["name"] for a in actions) in avoid:
+                # stuck on a sequence an earlier task has: look wider (every tool, more rows)
+                # rather than have the whole chain drawn again
+                step = self._next_write(state, rng, anchors, created, used, menu_share, lookup_share, who, prefix,
+                                        width=2)
             if step is None:
                 break
             actions += step["actions"]
@@ -532,6 +581,10 @@ class GoalExplorer:
             patterns += step.get("patterns", [])
             writes += 1
             state = w.snapshot()
+            if (writes == want and avoid and extra < 3 and want < cap
+                    and tuple(a["name"] for a in actions) in avoid):
+                want += 1
+                extra += 1
         if writes == 0:
             return None
         target = state
@@ -556,7 +609,32 @@ class GoalExplorer:
             pass
         how = ("as late" if up else "as early") if _is_date(new) else ("as high" if up else "as low")
         subject = req["text"].split(": ")[0]
-        return {**req, "text": f"{subject}: the {words(p.column)} {how} as the rules allow, exactly up to the limit"}
+        wh = self.say.w.when(p.column)
+        attr = self.say.w.attr(p.table, p.column)
+        what = f"{wh[0]} {how}" if wh else f"the {attr} {how}" if attr else f"{how}"
+        return {**req, "text": f"{subject}: {what} as the rules allow, exactly up to the limit"}
+
+    def _row_key(self, state: dict, p: Probe) -> Any:
+        row = _row(state, p.table, {k: p.args.get(k) for k in self.view.tables[p.table].pk})
+        try:
+            return (p.table, tuple(sorted(row.items()))) if row is not None else None
+        except TypeError:
+            return None
+
+    def _own_row(self, table: str, key: dict) -> str:
+        """A row named by its key ("booking BK-2041"); the user's own record is "my customer details"."""
+        if table == self.principal and list(key.values()) == [self.say.me] and self.say.me is not None:
+            return f"my {self.say.noun(table)} details"
+        return f"{self.say.noun(table)} {' '.join(str(x) for x in key.values())}"
+
+    def _speak_for(self, state: dict, p: Probe) -> None:
+        """The phrases are said by the owner of `p` (their own references read "my ...")."""
+        if self.principal is None:
+            return
+        row = p.args
+        if p.kind == "update":
+            row = _row(state, p.table, {k: p.args.get(k) for k in self.view.tables[p.table].pk}) or p.args
+        self.say.me_table, self.say.me = self.principal, self.owner_of(state, p.table, row)
 
     def _is_write(self, name: str) -> bool:
         td = self.view.tools.get(name)
@@ -617,20 +695,50 @@ class GoalExplorer:
             yield p
 
     def _next_write(self, state: dict, rng: random.Random, anchors: set, created: dict, used: dict,
-                    menu_share: float, lookup_share: float, who: Any = None, prefix: tuple = ()) -> dict | None:
+                    menu_share: float, lookup_share: float, who: Any = None, prefix: tuple = (),
+                    width: int = 1) -> dict | None:
         w = self.walker
         h0 = w.hash()
         cp = None
-        cands = itertools.islice(self.step_candidates(state, rng, anchors, created, used, who, lazy=True),
-                                 MAX_TRIES_PER_STEP)
+        frozen = self._frozen
+        dead_rows = self._dead_rows
+
+        def hopeful(p: Probe) -> bool:
+            # never a change of a column a rule freezes (`NEW.c IS NOT OLD.c`: every such call
+            # fails), nor an update of a row a rule on the row alone has refused (a returned loan)
+            if p.kind == "update" and frozen and p.column is not None and (p.table, p.column) in frozen:
+                return False
+            return not (p.kind == "update" and dead_rows and self._row_key(state, p) in dead_rows)
+
+        cands = itertools.islice(filter(hopeful, self.step_candidates(state, rng, anchors, created, used, who,
+                                                                      lazy=True, width=width, hints=True)),
+                                 MAX_TRIES_PER_STEP * width)
+        dead = self._dead
         for p in self._novel_first(cands, prefix):
+            # a write that failed (or changed nothing) on a state with this hash fails again: the
+            # outcome of a call depends on the state's content and the arguments only (chains
+            # start from the same few states, so most of their failed candidates repeat)
+            try:
+                dk = (h0, p.name, tuple(sorted(p.args.items())))
+                hash(dk)
+            except TypeError:
+                dk = None
+            if dk is not None and dk in dead:
+                w.calls += 1
+                continue
             if cp is None:
                 cp = w.cp()
             r = w.call(p.name, p.args)
             if not r.ok:
+                if p.kind == "update" and (r.error or {}).get("violated_rule") in self._row_rules:
+                    dead_rows[self._row_key(state, p)] = True  # a rule on the row alone: every update fails
+                if dk is not None:
+                    dead[dk] = True
                 continue  # a failed write leaves the state as it was
             if w.hash() == h0:
                 w.restore(cp)
+                if dk is not None:
+                    dead[dk] = True
                 continue
             first = p
             acts, req, pats, p = self.plan_write(p, state, rng, created, menu_share, lookup_share, walker_moved=cp)
@@ -656,6 +764,7 @@ class GoalExplorer:
         acts: list[dict] = []
         pats: list[str] = []
         req: dict = {"kind": p.kind, "table": p.table}
+        self._speak_for(state, p)
         if p.kind == "insert":
             m = ref = None
             if rng.random() < menu_share:
@@ -671,13 +780,13 @@ class GoalExplorer:
                 acts.append({"name": view.query_tool[m["table"]], "arguments": dict(m["filters"])})
                 what = self.describe_insert(p, skip={m["arg"]})
                 filt = ", ".join(self.say.value(m["table"], c, v) for c, v in m["filters"].items())
-                req["text"] = (f"{what} with a {words(m['table'])}{' (' + filt + ')' if filt else ''}: "
-                               f"the one with the {m['word']} {words(m['column'])} that can be used")
+                req["text"] = (f"{what} with {self.say.with_a(m['table'])}{' (' + filt + ')' if filt else ''}: "
+                               f"the one with {m['pref']} that can be used")
                 req["menu"] = {k: m[k] for k in ("table", "column", "word", "options", "accepted")}
                 pats.append("option-menu")
                 if m.get("other") is not None and rng.random() < 0.35:
-                    req["mind_change"] = (f"at first lean towards {words(m['table'])} {m['other']}, then change "
-                                          f"your mind and ask for the {m['word']} {words(m['column'])} instead")
+                    req["mind_change"] = (f"at first lean towards {self.say.noun(m['table'])} {m['other']}, then change "
+                                          f"your mind and ask for the one with {m['pref']} instead")
                     pats.append("mind-change")
             else:
                 ref = self._ref_lookup(p, state, rng) if rng.random() < lookup_share else None
@@ -705,7 +814,7 @@ class GoalExplorer:
         mine = tuple(p.args.get(k) for k in t.pk) in created.get(p.table, ())
         changes = self.describe_update(p, state)
         if mine:
-            req["text"] = f"for the {words(p.table)} just made: " + " and ".join(changes)
+            req["text"] = f"for the {self.say.noun(p.table)} just made: " + " and ".join(changes)
             req["known"] = []
             pats.append("uses-created-row")
             return acts, req, pats, p
@@ -722,8 +831,8 @@ class GoalExplorer:
             if p.table in view.query_tool:
                 acts.append({"name": view.query_tool[p.table], "arguments": dict(key)})
             ktxt = " ".join(str(v) for v in key.values())
-            req["text"] = f"{words(p.table)} {ktxt}: " + " and ".join(changes)
-            req["known"] = [f"{words(p.table)} {ktxt}"]
+            req["text"] = f"{self._own_row(p.table, key)}: " + " and ".join(changes)
+            req["known"] = [f"{self.say.noun(p.table)} {ktxt}"]
         return acts, req, pats, p
 
     # -- violation first -------------------------------------------------------------------------
@@ -768,6 +877,7 @@ class GoalExplorer:
         t = view.tables[v.table]
         read = None
         known: list[str] = []
+        self._speak_for(state, v)
         if v.kind == "update":
             key = {k: v.args[k] for k in t.pk}
             lk = self.lookup(state, v.table, key, rng)
@@ -776,7 +886,7 @@ class GoalExplorer:
                 who = lk[1]
                 known = [self.say.value(v.table, k, x) for k, x in lk[0].items() if view.fk(v.table, k)]
             else:
-                who = f"{words(v.table)} {' '.join(str(x) for x in key.values())}"
+                who = self._own_row(v.table, key)
                 known = [who]
                 if v.table in view.query_tool:
                     read = {"name": view.query_tool[v.table], "arguments": dict(key)}

@@ -27,8 +27,7 @@ PERSONAS = {
 }
 
 
-def words(ident: str) -> str:
-    return str(ident).replace("_", " ").strip()
+from toolkit.envs.sqlite.vocab import domain_words, words
 
 
 def _val(view: DomainView, table: str, col: str, v: Any) -> str:
@@ -45,11 +44,15 @@ def _identify(view: DomainView, state: dict, table: str, key: dict, rookie: bool
     t = view.tables[table]
     row = next((r for r in state.get(table, []) if all(r.get(k) == v for k, v in key.items())), None)
     keytxt = " ".join(f"{_val(view, table, k, v)}" for k, v in key.items())
+    noun = domain_words(view.domain).noun(table)
     if not rookie or row is None:
-        return f"{words(table)} {keytxt}", [f"the {words(table)} is {keytxt}"]
+        return f"{noun} {keytxt}", [f"the {noun} is {keytxt}"]
     rows = state.get(table, [])
+    from toolkit.flows.logigen.phrases import Phrases
+
+    say = Phrases(view)
     cols = [c.name for c in t.columns if not c.pk and c.name not in view.exclude_keys and row.get(c.name) is not None
-            and not c.readonly]
+            and not c.readonly and say.nameable(table, c.name)]
     cols.sort(key=lambda c: (view.fk(table, c) is None, t.colmap[c].enum is None))  # references, then enums
     for n in (1, 2, 3):
         import itertools
@@ -57,11 +60,9 @@ def _identify(view: DomainView, state: dict, table: str, key: dict, rookie: bool
         for combo in itertools.combinations(cols, n):
             match = [r for r in rows if all(r.get(c) == row.get(c) for c in combo)]
             if len(match) == 1:
-                from toolkit.flows.logigen.goals import Phrases
-
-                desc = Phrases(view).row(table, {c: row[c] for c in combo})[4:]  # enum values as adjectives
+                desc = say.row(table, {c: row[c] for c in combo})[4:]  # enum values as adjectives
                 return desc, [f"it is {desc}"]
-    return f"{words(table)} {keytxt}", [f"the {words(table)} is {keytxt}"]
+    return f"{noun} {keytxt}", [f"the {noun} is {keytxt}"]
 
 
 def describe(view: DomainView, state: dict, p: Probe, rookie: bool = False) -> tuple[str, list[str]]:
@@ -71,16 +72,16 @@ def describe(view: DomainView, state: dict, p: Probe, rookie: bool = False) -> t
         key = {k: p.args[k] for k in t.pk}
         name, known = _identify(view, state, p.table, key, rookie)
         row = next((r for r in state.get(p.table, []) if all(r.get(k) == v for k, v in key.items())), {})
-        from toolkit.flows.logigen.goals import Phrases
+        from toolkit.flows.logigen.phrases import Phrases
 
         say = Phrases(view)
         parts = [say.change(p.table, k, row.get(k), v) for k, v in p.args.items() if k not in key]
         return f"have my {name} changed: {' and '.join(parts)}", known
-    from toolkit.flows.logigen.goals import Phrases
+    from toolkit.flows.logigen.phrases import Phrases
 
     say = Phrases(view)
     attrs = [say.value(p.table, k, v) for k, v in p.args.items() if k not in view.exclude_keys]
-    return f"create a new {words(p.table)} with " + ", ".join(attrs), [", ".join(attrs)]
+    return f"create {say.a_new(p.table)} with " + ", ".join(attrs), [", ".join(attrs)]
 
 
 def goal_facts(draft: Draft) -> dict:
@@ -237,8 +238,10 @@ def forbidden_terms(view: DomainView, origin: dict | None, target: dict | None,
             enum_phrases.append(r"(?i)\b(?:" + "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
                                 + r")\b\W{0,3}(?:(?:is|to|of|=|as|set to)\W{1,3})?(?:"
                                 + "|".join(re.escape(v) for v in sorted(vals, key=len, reverse=True)) + r")\b")
+    # a multi-word column name with spaces ("due day") and "a <plural table>" ("a new loans")
+    named = domain_words(view.domain).patterns()
     return {"tool": tools, "identifier": idents, "hidden id": sorted(hidden), "target value": sorted(produced),
-            "column=value": enum_phrases, "procedure": list(PROCEDURE)}
+            "column=value": enum_phrases, "column name": named, "procedure": list(PROCEDURE)}
 
 
 # tool-call order / procedure: the user view says what the user wants, never how it is done
@@ -249,7 +252,7 @@ PROCEDURE = (
      r"[^.;]{0,40}\b(?:update|insert|call)\b"),
     r"(?i)\bset\s+(?:the\s+)?[a-z]+(?:_[a-z]+)+\b",
 )
-PATTERN_KINDS = ("column=value", "procedure")
+PATTERN_KINDS = ("column=value", "column name", "procedure")
 
 
 def leaks(texts: list[str], terms: dict[str, list[str]]) -> list[str]:

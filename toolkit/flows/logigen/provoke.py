@@ -321,6 +321,46 @@ class ViolationSearch:
                     out.append((label, st))
         return out[:24]
 
+    def _repeat(self, td: Any, rule: str, kind: str, firsts: list[dict], state: dict | None, finish: Any) -> Any:
+        """The first of `firsts` that is accepted, repeated with a fresh key while it is accepted,
+        until the rule refuses it (the report entry, its setup = the accepted calls), at most
+        REPEAT_STEPS times; _SPENT when the budget runs out, None when none gets refused."""
+        t = self.dom.tables[td.table]
+
+        def fresh(args: dict) -> dict:
+            args = dict(args)
+            for c in t.columns:
+                if c.pk and not c.rowid_alias and c.name in args:
+                    args[c.name] = self._fresh_key(t.name, c) if not isinstance(args[c.name], int) else args[c.name] + 1
+            return args
+
+        tried = 0
+        for first in firsts:
+            if tried >= 8:
+                break
+            self.env.reset(state)
+            st, res = self.try_call(td.name, first, rule, kind)
+            if st != "ok":
+                continue
+            tried += 1
+            setup = [{"name": td.name, "arguments": first}]
+            args = fresh(first)
+            st, res = self.try_call(td.name, args, rule, kind)
+            while st == "ok" and len(setup) < REPEAT_STEPS:
+                setup.append({"name": td.name, "arguments": args})
+                args = fresh(args)
+                st, res = self.try_call(td.name, args, rule, kind)
+            if st == "hit":
+                out = finish(td.name, args, res, f"after: {td.name}({short_args(first)})"
+                             + (f" x{len(setup)}" if len(setup) > 1 else ""))
+                out["setup"] = setup
+                self.env.reset(state)
+                return out
+            if self.calls >= self.max_calls:
+                return _SPENT
+        self.env.reset(state)
+        return None
+
     def _search_tool(self, rule: str, kind: str, rc: Any, td: Any, evaluate: Any, state_label: str,
                      state: dict | None) -> dict | None:
         t = self.dom.tables[td.table]
@@ -406,6 +446,13 @@ class ViolationSearch:
                             return None
                     if len(valid) >= 4:
                         break
+            # phase 1c: an accepted call repeated while it is accepted (a count limit: a resident at
+            # 2 of 3 visitor permits a month gets the third, and the fourth is refused); cheap, so
+            # before the mutation sweeps. The templates the evaluate filter skipped count too (a
+            # count below its limit evaluates false on the state the search starts from)
+            got = self._repeat(td, rule, kind, valid + [b for b in bases if b not in valid], state, finish)
+            if got is not None:
+                return None if got is _SPENT else got
             # phase 2: valid templates x one or two mutation units
             for base in valid:
                 got = sweep({**base, **u} for u in units(relevant) + units(others))
@@ -437,6 +484,7 @@ class ViolationSearch:
                     if self.calls >= self.max_calls:
                         return None
             return None
+            return None
 
         # update: each row x one or two changes
         rows = self.env.snapshot().get(t.name, [])
@@ -461,6 +509,9 @@ class ViolationSearch:
                 if got is not None:
                     return None if got is _SPENT else got
         return None
+
+
+REPEAT_STEPS = 8  # the same accepted insert repeated at most this often before the refused one
 
 
 def find_violating_call(env: Any, rule: str, state: dict | None = None, *, max_calls: int = 2000,

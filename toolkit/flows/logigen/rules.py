@@ -64,6 +64,7 @@ class RuleCoverage:
         self.impossible: dict[str, str] = {}
         self.draws: dict[str, dict] = {}  # per rule: targeted / random draws verified, found by, capped
         self._left = 0
+        self._two_left = 600  # tool calls of the two-step searches of this record (twostep.py)
         try:
             from toolkit.flows.logigen.analysis import analyze
 
@@ -355,12 +356,13 @@ class RuleCoverage:
             if found is not None:
                 self.boundaries[rule].append(found)
                 continue
+            two = f", {st['two_step']} two-step" if st.get("two_step") else ""
             if st["capped"]:
                 self.dropped[rule] = (f"no N-1 state found within {self.max_draws} random draws (boundary_max_draws) "
-                                      f"after {st['targeted']} targeted ones")
+                                      f"after {st['targeted']} targeted{two} ones")
             else:
                 self.dropped[rule] = ("no N-1 state found: no write tried makes the violating call cross the rule "
-                                      f"({st['targeted']} targeted, {st['random']} random draws)")
+                                      f"({st['targeted']} targeted{two}, {st['random']} random draws)")
         self.gx.walker.restore(self.gx.base_cp)
 
     def _search(self, rule: str, wits: list, reach: Any, st: dict) -> tuple[Boundary, dict] | None:
@@ -388,6 +390,22 @@ class RuleCoverage:
                 self.gx.walker.restore(self.gx.base_cp)
             if b is not None:
                 st["found_by"] = "targeted"
+                return b
+            # S reached by one or two executed writes of what the rule reads (twostep.py)
+            from toolkit.flows.logigen.twostep import TwoStep
+
+            two = TwoStep(self, reach, rule, max_calls=min(200, self._two_left))
+            try:
+                b = two.run(wits[:2]) if self._two_left > 0 else None
+            except Exception as e:  # noqa: BLE001 - counted, the random draws still run
+                self.errors.append(f"{rule}: two-step boundary search failed: {type(e).__name__}: {e}")
+                b = None
+            finally:
+                st["two_step"] = two.tried
+                self._two_left -= two.spent()
+                self.gx.walker.restore(self.gx.base_cp)
+            if b is not None:
+                st["found_by"] = "two-step"
                 return b
         self._left = self.max_draws
         for k in range(2):  # a second draw of candidates when the first finds nothing

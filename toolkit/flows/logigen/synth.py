@@ -42,6 +42,8 @@ class GoalDesigner:
         self.coverage_on = str(cfg.get("rule_coverage", True)).lower() not in ("0", "false", "no", "off")
         lo, hi = int(cfg.get("min_writes") or 1), int(cfg.get("max_writes") or 8)
         self.writes = [w for w in WRITES if lo <= w <= hi] or [max(lo, 1)]
+        self.cap = max(hi, 1)
+        self.sigs: set = set()  # tool sequences of the accepted tasks (chains avoid ending on one)
         from toolkit.flows.logigen.rules import DEFAULT_MAX_DRAWS
 
         draws = cfg.get("boundary_max_draws")
@@ -71,7 +73,7 @@ class GoalDesigner:
             seg = gx.mismatch_segment(wit.call, wit.origin, rng)
             if seg is None:
                 return None
-            d = gx.chain(rng, wit.origin, max(want, len(seg) - 1) + 1, first=seg)
+            d = gx.chain(rng, wit.origin, max(want, len(seg) - 1) + 1, first=seg, avoid=self.sigs, cap=self.cap)
             if d is None:
                 return None
             d.attempt = wit.call
@@ -90,12 +92,12 @@ class GoalDesigner:
                 pats = pats + ["at-limit"]
             first = [{"call": b.goal.call(), "read": acts[0] if acts else None, "request": req,
                       "patterns": pats + ["boundary"]}]
-            d = gx.chain(rng, origin, max(want, 1), first=first)
+            d = gx.chain(rng, origin, max(want, 1), first=first, avoid=self.sigs, cap=self.cap)
             if d is None:
                 return None
             d.boundary = b
             return d
-        d = gx.chain(rng, self.base, max(want, 1), menu_share=0.6, lookup_share=0.8)
+        d = gx.chain(rng, self.base, max(want, 1), menu_share=0.6, lookup_share=0.8, avoid=self.sigs, cap=self.cap)
         return d
 
     # -- the run ---------------------------------------------------------------------------------
@@ -111,7 +113,8 @@ class GoalDesigner:
         planned = self.plan(n)
         out: list = []
         seen: set = set()
-        sigs: set = set()
+        sigs = self.sigs
+        sigs.clear()
         made = {"mismatch": 0, "edge": 0, "goal": 0}
         failed: dict[str, int] = {}
         retries: dict = {}
@@ -159,6 +162,15 @@ class GoalDesigner:
             # are more than twice the tasks still wanted
             failed["same tools as an earlier task"] = failed.get("same tools as an earlier task", 0) + 1
             return None  # the same sequence of tools as an earlier task: draw another one
+        # the user's words must name no column (a phrase of the domain's own words can still
+        # collide with a column's name): such a draft is drawn again, never given to a user
+        from toolkit.envs.sqlite.vocab import domain_words
+        from toolkit.flows.logigen import projection as P
+
+        said = P.template_view(P.facts(self.view, d))
+        if domain_words(env.domain).banned("\n".join(str(x) for x in said.values())):
+            failed["user view names a column"] = failed.get("user view names a column", 0) + 1
+            return None
         from toolkit.flows.logigen.explorer import probe_goals
         from toolkit.flows.logigen.replay import run_traced
 

@@ -81,7 +81,8 @@ def state_constants(rc: Any, state: dict) -> list:
     return out
 
 
-def values(view: Any, state: dict, table: str, col: str, rc: Any, cur: Any, limit: int = 8) -> list:
+def values(view: Any, state: dict, table: str, col: str, rc: Any, cur: Any, limit: int = 8,
+           hints: list | None = None) -> list:
     """Values to set a cell to: the condition's literals, the column's enum, the analysis's
     thresholds, one step either side of an integer; for a date, the days around the dates the
     condition reads from the state (today) and around its own value; then values of the column
@@ -90,6 +91,10 @@ def values(view: Any, state: dict, table: str, col: str, rc: Any, cur: Any, limi
     if c is None:
         return []
     cands = [v for v in _literals(rc, table, col) if _fits(c, v)] + list(c.enum or [])
+    if hints:  # what the other rules compare the column with (a return dated today)
+        from toolkit.flows.logigen.hints import hint_values
+
+        cands += hint_values(hints, state, c, cur)
     for th in rc.thresholds:
         if th.ref.endswith("." + col):
             cands += [th.boundary, th.violating]
@@ -230,7 +235,8 @@ class Targeted:
                     if self.tried >= per:
                         break
                     self.tried += 1
-                    if g == n or not self.cov._verify(origin, g, n, self.rule, state_rule=True):
+                    if (g == n and not self._repeatable(g)) or not self.cov._verify(origin, g, n, self.rule,
+                                                                                     state_rule=True):
                         continue
                     gp = _probe(self.view, g)
                     if gp is None:
@@ -245,6 +251,15 @@ class Targeted:
                     if hit is not None:
                         return hit
         return None
+
+    def _repeatable(self, call: dict) -> bool:
+        """An insert into a table keyed by a rowid alias: the same call twice makes two rows (the
+        third permit of a month as the goal, the same request again as the next unit)."""
+        td = self.view.tools.get(call["name"])
+        if td is None or td.kind != "insert":
+            return False
+        t = self.view.tables[td.table]
+        return bool(t.pk) and all(t.colmap[k].rowid_alias and k not in call["arguments"] for k in t.pk)
 
     # -- (goal, next unit) pairs -----------------------------------------------------------------
 
@@ -274,9 +289,10 @@ class Targeted:
                         # extra that a cancelled booking has already cancelled), or setting it to
                         # the value it has (a no-op on S that undoes g after it: un-reversing a
                         # transfer that g reversed)
+                        hv = self.gx.hints.get((r.table, r.column))
                         nexts += [{"name": v.name, "arguments": {**key, r.column: x}}
                                   for x in [row.get(r.column)] + values(view, origin, r.table, r.column, rc,
-                                                                         row.get(r.column))[:3]]
+                                                                         row.get(r.column), hints=hv)[:3]]
                     ok = [not self.cov._probe_on(origin, x, self.rule) for x in nexts]
                     if any(ok):  # else the rule already fires on this row in S
                         # rows where the witness's own call is accepted outright first (another
@@ -288,7 +304,8 @@ class Targeted:
             ranked.sort(key=lambda x: x[0])
             for _, row, key, nexts in ranked[:4]:
                 for tool in self.reach.set_by.get((r.table, r.column), []):
-                    for val in values(view, origin, r.table, r.column, rc, row.get(r.column)):
+                    hv = self.gx.hints.get((r.table, r.column))
+                    for val in values(view, origin, r.table, r.column, rc, row.get(r.column), hints=hv):
                         for args in _with_dates_moved(view, tool, r.table, row, key, r.column, val):
                             g = {"name": tool, "arguments": args}
                             for n in nexts:
@@ -327,7 +344,8 @@ class Targeted:
                 who = self.gx.owner_of(origin, r.table, other)
                 key = {k: other[k] for k in t.pk}
                 for tool in self.reach.set_by.get((r.table, r.column), []):
-                    for val in values(view, origin, r.table, r.column, rc, other.get(r.column)):
+                    hv = self.gx.hints.get((r.table, r.column))
+                    for val in values(view, origin, r.table, r.column, rc, other.get(r.column), hints=hv):
                         yield {"name": tool, "arguments": {**key, r.column: val}}, nn, val
                 tools = self.reach.effect_by.get((r.table, r.column), []) + self.reach.effect_by.get((r.table, None), [])
                 for g in self._writes(origin, v, tools, {**keyvals, **key}, who=who):
@@ -396,7 +414,7 @@ class Targeted:
                     if self.tried >= self.budget:
                         return None
                     self.tried += 1
-                    if g != nn and self.cov._verify(st, g, nn, self.rule, state_rule=True):
+                    if (g != nn or self._repeatable(g)) and self.cov._verify(st, g, nn, self.rule, state_rule=True):
                         gp = _probe(self.view, g)
                         if gp is not None:
                             sd = dict(seeded, n_minus_1=True, search="targeted", moves=r.label())
@@ -435,7 +453,8 @@ class Targeted:
             if tb != table or (cols and col not in cols) or (tb, col) in self.reach.fixed:
                 continue
             for tool in tools:
-                for val in values(view, origin, table, col, rc, row.get(col))[:per_col]:
+                hv = self.gx.hints.get((table, col))
+                for val in values(view, origin, table, col, rc, row.get(col), hints=hv)[:per_col]:
                     for args in _with_dates_moved(view, tool, table, row, key, col, val):
                         yield {"name": tool, "arguments": args}
 
@@ -581,9 +600,28 @@ class Targeted:
         anchors = {x for x in v.args.values() if isinstance(x, str)}
         seen: set = set()
         k = 0
+        if like is not None and like["name"] in tools and self._repeatable(like):
+            # the next unit's own request made once more first (the third permit of a month
+            # before the fourth): a new row each time
+            seen.add((like["name"], repr(sorted(like["arguments"].items(), key=lambda kv: kv[0]))))
+            yield {"name": like["name"], "arguments": dict(like["arguments"])}
+            k += 1
         rank = {t: i for i, t in enumerate(tools)}
-        cands = gx.step_candidates(origin, self.rng, anchors, {}, {}, who, width=2, only=rank)
-        cands.sort(key=lambda p: rank[p.name])  # direct writers first, then writes through triggers
+        cands = gx.step_candidates(origin, self.rng, anchors, {}, {}, who, width=2, only=rank, hints=True)
+        # the tools in turn (direct writers first, then writes through triggers): a limit of 8 is
+        # not all taken by the first tool (borrowing takes a copy off the shelf, returning puts
+        # one back: both move the count)
+        turn: dict = {}
+
+        def on_pinned(p: Any) -> bool:  # an update of a row that holds the pinned values
+            if p.kind != "update" or not pin:
+                return False
+            row = _row_of(origin, p.table, self.view.tables[p.table].pk, p.args)
+            return row is not None and any(c in row for c in pin) and all(row.get(c) == x for c, x in pin.items()
+                                                                             if c in row)
+
+        cands.sort(key=lambda p: (not on_pinned(p),
+                                  turn.__setitem__(p.name, turn.get(p.name, -1) + 1) or turn[p.name], rank[p.name]))
         for p in cands:
             params = self.view.params.get(p.name, set())
             t = self.view.tables[p.table]
@@ -592,6 +630,12 @@ class Targeted:
                 if col in params and not (p.kind == "update" and col in t.pk):
                     args[col] = val
             variants = [args]
+            if p.kind == "update" and args != p.args:
+                # an update of a row that already holds the pinned values, unchanged (a loan of
+                # that book returned: its AFTER trigger puts the copy back) before one that sets them
+                row = _row_of(origin, p.table, t.pk, p.args)
+                if row is not None and all(row.get(c) == x for c, x in pin.items() if c in row):
+                    variants.insert(0, dict(p.args))
             if like is not None and like["name"] == p.name and p.kind == "insert":
                 # the next unit's own call with this candidate's references (another certificate
                 # for the same booking): the same amounts, another row it points to
