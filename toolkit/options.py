@@ -57,7 +57,7 @@ def as_list(v: Any) -> list[str] | None:
 class Options(BaseModel):
     """Base of every options model: unknown keys are errors; `cfg()` is the flat dict view."""
 
-    model_config = ConfigDict(extra="forbid", protected_namespaces=(), validate_assignment=False)
+    model_config = ConfigDict(extra="forbid", protected_namespaces=(), validate_assignment=False, defer_build=True)
     command: ClassVar[str] = ""
     llm_roles: ClassVar[tuple[str, ...]] = ()
     # (field, registry kind): the registered preset that the field's value names fills the keys no
@@ -311,7 +311,7 @@ class TrainOptions(ConfigOpts):
     """sft / grpo: besides these, any key of trl's config dataclasses passes through (checked by
     the trainer), so these models allow extra keys."""
 
-    model_config = ConfigDict(extra="allow", protected_namespaces=())
+    model_config = ConfigDict(extra="allow", protected_namespaces=(), defer_build=True)
     input: Optional[str] = None
     rejects: Optional[str] = None
     shard: Optional[str] = None
@@ -426,7 +426,7 @@ class GRPOOpts(Options):
 
 
 class GRPOCommandOptions(GRPOOpts, TrainOptions, LLMOpts):
-    model_config = ConfigDict(extra="allow", protected_namespaces=())
+    model_config = ConfigDict(extra="allow", protected_namespaces=(), defer_build=True)
     command: ClassVar[str] = "grpo"
     llm_roles: ClassVar[tuple[str, ...]] = CORE_ROLES["grpo"]
     rollouts: Optional[str] = None

@@ -30,13 +30,13 @@ _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+=-]{0,255}$")
 # allow_inf_nan=False: a NaN/Infinity reward, score or cost is a validation error naming the field,
 # never a float that pydantic would write back as null
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False, defer_build=True)
 
 
 class _Open(BaseModel):
     """Strict on declared fields, with a free-form `extra` dict for user data."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False, defer_build=True)
     extra: dict[str, Any] = Field(default_factory=dict, description="Free-form user data; never interpreted.")
 
 
