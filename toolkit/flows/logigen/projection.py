@@ -209,6 +209,8 @@ def forbidden_terms(view: DomainView, origin: dict | None, target: dict | None,
     # literal target values the user could not know: values the task's writes produce without
     # anyone stating them (computed by triggers: a price, a copay, a generated reference)
     said = {str(v) for v in (allowed or ())}
+    # a number the user states is said in any of its forms: 2500 stated, 2500.0 stored (a REAL column)
+    said_nums = {_number(v) for v in said} - {None}
     produced: set[str] = set()
     # a value anywhere in s_origin (a date in the settings, a price in the catalogue) can be known
     o_vals = {str(v) for rows in (origin or {}).values() for r in rows or [] for v in r.values() if v is not None}
@@ -220,6 +222,8 @@ def forbidden_terms(view: DomainView, origin: dict | None, target: dict | None,
             for c in t.columns:
                 v = r.get(c.name)
                 if v is None or isinstance(v, bool) or str(v) in said or str(v) in o_vals:
+                    continue
+                if isinstance(v, (int, float)) and _number(v) in said_nums:
                     continue
                 sv = str(v)
                 if isinstance(v, (int, float)) and len(sv.replace(".", "").replace("-", "").lstrip("0")) < 3:
@@ -253,6 +257,17 @@ PROCEDURE = (
     r"(?i)\bset\s+(?:the\s+)?[a-z]+(?:_[a-z]+)+\b",
 )
 PATTERN_KINDS = ("column=value", "column name", "procedure")
+
+
+def _number(v: Any) -> float | None:
+    """The value as a number (2500, 2500.0 and "2500.0" are one), None when it is not one."""
+    if isinstance(v, bool):
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if f == f and f not in (float("inf"), float("-inf")) else None
 
 
 def leaks(texts: list[str], terms: dict[str, list[str]]) -> list[str]:
