@@ -264,6 +264,22 @@ def test_256_concurrent_requests():
         assert elapsed < 10
 
 
+def test_a_client_gets_its_own_concurrency_on_an_endpoint_another_client_used():
+    """Two clients of one server (or of a port a closed server had): the second's concurrency
+    (256) is its own, not the first's (8); the first stays at 8."""
+    with ScriptedServer(["ok"], delay=1.0) as srv:
+        small, big = LLMClient(cfg(srv, concurrency=8)), LLMClient(cfg(srv, concurrency=256))
+
+        async def go(client, n):
+            rs = await asyncio.gather(*[client.chat([{"role": "user", "content": str(i)}]) for i in range(n)])
+            await client.aclose()
+            return rs
+
+        assert len(run(go(small, 16))) == 16 and srv.max_in_flight == 8
+        srv.max_in_flight = 0
+        assert len(run(go(big, 256))) == 256 and srv.max_in_flight >= 200
+
+
 def test_meter_totals_and_provenance():
     meter = Meter()
     replies = [{"content": "x", "usage": {"prompt_tokens": 10, "completion_tokens": 5}},

@@ -470,15 +470,19 @@ class _Endpoint:
                 await c.close()
 
 
-_ENDPOINTS: dict[tuple[str, str], _Endpoint] = {}
+# one transport per (endpoint, key, concurrency): clients asking for the same limit share its pool and
+# semaphore; a client configured with another limit gets its own (it never inherits the limit of
+# whichever client reached the endpoint first: a server's port is reused once another one closed)
+_ENDPOINTS: dict[tuple[str, str, int], _Endpoint] = {}
 _ENDPOINTS_LOCK = threading.Lock()
 
 
 def _endpoint(base_url: str, api_key: str, concurrency: int) -> _Endpoint:
     with _ENDPOINTS_LOCK:
-        ep = _ENDPOINTS.get((base_url, api_key))
+        key = (base_url, api_key, max(1, int(concurrency)))
+        ep = _ENDPOINTS.get(key)
         if ep is None:
-            ep = _ENDPOINTS[(base_url, api_key)] = _Endpoint(base_url, api_key, concurrency)
+            ep = _ENDPOINTS[key] = _Endpoint(base_url, api_key, concurrency)
         return ep
 
 
