@@ -218,3 +218,21 @@ def test_grpo_options_from_a_plain_dict_apply_the_preset_too():
         GRPOOptions.from_config({"num_generations": 1})
     with pytest.raises(UsageError, match="colocate"):
         GRPOOptions.from_config({"generation": "vllm", "vllm_mode": "colocate", "max_staleness": 1})
+
+
+def test_every_toolkit_variable_the_code_reads_is_known():
+    """A `TOOLKIT_*` variable the toolkit itself reads (TOOLKIT_VLLM_PYTHON, TOOLKIT_MCP_WORKDIR_ROOTS,
+    ...) never draws an "ignoring environment variable: not an option key" warning from a command
+    (stderr noise, and output a recipe check parses)."""
+    import re as _re
+    from pathlib import Path as _Path
+
+    from toolkit.cli.common import all_option_keys
+    from toolkit.options import NON_OPTION_ENV, NON_OPTION_ENV_PREFIXES
+
+    root = _Path(__file__).resolve().parent.parent / "toolkit"
+    names = {m for p in root.rglob("*.py") for m in _re.findall(r"\bTOOLKIT_([A-Z0-9_]*[A-Z0-9])\b", p.read_text())}
+    keys = all_option_keys()
+    unknown = sorted(n for n in names if n not in NON_OPTION_ENV and not n.startswith(NON_OPTION_ENV_PREFIXES)
+                     and n.lower() not in keys)
+    assert names and not unknown, unknown

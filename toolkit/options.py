@@ -30,8 +30,10 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 # TOOLKIT_* environment variables that are not option keys (read directly by their modules).
 NON_OPTION_ENV = ("HOME", "STAGE_LOG", "STAGE_LABEL", "STAGE_GROUP", "PROMPTS", "SANDBOX", "SANDBOX_CGROUP",
                   "SANDBOX_DOCKER_IMAGE", "PYTHON", "BIN", "HTTP_TRANSPORT", "GC_TUNE", "TAU2_FULL", "TORCH",
-                  "EXTRAS")
-NON_OPTION_ENV_PREFIXES = ("EMBEDDED_",)
+                  "EXTRAS", "PREFILTER_LLM")
+# families of variables read by one component each: the embedded server, `toolkit serve` (and its
+# vLLM backend), the MCP operator registry
+NON_OPTION_ENV_PREFIXES = ("EMBEDDED_", "SERVE_", "VLLM_", "MCP_")
 
 # LLM roles whose `<role>_<llm key>` options (agent_model, judge_base_url ...) core stages read;
 # flows declare theirs on their strategy models (`llm_roles`).

@@ -21,9 +21,9 @@ import copy
 import random
 import re
 from dataclasses import dataclass, field
-from datetime import date, timedelta
 from typing import Any
 
+from toolkit.flows.logigen.hints import _is_date, _shift_date, hint_values  # noqa: F401 - re-exported
 from toolkit.flows.logigen.replay import canonical_state, execute  # noqa: F401 - re-exported
 
 WRITE_KINDS = ("insert", "update")
@@ -174,18 +174,6 @@ class Prober:
 # candidate calls from the schema and the state
 
 
-def _is_date(v: Any) -> bool:
-    """An ISO date string (YYYY-MM-DD)."""
-    return isinstance(v, str) and len(v) == 10 and v[4] == "-" and v[7] == "-" and v[:4].isdigit()
-
-
-def _shift_date(v: str, days: int) -> str | None:
-    try:
-        return (date.fromisoformat(v) + timedelta(days=days)).isoformat()
-    except ValueError:
-        return None
-
-
 def alt_values(view: DomainView, state: dict, table: str, col: Any, cur: Any, rng: random.Random,
                k: int = 4, hints: dict | None = None) -> list:
     """Other values a column could plausibly take (from the schema and the state): the values the
@@ -195,7 +183,6 @@ def alt_values(view: DomainView, state: dict, table: str, col: Any, cur: Any, rn
     vals: list = []
     mine = hints.get((table, col.name)) if hints and not fk and not col.enum else None
     if mine:  # the values the rules compare this column with first (hints.py)
-        from toolkit.flows.logigen.hints import hint_values
 
         first = hint_values(mine, state, col, cur)
         if first:

@@ -11,10 +11,22 @@ the literal, or the constant and the days (integers) after it (`today`, `today +
 
 from __future__ import annotations
 
+from datetime import date, timedelta
 from typing import Any
 
-from toolkit.flows.logigen.explorer import _is_date, _shift_date
 from toolkit.flows.logigen.reach import _cond_operands, _operands, row_refs
+
+
+def _is_date(v: Any) -> bool:
+    """An ISO date string (YYYY-MM-DD)."""
+    return isinstance(v, str) and len(v) == 10 and v[4] == "-" and v[7] == "-" and v[:4].isdigit()
+
+
+def _shift_date(v: str, days: int) -> str | None:
+    try:
+        return (date.fromisoformat(v) + timedelta(days=days)).isoformat()
+    except ValueError:
+        return None
 
 
 def column_hints(an: Any) -> dict[tuple[str, str], list]:

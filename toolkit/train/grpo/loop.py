@@ -83,6 +83,7 @@ def verify_reward(*_, **__):
 
 class GRPORun:
     def __init__(self, cfg: dict, records: list[Record], model_path: str, out_dir: str, generator=None):
+        import torch
         from datasets import Dataset
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -111,8 +112,6 @@ class GRPORun:
                                           processing_class=self.tok, peft_config=lora_config(cfg), run=self)
         acc = self.trainer.accelerator
         self.unwrapped = self.trainer.model
-        import torch
-
         # fp32 weights under bf16 mixed precision: generation autocasts too (training's forward does)
         self.gen_autocast = torch.bfloat16 if args.bf16 and model.dtype == torch.float32 else None
         self.uses_policy_weights = False
