@@ -73,6 +73,7 @@ def test_replay_passes_and_truncated_fails_subset():
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_replay_all_multi_turn_base():
     recs = _records()
     assert len(recs) == 200
@@ -130,6 +131,7 @@ def test_final_states_equal_bfcl_executor_subset():
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_final_states_equal_bfcl_executor_all():
     recs = _records()
     same = _compare(recs)

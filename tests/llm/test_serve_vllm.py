@@ -96,6 +96,7 @@ def test_vllm_rollout_constrained_json_schema_two_airline_tasks(vllm_server, tmp
     assert n_calls >= 1  # the constraint made a 135M model call tools at all
 
 
+@pytest.mark.heavy
 def test_vllm_rollout_native_tools_and_verify_judge(vllm_server, tmp_path):
     """Native protocol: tools go to vLLM, its Hermes parser returns tool_calls (or text); then the
     judge strategy of verify runs on the same server."""
@@ -125,6 +126,7 @@ def test_vllm_rollout_native_tools_and_verify_judge(vllm_server, tmp_path):
         assert "judge" in json.dumps(rej[0]).lower()
 
 
+@pytest.mark.heavy
 def test_vllm_eval_tau2_one_task(vllm_server, tmp_path):
     pytest.importorskip("tau2")
     url, ckpt = vllm_server["url"], vllm_server["ckpt"]

@@ -83,7 +83,9 @@ def _judge(req):
     return json.dumps({"reasoning": "checked", "evidence": "calls", "task_success": ok, "confidence": 0.9})
 
 
-@pytest.mark.parametrize("variant", ["grpo", "eigendata", "astra", "ta-grpo", "simia"])
+@pytest.mark.parametrize("variant", [pytest.param("grpo", marks=pytest.mark.heavy),
+                                     pytest.param("eigendata", marks=pytest.mark.heavy),
+                                     pytest.param("astra", marks=pytest.mark.heavy), "ta-grpo", "simia"])
 def test_distributed_variant_with_one_rank_filtered_empty(variant, tiny_model, tmp_path):
     # eigendata: at step 1 rank 0's only group is all-equal too, so the GLOBAL batch is empty; with
     # max_fill_rounds 1 the step runs zero-weight rows on both ranks and is counted as empty
