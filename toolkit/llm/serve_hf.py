@@ -51,7 +51,7 @@ class ServeError(RuntimeError):
 
 
 def _dir() -> str:
-    d = os.path.join(toolkit_home(), "served")
+    d = os.path.abspath(os.path.join(toolkit_home(), "served"))
     os.makedirs(d, exist_ok=True)
     return d
 
@@ -334,8 +334,10 @@ def serve_model(model: str, backend: str = "auto", port: int | None = None, devi
     with open(log_path, "ab") as lf:
         lf.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {be} serve {path} on port {port}\n".encode())
         lf.flush()
+        # cwd: the servers' directory, so what a server writes relative to it (vLLM/HF caches under a
+        # minimal environment) lands in $TOOLKIT_HOME, never in the user's working directory
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=lf, stderr=subprocess.STDOUT,
-                                start_new_session=True, close_fds=True, env=env)
+                                start_new_session=True, close_fds=True, env=env, cwd=_dir())
     base = f"http://127.0.0.1:{port}/v1"
     while True:
         if proc.poll() is not None:
