@@ -129,6 +129,7 @@ def test_fallback_to_builtins_when_the_installed_metadata_lacks_the_groups():
             "import json; print(json.dumps(registry.report()))\n")
     env = {k: v for k, v in os.environ.items()}
     env["PYTHONPATH"] = str(ROOT)
+    env["TOOLKIT_REGISTRY_CACHE"] = "0"  # a faked old install must not write (or read) this install's manifest
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert p.returncode == 0, p.stderr
     rep = json.loads(p.stdout)
