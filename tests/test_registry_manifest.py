@@ -204,6 +204,10 @@ def test_a_corrupt_manifest_is_ignored_and_rewritten(tmp_path, garbage):
     data = json.loads(path.read_text())
     assert data["format"] == registry.MANIFEST_FORMAT and "exporters" in data["kinds"]
     assert _probe(env, {"exporters": [None]})["loaded"] == []
+    # a record whose fingerprint holds but whose rows are malformed: ignored too
+    data["kinds"]["exporters"]["entries"][0].pop("ep")
+    path.write_text(json.dumps(data))
+    assert _probe(env, {"exporters": [None]})["loaded"] == ["exporters"]
     # --help with the corrupt file is no crash either
     path.write_text(garbage)
     r = subprocess.run([sys.executable, str(ROOT / "bin" / "sft"), "--help"], capture_output=True, text=True,
@@ -273,3 +277,51 @@ def test_help_of_every_streaming_command_imports_no_flow_when_the_manifest_is_wa
         cold[cmd] = outs[0][1]
     # the control: the first command's cold --help did import the flows (and the models' defaults)
     assert "toolkit.flows.logigen" in cold["gen-plan"] and "pydantic" in cold["gen-plan"]
+
+
+RUN = ("import sys, json\n"
+       "sys.argv = ['gen-task'] + sys.argv[1:]\n"
+       "from toolkit import cli\n"
+       "code = 0\n"
+       "try:\n"
+       "    cli.gen_task_main()\n"
+       "except SystemExit as e:\n"
+       "    code = e.code\n"
+       "sys.stderr.write('@@' + json.dumps([code, sorted({m.split('.')[2] for m in sys.modules\n"
+       "                                            if m.startswith('toolkit.flows.')})]))\n")
+
+
+def _gen_task(env: dict, *args: str, stdin: str = "") -> tuple[int, list[str], str, str]:
+    p = subprocess.run([sys.executable, "-c", RUN, *args], input=stdin, capture_output=True, text=True, env=env,
+                       timeout=300, cwd=ROOT)
+    err, _, tail = p.stderr.rpartition("@@")
+    code, flows = json.loads(tail)
+    return code, flows, p.stdout, err
+
+
+def test_a_strategy_command_imports_only_the_chosen_strategys_flow(tmp_path):
+    env = _env(tmp_path / "home")
+    _full(env)
+    args = ("--strategy", "logigen", "--explorer", "symbolic", "-n", "1", "--seed", "3")
+    domain = json.dumps({"id": "d", "env": {"backend": "sqlite", "id": "clinic"}}) + "\n"
+    code, flows, out, err = _gen_task(env, *args, stdin=domain)
+    assert code == 0 and flows == ["logigen"], err
+    task = json.loads(out.splitlines()[0])
+    assert task["flow"] == "logigen" and task["task"]["instruction"]
+    # the same record as with the manifest off (every flow imported, the model with every strategy's keys)
+    code2, flows2, out2, _ = _gen_task(env | {"TOOLKIT_REGISTRY_CACHE": "0"}, *args, stdin=domain)
+    assert code2 == 0 and {"astra", "eigendata", "logigen", "simia"} <= set(flows2)
+    strip = lambda s: [{**json.loads(x), "provenance": None} for x in s.splitlines()]  # noqa: E731  (times differ)
+    assert strip(out) == strip(out2)
+
+    # a recipe that sets another strategy's key (astra's `augment`): validated as before, by the
+    # model with every strategy's keys
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("gen-task:\n  augment: [paraphrase]\n")
+    code, flows, _, err = _gen_task(env, *args, "--recipe", str(recipe))
+    assert code == 0 and "astra" in flows, err
+    # a bad value is the same usage error either way
+    recipe.write_text("gen-task:\n  max_writes: many\n")
+    code, _, _, err = _gen_task(env, *args, "--recipe", str(recipe))
+    code2, _, _, err2 = _gen_task(env | {"TOOLKIT_REGISTRY_CACHE": "0"}, *args, "--recipe", str(recipe))
+    assert code == code2 == 2 and "max_writes" in err and err == err2

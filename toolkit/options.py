@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 # TOOLKIT_* environment variables that are not option keys (read directly by their modules).
 NON_OPTION_ENV = ("HOME", "STAGE_LOG", "STAGE_LABEL", "STAGE_GROUP", "PROMPTS", "SANDBOX", "SANDBOX_CGROUP",
                   "SANDBOX_DOCKER_IMAGE", "PYTHON", "BIN", "HTTP_TRANSPORT", "GC_TUNE", "TAU2_FULL", "TORCH",
-                  "EXTRAS")
+                  "EXTRAS", "REGISTRY_CACHE")
 NON_OPTION_ENV_PREFIXES = ("EMBEDDED_",)
 
 # click parameter names that differ from the option key (toolkit.cli)

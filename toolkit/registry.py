@@ -616,6 +616,7 @@ def _manifest(kind: str) -> dict | None:
             data = _manifest_read()
             cand = (data.get("kinds") or {}).get(kind) if data.get("format") == MANIFEST_FORMAT else None
             if (isinstance(cand, dict) and isinstance(cand.get("entries"), list)
+                    and all(_row_ok(r) for r in cand["entries"])
                     and cand.get("fingerprint") == _fingerprint([str(r) for r in cand.get("roots") or []])):
                 rec = cand
                 _replay(kind, rec)
@@ -623,6 +624,12 @@ def _manifest(kind: str) -> dict | None:
             rec = None
     _manifest_kinds[kind] = rec
     return rec
+
+
+def _row_ok(r: Any) -> bool:
+    return (isinstance(r, dict) and isinstance(r.get("name"), str) and isinstance(r.get("help"), str)
+            and isinstance(r.get("scope"), (str, type(None))) and isinstance(r.get("flow"), (str, type(None)))
+            and isinstance(r.get("ep"), list) and len(r["ep"]) == 4 and isinstance(r["ep"][1], str))
 
 
 def _replay(kind: str, rec: dict) -> None:

@@ -44,13 +44,48 @@ def all_option_keys() -> frozenset:
     return frozenset(k for c in COMMAND_MODELS for k in options_model(c).model_fields)
 
 
+def _chosen_strategy_model(ctx: click.Context, command: str) -> type | None:
+    """The command's model with only the keys of the strategy named by `--strategy` on the command
+    line (its module alone is imported, through the registry manifest), or None."""
+    name = ctx.params.get("strategy")
+    src = ctx.get_parameter_source("strategy")
+    if command not in STRATEGY_COMMANDS or not isinstance(name, str) or src is None or src.name != "COMMANDLINE":
+        return None
+    from toolkit import registry
+
+    e = registry.lookup("strategies", name, command)
+    if e is None:
+        return None
+    return model_for(command, (e.options,) if e.options is not None else ())
+
+
 def merged_config(ctx: click.Context) -> Any:
-    """The command's typed options: model defaults < recipe < TOOLKIT_<KEY> env < flags."""
+    """The command's typed options: model defaults < recipe < TOOLKIT_<KEY> env < flags.
+
+    A strategy command run with `--strategy NAME` validates first against the command's keys plus
+    that strategy's (importing no other flow); when that fails (a recipe or variable sets another
+    strategy's key, a bad value) or the strategy comes from elsewhere, against the model with every
+    registered strategy's keys, as before: the options that reach the strategy are the same (other
+    strategies' keys are unset either way, `Options.cfg()` leaves them out), and so are the errors."""
     command = ctx.command.name
     path = ctx.params.get("recipe")
     recipe = C.load_recipe(path)
-    opts = C.resolve(command, options_model(command), recipe, _flags_given(ctx),
-                     known_anywhere=all_option_keys, recipe_path=path, warn=log)
+    flags = _flags_given(ctx)
+    opts = None
+    narrow = None if ctx.params.get("print_config") else _chosen_strategy_model(ctx, command)
+    if narrow is not None:
+        notes: list[str] = []  # said once: after this attempt succeeds, or by the one below
+        try:
+            opts = C.resolve(command, narrow, recipe, flags, known_anywhere=all_option_keys, recipe_path=path,
+                             warn=notes.append)
+        except C.ConfigError:
+            opts = None
+        else:
+            for n in notes:
+                log(n)
+    if opts is None:
+        opts = C.resolve(command, options_model(command), recipe, flags,
+                         known_anywhere=all_option_keys, recipe_path=path, warn=log)
     opts.recipe_hash = C.recipe_hash(path)
     if command in STRATEGY_COMMANDS:
         from toolkit.stages.strategies import with_strategy_defaults
