@@ -146,6 +146,7 @@ def test_click_options_are_model_fields_with_the_models_defaults():
     for name, cmd in cli.COMMANDS.items():
         fields = cli.options_model(name).model_fields  # with role-prefixed LLM keys
         assert set(COMMAND_MODELS[name].model_fields) <= set(fields)
+        cmd.bind_defaults()  # what every parse (and --help) does first
         for p in cmd.params:
             key = cli.FLAG_KEYS.get(p.name, p.name)
             assert key in fields, (name, key)

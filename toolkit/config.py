@@ -29,8 +29,6 @@ import json
 import os
 from typing import Any, Mapping
 
-import yaml
-
 ENV_PREFIX = "TOOLKIT_"
 SECRET_KEYS = ("api_key", "openai_api_key", "agent_api_key", "user_api_key", "judge_api_key")
 
@@ -44,6 +42,8 @@ def load_recipe(path: str | None) -> dict:
         return {}
     if not os.path.exists(path):
         raise ConfigError(f"recipe not found: {path}")
+    import yaml  # here, not at the top: a command run without --recipe never parses YAML (~30 ms)
+
     with open(path, encoding="utf-8") as f:
         try:
             data = yaml.safe_load(f) or {}
@@ -156,5 +156,7 @@ def resolve(command: str, model: type, recipe: dict, flags: dict, *, known_anywh
 
 
 def dump(cfg: dict) -> str:
+    import yaml  # (as load_recipe: only --print-config writes YAML)
+
     printable = {k: v for k, v in sorted(cfg.items()) if k not in ("print_config",)}
     return yaml.safe_dump(json.loads(json.dumps(printable, default=str)), sort_keys=True)

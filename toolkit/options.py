@@ -19,7 +19,6 @@ Library use: `VerifyOptions(strategy=["state_diff"], lambda_err=0.2)` and the st
 `toolkit.pipeline` take these models.
 """
 
-from __future__ import annotations
 
 import difflib
 import functools
@@ -30,10 +29,15 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 # TOOLKIT_* environment variables that are not option keys (read directly by their modules).
 NON_OPTION_ENV = ("HOME", "STAGE_LOG", "STAGE_LABEL", "STAGE_GROUP", "PROMPTS", "SANDBOX", "SANDBOX_CGROUP",
                   "SANDBOX_DOCKER_IMAGE", "PYTHON", "BIN", "HTTP_TRANSPORT", "GC_TUNE", "TAU2_FULL", "TORCH",
-                  "EXTRAS", "PREFILTER_LLM")
+                  "EXTRAS", "PREFILTER_LLM", "REGISTRY_CACHE")
 # families of variables read by one component each: the embedded server, `toolkit serve` (and its
 # vLLM backend), the MCP operator registry
 NON_OPTION_ENV_PREFIXES = ("EMBEDDED_", "SERVE_", "VLLM_", "MCP_")
+
+# click parameter names that differ from the option key (toolkit.cli)
+FLAG_KEYS = {"filter_": "filter"}
+# the registry-driven commands: their options models gain the registered strategies' keys
+STRATEGY_COMMANDS = ("gen-plan", "gen-task", "validate-task", "repair", "reflect", "make-verifier")
 
 # LLM roles whose `<role>_<llm key>` options (agent_model, judge_base_url ...) core stages read;
 # flows declare theirs on their strategy models (`llm_roles`).

@@ -37,6 +37,8 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import json
+import os
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -102,6 +104,8 @@ class Entry:
     package: str | None = None   # the distribution that provides it
     source: str = "import"       # "entry-point" | "builtin-fallback" | "import" (registered by a direct import)
     meta: dict = field(default_factory=dict)
+    origin: str | None = None    # the module whose top-level code registered it
+    loaded_by: str | None = None  # the entry-point module being imported then (None: a direct import)
 
     # compatibility with toolkit.stages.registry.StrategyInfo
     @property
@@ -152,6 +156,9 @@ _lock = threading.RLock()
 _loading: list[tuple[str, str, str | None]] = []  # stack of (source, module, package) being imported
 _own_eps_cache: list = []
 _all_eps_cache: list = []
+_fallback_logged: list[bool] = []
+_replayed_errors: list[LoadError] = []              # errors shown from a manifest (not from an import)
+_replayed_fallbacks: list[tuple[str, str, str]] = []
 
 
 def _log(msg: str) -> None:
@@ -227,7 +234,8 @@ def register(kind: str, name: str, obj: Any = None, *, help: str = "", flow: str
                          else caller)
         src = _loading[-1][0] if _loading else "import"
         e = Entry(kind=kind, name=name, obj=o, help=help, flow=flow or _flow_of(mod), scope=scope, module=mod,
-                  package=_package_of(mod), source=src, meta=dict(meta))
+                  package=_package_of(mod), source=src, meta=dict(meta),
+                  origin=_importing_module(), loaded_by=_loading[-1][1] if _loading else None)
         # no lock here: registration runs inside imports (a lock taken here and in load() could
         # deadlock against the import lock of a module another thread is importing)
         table = _ENTRIES[kind].setdefault(scope, {})
@@ -241,6 +249,18 @@ def register(kind: str, name: str, obj: Any = None, *, help: str = "", flow: str
     if obj is None:
         return add
     return add(obj)
+
+
+def _importing_module() -> str | None:
+    """The module whose top-level code is running (the nearest `<module>` frame): who registers."""
+    f = sys._getframe(2)
+    for _ in range(64):
+        if f is None:
+            return None
+        if f.f_code.co_name == "<module>":
+            return f.f_globals.get("__name__")
+        f = f.f_back
+    return None
 
 
 def unregister(kind: str, name: str, scope: str | None = None) -> None:
@@ -316,12 +336,23 @@ def _record_error(kind: str, ep_name: str, module: str, package: str | None, err
     if package == DISTRIBUTION and module not in {m for _, _, m in BUILTINS}:
         error += f" (the installed {DISTRIBUTION} metadata names a module this checkout lacks: `pip install -e .`)"
     err = LoadError(kind, ep_name, module, package, error)
+    if any(vars(x) == vars(err) for x in _errors):
+        return  # already recorded (and reported) in this process: from the manifest, or a second lookup
     _errors.append(err)
     _log(err.line())
 
 
+def _log_fallback_once() -> None:
+    if not _fallback_logged:
+        _fallback_logged.append(True)
+        _log(f"toolkit: the installed {DISTRIBUTION} metadata does not declare its built-in plugin modules "
+             f"(an install older than this checkout?): importing them from toolkit.registry.BUILTINS; "
+             f"`pip install -e .` refreshes the entry points")
+
+
 def load(kind: str) -> None:
-    """Import every module of `kind`'s group (once): the toolkit's own, then third-party ones."""
+    """Import every module of `kind`'s group (once): the toolkit's own, then third-party ones; then
+    write the kind's manifest."""
     _check_kind(kind)
     if kind in _loaded:
         return
@@ -329,31 +360,301 @@ def load(kind: str) -> None:
         if kind in _loaded or _in_progress.get(kind) == threading.get_ident():
             return  # (a module that looks its own kind up while being imported sees a partial table)
         _in_progress[kind] = threading.get_ident()
+        eps = None
         try:
-            _load(kind)
+            # what the manifest replayed is replaced by what this load finds
+            _errors[:] = [e for e in _errors if not (e.kind == kind and e in _replayed_errors)]
+            _fallbacks[:] = [f for f in _fallbacks if not (f[0] == kind and f in _replayed_fallbacks)]
+            eps = _load(kind)
         finally:
             _loaded.add(kind)
             _in_progress.pop(kind, None)
+        _manifest_write(kind, eps)
 
 
-def _load(kind: str) -> None:
+def _load(kind: str) -> list[tuple[str, str, str | None, str]]:
+    """Import the kind's modules; the (entry-point name, module, package, source) of each."""
+    eps: list[tuple[str, str, str | None, str]] = []
     own = [ep for ep in _own_entry_points() if ep.group == GROUP_PREFIX + kind]
     declared = {ep.value for ep in own}
     for ep in own:
+        eps.append((ep.name, ep.value, DISTRIBUTION, "entry-point"))
         _import_module(kind, ep.name, ep.value, DISTRIBUTION, "entry-point")
     missing = [(n, m) for k, n, m in BUILTINS if k == kind and m not in declared]
     if missing:
-        if not _fallbacks:
-            _log(f"toolkit: the installed {DISTRIBUTION} metadata does not declare its built-in plugin modules "
-                 f"(an install older than this checkout?): importing them from toolkit.registry.BUILTINS; "
-                 f"`pip install -e .` refreshes the entry points")
+        _log_fallback_once()
         for n, m in missing:
             _fallbacks.append((kind, n, m))
+            eps.append((n, m, DISTRIBUTION, "builtin-fallback"))
             _import_module(kind, n, m, DISTRIBUTION, "builtin-fallback")
     for ep in _third_party_entry_points(kind):
         dist = getattr(ep, "dist", None)
-        _import_module(kind, ep.name, ep.value, getattr(dist, "name", None) if dist is not None else None,
-                       "entry-point")
+        pkg = getattr(dist, "name", None) if dist is not None else None
+        eps.append((ep.name, ep.value, pkg, "entry-point"))
+        _import_module(kind, ep.name, ep.value, pkg, "entry-point")
+    return eps
+
+
+# ----------------------------------------------------------------------------------------------
+# the manifest: names, help and providers of each kind without importing the plugin modules
+
+MANIFEST_FORMAT = 1
+CACHE_ENV = "TOOLKIT_REGISTRY_CACHE"  # 0/off/false/no: no manifest (always the full load)
+_manifest_state: dict = {}            # "data": the file's content ({} when absent/unreadable), "path"
+_manifest_kinds: dict[str, dict | None] = {}  # kind -> its verified record (None: stale or absent)
+_tree_sigs: dict[str, str] = {}
+
+
+def _manifest_on() -> bool:
+    return os.environ.get(CACHE_ENV, "1").strip().lower() not in ("0", "off", "false", "no")
+
+
+def _manifest_path() -> str:
+    """$TOOLKIT_HOME/registry/<install>.json: one file per interpreter prefix and toolkit checkout
+    (two venvs or two checkouts never overwrite each other's)."""
+    if "path" not in _manifest_state:
+        import hashlib
+
+        from toolkit import home
+
+        here = os.path.dirname(os.path.abspath(__file__))
+        key = hashlib.sha256(f"{sys.prefix}\0{os.path.realpath(sys.executable)}\0{here}".encode()).hexdigest()[:20]
+        _manifest_state["path"] = os.path.join(home(), "registry", f"{key}.json")
+    return _manifest_state["path"]
+
+
+def _digest(parts: list) -> str:
+    import hashlib
+
+    return hashlib.sha256(json.dumps(parts, separators=(",", ":")).encode()).hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def _installed_signature() -> str:
+    """Python, the toolkit's version and location, and every distribution on sys.path that could
+    declare entry points: its metadata directory's name (name and version) and its
+    entry_points.txt's size and mtime. Stat only: nothing is parsed or imported."""
+    from toolkit import __version__
+
+    parts: list = [MANIFEST_FORMAT, sys.version, __version__, os.path.dirname(os.path.abspath(__file__))]
+    for d in sys.path:
+        try:
+            with os.scandir(d or ".") as it:
+                metas = sorted(x.name for x in it if x.name.endswith((".dist-info", ".egg-info")))
+        except OSError:
+            continue  # a zip, a missing directory, a path hook
+        if not metas:
+            continue
+        rows = []
+        for m in metas:
+            try:
+                st = os.stat(os.path.join(d or ".", m, "entry_points.txt"))
+                rows.append([m, st.st_size, st.st_mtime_ns])
+            except OSError:
+                rows.append([m])
+        parts.append([os.path.abspath(d or "."), rows])
+    return _digest(parts)
+
+
+def _tree_signature(root: str) -> str:
+    """Every file under a plugin package's directory (or the module file): relative name, size, mtime."""
+    if root not in _tree_sigs:
+        rows: list = []
+        if os.path.isfile(root):
+            st = os.stat(root)
+            rows.append([os.path.basename(root), st.st_size, st.st_mtime_ns])
+        else:
+            stack = [root]
+            while stack:
+                d = stack.pop()
+                try:
+                    with os.scandir(d) as it:
+                        for x in it:
+                            if x.is_dir(follow_symlinks=False):
+                                if x.name != "__pycache__" and not x.name.startswith("."):
+                                    stack.append(x.path)
+                            elif not x.name.endswith((".pyc", ".pyo")):
+                                st = x.stat()
+                                rows.append([os.path.relpath(x.path, root), st.st_size, st.st_mtime_ns])
+                except OSError:
+                    rows.append([os.path.relpath(d, root), None])
+            rows.sort()
+        _tree_sigs[root] = _digest([root, rows])
+    return _tree_sigs[root]
+
+
+def _fingerprint(roots: list[str]) -> str:
+    return _digest([_installed_signature(), [_tree_signature(r) for r in sorted(roots)]])
+
+
+def _package_root(module: str) -> str | None:
+    """The directory of `module`'s top-level package (its file for a plain module), without importing."""
+    top = module.split(".")[0]
+    m = sys.modules.get(top)
+    paths = list(getattr(m, "__path__", None) or []) if m is not None else []
+    if paths:
+        return os.path.abspath(paths[0])
+    f = getattr(m, "__file__", None) if m is not None else None
+    if f:
+        return os.path.abspath(f)
+    try:
+        import importlib.util
+
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    if spec.submodule_search_locations:
+        return os.path.abspath(next(iter(spec.submodule_search_locations)))
+    return os.path.abspath(spec.origin) if spec.origin and os.path.exists(spec.origin) else None
+
+
+def _provider(e: Entry, eps: list[tuple[str, str, str | None, str]]) -> tuple | None:
+    """The entry point of the kind whose import registers `e`: the one whose module is, or is a
+    package above, the module that registered it (else the one being imported then); None for a
+    run-time registration or one made by another kind's module."""
+    for cand in (e.origin, e.loaded_by):
+        best = None
+        for ep in eps:
+            mod = ep[1]
+            if cand and (cand == mod or cand.startswith(mod + ".")) and (best is None or len(mod) > len(best[1])):
+                best = ep
+        if best is not None:
+            return best
+    return None
+
+
+def _manifest_write(kind: str, eps: list | None) -> None:
+    """Record the fully loaded kind (never raises: a cache that cannot be written is no error)."""
+    if eps is None or not _manifest_on():
+        return
+    try:
+        rows = []
+        for scope in sorted(_ENTRIES[kind], key=lambda x: x or ""):
+            for name, e in sorted(_ENTRIES[kind][scope].items()):
+                ep = _provider(e, eps)
+                if ep is not None:
+                    rows.append({"scope": scope, "name": name, "help": e.help, "flow": e.flow,
+                                 "ep": list(ep)})
+        roots = sorted({r for ep in eps if ":" not in ep[1] for r in [_package_root(ep[1])] if r})
+        rec = {"fingerprint": _fingerprint(roots), "roots": roots, "eps": [list(x) for x in eps],
+               "entries": rows, "errors": [vars(x) for x in _errors if x.kind == kind],
+               "fallbacks": [list(f) for f in _fallbacks if f[0] == kind]}
+        _manifest_kinds[kind] = rec
+        _manifest_store("kinds", kind, rec)
+    except Exception:  # a plugin with odd metadata: just no cache
+        pass
+
+
+def _manifest_store(section: str, key: str, rec: dict) -> None:
+    """Set data[section][key] = rec in the manifest file (atomically; never raises)."""
+    tmp = None
+    try:
+        path = _manifest_path()
+        data = _manifest_read()
+        data = {k: dict(v) for k, v in data.items() if isinstance(v, dict)} if data.get("format") == MANIFEST_FORMAT else {}
+        data.setdefault(section, {})[key] = rec
+        data["format"] = MANIFEST_FORMAT  # type: ignore[assignment]
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f, separators=(",", ":"))
+        os.replace(tmp, path)  # atomic: a reader sees the old file or the new one
+        _manifest_state["data"] = data
+    except Exception:  # read-only home, full disk: no cache, no error
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def cached(name: str, compute: Any) -> Any:
+    """`compute()` (a JSON value derived from the toolkit's own code, e.g. --help's option defaults),
+    kept in the manifest with the fingerprint of the install and the toolkit's files: a process
+    whose fingerprint matches reads it instead of importing what computes it. A value that does
+    not survive JSON unchanged is returned and not kept."""
+    if not _manifest_on():
+        return compute()
+    toolkit_root = os.path.dirname(os.path.abspath(__file__))
+    try:
+        fp = _fingerprint([toolkit_root])
+        data = _manifest_read()
+        rec = (data.get("values") or {}).get(name) if data.get("format") == MANIFEST_FORMAT else None
+        if isinstance(rec, dict) and rec.get("fingerprint") == fp and "value" in rec:
+            return rec["value"]
+    except Exception:  # a malformed manifest: compute
+        fp = None
+    value = compute()
+    try:
+        if fp is not None and json.loads(json.dumps(value)) == value:
+            _manifest_store("values", name, {"fingerprint": fp, "value": value})
+    except (TypeError, ValueError):
+        pass
+    return value
+
+
+def _manifest_read() -> dict:
+    if "data" not in _manifest_state:
+        data: dict = {}
+        try:
+            with open(_manifest_path(), encoding="utf-8") as f:
+                data = json.load(f)
+            if not isinstance(data, dict):
+                data = {}
+        except Exception:  # absent, unreadable, corrupt: as if there were none
+            data = {}
+        _manifest_state["data"] = data
+    return _manifest_state["data"]
+
+
+def _manifest(kind: str) -> dict | None:
+    """The kind's manifest record when it is still true for this install, else None."""
+    if kind in _manifest_kinds:
+        return _manifest_kinds[kind]
+    rec = None
+    if _manifest_on():
+        try:
+            data = _manifest_read()
+            cand = (data.get("kinds") or {}).get(kind) if data.get("format") == MANIFEST_FORMAT else None
+            if (isinstance(cand, dict) and isinstance(cand.get("entries"), list)
+                    and all(_row_ok(r) for r in cand["entries"])
+                    and cand.get("fingerprint") == _fingerprint([str(r) for r in cand.get("roots") or []])):
+                rec = cand
+                _replay(kind, rec)
+        except Exception:  # a malformed record: a full load instead
+            rec = None
+    _manifest_kinds[kind] = rec
+    return rec
+
+
+def _row_ok(r: Any) -> bool:
+    return (isinstance(r, dict) and isinstance(r.get("name"), str) and isinstance(r.get("help"), str)
+            and isinstance(r.get("scope"), (str, type(None))) and isinstance(r.get("flow"), (str, type(None)))
+            and isinstance(r.get("ep"), list) and len(r["ep"]) == 4 and isinstance(r["ep"][1], str))
+
+
+def _replay(kind: str, rec: dict) -> None:
+    """The kind's load errors and built-in fallbacks, reported as the full load would."""
+    fbs = [tuple(f) for f in rec.get("fallbacks") or []]
+    errs = [LoadError(**e) for e in rec.get("errors") or []]
+    if fbs:
+        _log_fallback_once()
+    for f in fbs:
+        if f not in _fallbacks:
+            _fallbacks.append(f)  # type: ignore[arg-type]
+            _replayed_fallbacks.append(f)  # type: ignore[arg-type]
+    for err in errs:
+        if not any(vars(x) == vars(err) for x in _errors):
+            _errors.append(err)
+            _replayed_errors.append(err)
+            _log(err.line())
+
+
+def _manifest_rows(kind: str, scope: str | None) -> dict[str, dict] | None:
+    """{name: manifest row} of a kind's scope, or None when the manifest cannot answer."""
+    rec = _manifest(kind)
+    if rec is None:
+        return None
+    return {r["name"]: r for r in rec["entries"] if r.get("scope") == scope}
 
 
 def load_all() -> None:
@@ -378,14 +679,40 @@ def all_entries(kind: str) -> list[Entry]:
 
 
 def names(kind: str, scope: str | None = None) -> list[str]:
+    """Registered names of a kind (in a scope): from the manifest when it is current (no plugin
+    module imported), else after the full load."""
+    _check_kind(kind)
+    if kind not in _loaded:
+        rows = _manifest_rows(kind, scope)
+        if rows is not None:
+            return sorted(set(rows) | set(_ENTRIES[kind].get(scope, {})))
     return sorted(entries(kind, scope))
 
 
 def lookup(kind: str, name: str, scope: str | None = None) -> Entry | None:
-    """The entry or None (cheap after the first call: for per-record paths)."""
-    if kind not in _loaded:
+    """The entry or None (cheap after the first call: for per-record paths). Before the kind is
+    fully loaded, a current manifest names the one module to import."""
+    if kind not in _loaded and _in_progress.get(kind) != threading.get_ident():
+        e = _manifest_lookup(kind, name, scope)
+        if e is not None:
+            return e
         load(kind)
     return _ENTRIES[kind].get(scope, {}).get(name)
+
+
+def _manifest_lookup(kind: str, name: str, scope: str | None) -> Entry | None:
+    _check_kind(kind)
+    rows = _manifest_rows(kind, scope)
+    if rows is None:
+        return None
+    row = rows.get(name)
+    if row is None:  # no plugin registers it: a run-time registration, or unknown (the full load says)
+        return _ENTRIES[kind].get(scope, {}).get(name)
+    ep_name, module, package, source = row["ep"]
+    with _lock:
+        if kind not in _loaded:
+            _import_module(kind, ep_name, module, package, source)
+    return _ENTRIES[kind].get(scope, {}).get(name)  # None: the module no longer registers it
 
 
 def get(kind: str, name: str, scope: str | None = None, what: str | None = None) -> Entry:
@@ -401,9 +728,14 @@ def get(kind: str, name: str, scope: str | None = None, what: str | None = None)
 
 
 def describe(kind: str, scope: str | None = None, width: int = 12) -> str:
-    """One line per entry for --help: `name (flow: x) — help`."""
-    rows = entries(kind, scope)
-    return "\n".join(f"  {n:<{width}} (flow: {rows[n].flow or '-'}) — {rows[n].help}".rstrip(" —")
+    """One line per entry for --help: `name (flow: x) — help` (from the manifest when current)."""
+    _check_kind(kind)
+    rows: dict[str, Any] | None = _manifest_rows(kind, scope) if kind not in _loaded else None
+    if rows is None:
+        rows = {n: {"flow": e.flow, "help": e.help} for n, e in entries(kind, scope).items()}
+    else:
+        rows = dict(rows) | {n: {"flow": e.flow, "help": e.help} for n, e in _ENTRIES[kind].get(scope, {}).items()}
+    return "\n".join(f"  {n:<{width}} (flow: {rows[n]['flow'] or '-'}) — {rows[n]['help']}".rstrip(" —")
                      for n in sorted(rows)) or "  (none registered)"
 
 

@@ -14,7 +14,6 @@ current major version; `schemas/record.schema.json` is generated from this modul
 (`toolkit schema export`) and a test fails when it is stale.
 """
 
-from __future__ import annotations
 
 import json
 import re

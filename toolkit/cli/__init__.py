@@ -1,14 +1,21 @@
 """The command-line shell: the 12 JSONL commands and the `toolkit` utilities, a thin layer over the
 library (toolkit.stages, toolkit.train, ...).
 
-- `common.py`: the shared option decorators, the config merge and --print-config, the stage runner,
-  registry-driven choices and --help sections;
+- `common.py`: the shared option decorators, the command wrapper, registry-driven choices and
+  --help sections (what `--help` and parsing need);
+- `run.py`: what runs a command: the config merge and --print-config, the stage runner;
 - `commands.py`: the 12 commands and their console-script entry points (`gen_plan_main` ...);
 - `utilities.py`: the `toolkit` group (the commands as subcommands, stats, schema, doctor, serve,
   tasks, plugins, domain check, tools import) and its entry point `main`.
 
 The names below are the package's interface: `[project.scripts]` in pyproject.toml (`toolkit.cli:main`,
-`toolkit.cli:gen_plan_main` ...), the bin/ shims (`getattr(cli, entry)()`) and tests use them."""
+`toolkit.cli:gen_plan_main` ...), the bin/ shims (`getattr(cli, entry)()`) and tests use them. The
+ones from `run.py` and `utilities.py` resolve on first use (`__getattr__`): a console script such as
+`gen-task` imports this package, and its start-up should not pay for the `toolkit` group or the
+stream machinery (bench/startup_bench.py)."""
+
+import importlib
+from typing import Any
 
 from toolkit.cli.commands import (
     COMMANDS,
@@ -39,20 +46,23 @@ from toolkit.cli.commands import (
     verify_main,
 )
 from toolkit.cli.common import (
-    FLAG_KEYS,
     RegistryChoice,
     RegistryHelp,
     config_options,
     io_options,
     llm_options,
-    merged_config,
-    options_model,
-    printable,
-    run_stage,
     stage_command,
     train_io_options,
 )
-from toolkit.cli.utilities import main, toolkit_group
+
+_LAZY = {"FLAG_KEYS": "run", "merged_config": "run", "options_model": "run", "printable": "run",
+         "run_stage": "run", "main": "utilities", "toolkit_group": "utilities"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"toolkit.cli.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'toolkit.cli' has no attribute {name!r}")
 
 __all__ = [
     "COMMANDS",

@@ -1,15 +1,18 @@
 """The 12 commands. Each is a few lines: the shared options (common.py) → the typed options → the
-stage's library object or function; the `*_main` console-script entry points."""
+stage's library object or function; the `*_main` console-script entry points. A body imports what
+runs it (its stage, `toolkit.cli.run`) when it runs: importing this module, as every console
+script and `--help` does, loads click, the options models and nothing of the stream machinery."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
 import click
 
+from toolkit import registry
 from toolkit.cli.common import (
-    FLAG_KEYS,
     RegistryChoice,
     StrategyChoice,
     cli_command,
@@ -18,11 +21,9 @@ from toolkit.cli.common import (
     entry_point,
     io_options,
     llm_options,
-    run_stage,
     stage_command,
     train_io_options,
 )
-from toolkit.io import log
 
 
 @cli_command("simulate-env", """Simulate tool results with an LLM (Simia environment feedback; ASTRA emulator).
@@ -54,6 +55,7 @@ Example:
 @click.option("-n", "n", type=int, default=None, help="--mode trajectory: trajectories (passes) per seed.")
 @stage_command
 def simulate_env(opts: Any) -> int:
+    from toolkit.cli.run import run_stage
     from toolkit.stages.simulate_env import SimulateEnv
 
     return run_stage("simulate-env", opts, SimulateEnv(opts))
@@ -94,6 +96,7 @@ Example:
               help="Exit 1 when the share of verified trajectories that pass is below this (CI gate).")
 @stage_command
 def verify(opts: Any) -> int:
+    from toolkit.cli.run import log, run_stage
     from toolkit.stages.verify import Verify
 
     stage = Verify(opts)
@@ -151,6 +154,7 @@ Example:
 @click.option("--embed-model", help="Embedding model name at --embed-base-url.")
 @stage_command
 def rollout(opts: Any) -> int:
+    from toolkit.cli.run import run_stage
     from toolkit.stages.rollout import Rollout
 
     return run_stage("rollout", opts, Rollout(opts))
@@ -217,6 +221,7 @@ def strategy_command(name: str, help: str, *extra: Callable, filter_help: str | 
     opts += list(extra)
 
     def body(opts: Any) -> int:
+        from toolkit.cli.run import run_stage
         from toolkit.stages.strategies import STAGES
 
         return run_stage(name, opts, STAGES[name](opts))
@@ -360,6 +365,7 @@ def grpo(opts: Any) -> int:
 def _resolved_model(cfg: dict) -> dict:
     """--model NAME (a known model, e.g. smollm2-135m-instruct) → its materialized checkpoint."""
     if cfg.get("model") and not cfg.get("export"):
+        from toolkit.cli.run import log
         from toolkit.llm.models import ModelError, resolve_model
 
         try:
@@ -376,23 +382,34 @@ COMMANDS: dict[str, click.Command] = {
 }
 
 
-def _bind_defaults(name: str, cmd: click.Command) -> None:
-    """--help shows each option's default from the command's options model (defaults live there
-    only; flags not given never reach the merge, so the model's default applies)."""
-    from toolkit.options import COMMAND_MODELS
+def option_defaults() -> dict[str, dict[str, Any]]:
+    """{command: {click parameter: default}}: what --help shows for each option, from the command's
+    options model (defaults live there only). Bound before a command's first parse
+    (common.RegistryHelp.bind_defaults), read through `registry.cached` (computed again only when
+    the toolkit's files change)."""
+    # imported here, not at the top: a start with a current manifest never imports pydantic or the
+    # models for --help (bench/startup_bench.py)
+    from toolkit.options import COMMAND_MODELS, FLAG_KEYS
 
-    fields = COMMAND_MODELS[name].model_fields
-    for p in cmd.params:
-        f = fields.get(FLAG_KEYS.get(p.name or "", p.name or ""))
-        if f is None or f.is_required() or f.default is None or isinstance(f.default, bool):
-            continue
-        p.default = tuple(f.default) if getattr(p, "multiple", False) else f.default
-        if isinstance(p, click.Option):
-            p.show_default = True
+    out: dict[str, dict[str, Any]] = {}
+    for name, cmd in COMMANDS.items():
+        fields = COMMAND_MODELS[name].model_fields
+        row: dict[str, Any] = {}
+        for p in cmd.params:
+            f = fields.get(FLAG_KEYS.get(p.name or "", p.name or ""))
+            if p.name is None or f is None or f.is_required() or f.default is None or isinstance(f.default, bool):
+                continue
+            row[p.name] = list(f.default) if isinstance(f.default, (list, tuple)) else f.default
+        out[name] = row
+    return out
+
+
+def _defaults_of(name: str) -> dict[str, Any]:
+    return registry.cached("cli-option-defaults", option_defaults)[name]
 
 
 for _name, _c in COMMANDS.items():
-    _bind_defaults(_name, _c)
+    _c.defaults = functools.partial(_defaults_of, _name)  # type: ignore[attr-defined]
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
-"""What every command shares: option decorators (defined once), the config merge (model defaults <
-recipe < TOOLKIT_<KEY> env < flags) and its --print-config, the stage runner, registry-driven choices
-and --help sections, and the console-script wrapper. The commands are in `commands.py`, the `toolkit`
-utilities in `utilities.py`."""
+"""What every command declares: option decorators (defined once), the command wrapper, registry-driven
+choices and --help sections, and the console-script wrapper. This is all a command's `--help` and
+its parsing load (click and the registry's manifest); what runs a command (the config merge and its
+--print-config, the stage runner: `run.py`) is imported when the command runs. The commands are in
+`commands.py`, the `toolkit` utilities in `utilities.py`."""
 
 from __future__ import annotations
 
@@ -11,9 +12,6 @@ from collections.abc import Callable
 from typing import Any
 
 import click
-
-from toolkit import config as C
-from toolkit.io import IOOptions, RecordStream, UsageError, log
 
 # ----------------------------------------------------------------------------------------------
 # shared options (defined once)
@@ -119,116 +117,19 @@ def train_io_options(f: Callable) -> Callable:
 # running a command
 
 
-# click parameter names that differ from the option key
-FLAG_KEYS = {"filter_": "filter"}
-STRATEGY_COMMANDS = ("gen-plan", "gen-task", "validate-task", "repair", "reflect", "make-verifier")
-
-
-def _flags_given(ctx: click.Context) -> dict:
-    out = {}
-    for name, value in ctx.params.items():
-        src = ctx.get_parameter_source(name)
-        if src is not None and src.name not in ("DEFAULT", "DEFAULT_MAP"):
-            out[FLAG_KEYS.get(name, name)] = value
-    return out
-
-
-def options_model(command: str) -> type:
-    """The typed options model of a command (toolkit.options), with its strategies' keys."""
-    from toolkit.options import model_for
-
-    if command in STRATEGY_COMMANDS:
-        from toolkit.stages.strategies import options_model as strategy_model
-
-        return strategy_model(command)
-    return model_for(command)
-
-
-@functools.lru_cache(maxsize=1)
-def all_option_keys() -> frozenset:
-    """Every key some command knows (recipe `defaults:` keys and TOOLKIT_* env vars are checked
-    against it)."""
-    from toolkit.options import COMMAND_MODELS
-
-    return frozenset(k for c in COMMAND_MODELS for k in options_model(c).model_fields)
-
-
-def merged_config(ctx: click.Context) -> Any:
-    """The command's typed options: model defaults < recipe < TOOLKIT_<KEY> env < flags."""
-    command = ctx.command.name
-    path = ctx.params.get("recipe")
-    recipe = C.load_recipe(path)
-    opts = C.resolve(command, options_model(command), recipe, _flags_given(ctx),
-                     known_anywhere=all_option_keys, recipe_path=path, warn=log)
-    opts.recipe_hash = C.recipe_hash(path)
-    if command in STRATEGY_COMMANDS:
-        from toolkit.stages.strategies import with_strategy_defaults
-
-        opts = with_strategy_defaults(command, opts)
-    return opts
-
-
-def printable(opts: Any) -> dict:
-    """--print-config: every key of the command (None included) and the strategy / role keys that
-    are set (the unset role-prefixed LLM keys would only repeat null dozens of times)."""
-    from toolkit.options import COMMAND_MODELS
-
-    own = COMMAND_MODELS[type(opts).command].model_fields
-    return {k: v for k, v in opts.model_dump(mode="json").items() if v is not None or k in own}
-
-
-def apply_operator_options(sandbox_isolation: Any = None, sandbox_limits: Any = None, mcp_servers: Any = None) -> None:
-    """--sandbox-isolation / --sandbox-limits / --mcp-servers (config_options): set for this
-    process; a bad value is a usage error naming the key."""
-    if sandbox_isolation:
-        from toolkit import sandbox
-        try:
-            sandbox.set_default_isolation(str(sandbox_isolation))
-        except ValueError as e:
-            raise click.UsageError(f"sandbox_isolation: {e}") from None
-    if sandbox_limits is not None:
-        from toolkit import sandbox
-        try:
-            sandbox.set_operator_limits(sandbox_limits)
-        except ValueError as e:
-            raise click.UsageError(f"sandbox_limits: {e}") from None
-    if mcp_servers is not None:
-        from toolkit.envs.mcp.servers import McpConfigError, set_servers
-        try:
-            set_servers(mcp_servers)
-        except McpConfigError as e:
-            raise click.UsageError(f"mcp_servers: {e}") from None
-
-
 def stage_command(fn: Callable[[Any], int]) -> Callable:
     """Wrap a command body `fn(opts) -> exit code` (opts: the typed options, toolkit.options):
-    config merge, --print-config, error → exit code."""
+    config merge, --print-config, error → exit code (toolkit.cli.run.invoke)."""
 
     @click.pass_context
     @functools.wraps(fn)
     def wrapper(ctx: click.Context, **_: Any) -> None:
-        try:
-            opts = merged_config(ctx)
-        except (C.ConfigError, UsageError) as e:
-            raise click.UsageError(str(e)) from None
-        if opts.print_config:
-            click.echo(C.dump(printable(opts)), nl=False)
-            ctx.exit(0)
-        apply_operator_options(opts.sandbox_isolation, opts.sandbox_limits, opts.mcp_servers)
-        try:
-            code = fn(opts)
-        except UsageError as e:
-            raise click.UsageError(str(e)) from None
-        ctx.exit(code or 0)
+        # the execution layer (config, streams, stages) loads when a command runs, not for --help
+        from toolkit.cli import run
+
+        run.invoke(ctx, fn)
 
     return wrapper
-
-
-def run_stage(command: str, opts: Any, stage: Any) -> int:
-    """Standard streaming command: run the stage object over the stream; the exit code."""
-    stream = RecordStream(IOOptions.from_config(opts.cfg()), command, meter=stage.meter)
-    stream.run_stage(stage, concurrency=opts.concurrency)
-    return stream.exit_code()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -259,7 +160,28 @@ class RegistryHelp(click.Command):
 
     def __init__(self, *args: Any, sections: tuple = (), **kw: Any):
         self.sections = sections  # ((title, kind, scope), ...)
+        self.defaults: Callable[[], dict] | None = None  # {parameter: default}, set by commands.py
+        self._bound = False
         super().__init__(*args, **kw)
+
+    def bind_defaults(self) -> None:
+        """Give each option the default `self.defaults()` names (shown by --help), once, before the
+        first parse: the defaults live in the options models only, and a flag not given never
+        reaches the config merge, so the model's default applies either way."""
+        if self._bound or self.defaults is None:
+            return
+        self._bound = True
+        given = self.defaults()
+        for p in self.params:
+            if p.name in given:
+                v = given[p.name]
+                p.default = tuple(v) if getattr(p, "multiple", False) else v
+                if isinstance(p, click.Option):
+                    p.show_default = True
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        self.bind_defaults()
+        return super().parse_args(ctx, args)
 
     def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         from toolkit import registry

@@ -8,7 +8,8 @@ import sys
 
 import click
 
-from toolkit.cli.common import apply_operator_options, compose
+from toolkit.cli.common import compose
+from toolkit.cli.run import apply_operator_options
 from toolkit.io import log
 
 

@@ -27,7 +27,7 @@ class LLMError(RuntimeError):
 
 
 class LLMConfig(BaseModel):
-    model_config = ConfigDict(extra="ignore", protected_namespaces=())
+    model_config = ConfigDict(extra="ignore", protected_namespaces=(), defer_build=True)  # built on first use
 
     model: str | None = None          # None -> the embedded default model (or the server's first model)
     base_url: str | None = None       # None -> embedded server; "vllm-inprocess" -> in-process vLLM

@@ -41,6 +41,8 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+import toolkit
+
 __all__ = [
     "EMBEDDED_MODEL_NAME",
     "EmbeddedServerError",
@@ -149,7 +151,8 @@ class EmbeddedServerError(RuntimeError):
 
 
 def toolkit_home() -> str:
-    home = os.environ.get("TOOLKIT_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "toolkit")
+    """toolkit.home(), created."""
+    home = toolkit.home()
     os.makedirs(home, exist_ok=True)
     return home
 

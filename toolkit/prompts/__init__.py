@@ -17,9 +17,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-
-import jinja2
-import jinja2.meta
+from typing import Any
 
 from toolkit.formats.tools import tools_text
 
@@ -45,27 +43,38 @@ class Prompt:
         missing = [k for k in _variables(self.text) if k not in values]
         if missing:
             raise KeyError(f"prompt {self.id}: missing value for {{{{{missing[0]}}}}}")
+        import jinja2  # (loaded by _env already)
+
         try:
             return tpl.render(**values)
         except jinja2.UndefinedError as e:
             raise KeyError(f"prompt {self.id}: {e.message}") from None
 
 
-# jinja2 with the settings that keep `{{var}}` files rendering exactly as the old regex did: no
-# HTML escaping, the trailing newline kept, no whitespace trimming.
-_ENV = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
-_ENV.filters["tools_text"] = tools_text
+@functools.lru_cache(maxsize=1)
+def _env() -> Any:
+    """jinja2 with the settings that keep `{{var}}` files rendering exactly as the old regex did: no
+    HTML escaping, the trailing newline kept, no whitespace trimming."""
+    # jinja2 is imported by the first render, not at the top: every flow imports this module, and
+    # every strategy command imports every flow (~50 ms of start-up, bench/startup_bench.py)
+    import jinja2
+
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+    env.filters["tools_text"] = tools_text
+    return env
 
 
 @functools.lru_cache(maxsize=256)
-def _compiled(text: str) -> jinja2.Template:
-    return _ENV.from_string(text)
+def _compiled(text: str) -> Any:
+    return _env().from_string(text)
 
 
 @functools.lru_cache(maxsize=256)
 def _variables(text: str) -> tuple[str, ...]:
     """Top-level names the template reads, in order of first appearance."""
-    names = jinja2.meta.find_undeclared_variables(_ENV.parse(text))
+    import jinja2.meta  # (as _env)
+
+    names = jinja2.meta.find_undeclared_variables(_env().parse(text))
     first = {n: text.find(n) for n in names}
     return tuple(sorted(names, key=lambda n: first[n]))
 

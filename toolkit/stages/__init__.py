@@ -24,7 +24,7 @@ class FnStage:
     command: str = ""
 
     def __init__(self, opts: Any = None, /, meter: Any = None, **changes: Any):
-        model = self.options_model()
+        model = self.options_model() if opts is None or changes else self.model_for(opts)
         if opts is None:
             opts = model.model_validate(changes)
         else:
@@ -41,6 +41,10 @@ class FnStage:
         from toolkit.options import model_for
 
         return model_for(cls.command)
+
+    def model_for(self, opts: Any) -> type:
+        """The model `opts` is validated against (StrategyStage may keep the CLI's narrower one)."""
+        return self.options_model()
 
     def build(self) -> Any:  # pragma: no cover - subclasses
         raise NotImplementedError

@@ -52,6 +52,10 @@ def names(command: str) -> list[str]:
 def get(command: str, name: str | None) -> _R.Entry:
     from toolkit.io import UsageError
 
+    if name is not None:  # one strategy: its module alone (the registry manifest), else the full load below
+        e = _R.lookup(KIND, name, command)
+        if e is not None:
+            return e
     known = _R.entries(KIND, command)
     if not known:
         errs = [e.line() for e in _R.errors() if e.kind == KIND]

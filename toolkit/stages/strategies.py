@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from toolkit import registry as _R
 from toolkit.schema import Record
 from toolkit.stages import FnStage, make_meter  # noqa: F401  (re-exported for the CLI)
 from toolkit.stages.registry import StageContext, get, options_models
@@ -143,6 +144,18 @@ class StrategyStage(FnStage):
     def __init__(self, opts: Any = None, /, meter: Any = None, **changes: Any):
         super().__init__(opts, meter=meter, **changes)
         self.opts = with_strategy_defaults(self.command, self.opts)
+
+    def model_for(self, opts: Any) -> type:
+        """The options' own model when it is this command's and holds every key of the strategy it
+        names (the CLI's model narrowed to `--strategy`: no other flow is imported), else the model
+        with every registered strategy's keys."""
+        m = type(opts)
+        name = getattr(opts, "strategy", None)
+        if getattr(m, "command", None) == self.command and isinstance(name, str):
+            info = _R.lookup("strategies", name, self.command)
+            if info is not None and (info.options is None or set(info.options.model_fields) <= set(m.model_fields)):
+                return m
+        return self.options_model()
 
     def build(self) -> Any:
         return stream_fn(build(self.command, self.opts.cfg(), self.meter))
