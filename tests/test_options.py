@@ -228,7 +228,7 @@ def test_every_toolkit_variable_the_code_reads_is_known():
     import re as _re
     from pathlib import Path as _Path
 
-    from toolkit.cli.common import all_option_keys
+    from toolkit.cli.run import all_option_keys
     from toolkit.options import NON_OPTION_ENV, NON_OPTION_ENV_PREFIXES
 
     root = _Path(__file__).resolve().parent.parent / "toolkit"
