@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ASTRA (seeds/002) end to end:  recipes/astra.sh tools|qa|both [N]      (just astra tools 2)
+# ASTRA end to end:  recipes/astra.sh tools|qa|both [N]      (just astra tools 2)
 #   tools (pipeline A, SFT): tool docs → toolkit tools import → gen-plan (chain graph, walks,
 #         dependency check; graphs in $OUT/graphs) → gen-task (chain tasks from the plans + N server-only
 #         tasks per server record, 3 augmentations each)

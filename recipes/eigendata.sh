@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# EigenData pilot loop (Phase 1 + Phase 2, FLOWS.md §1.3) on one environment, with a yield/cost
+# EigenData pilot loop (Phase 1 + Phase 2 of EigenData, arXiv 2601.22607) on one environment, with a yield/cost
 # table per stage and iteration (toolkit.yieldtable; group "<iteration>", repair rounds "<iteration>.r<round>"):
 #   recipes/eigendata.sh ENV N [MAX_ITERS]
 # ENV: a bundled sqlite domain (airline, clinic) or tau2:<domain> (tau2:airline ...).

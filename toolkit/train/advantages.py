@@ -1,7 +1,7 @@
 """GRPO advantage math, pure Python (no torch): group advantages, zero-variance filtering, ASTRA's
 adaptive batch filling, TA-GRPO per-turn advantages and their expansion to tokens.
 
-The four papers side by side (FLOWS.md §6.1):
+The four papers side by side (their RL sections; docs/training.md cites them):
 - EigenData [E]: Â(τ_g) = (R_g − μ_G) / σ_G for every token of τ_g; groups whose G rewards are all
   equal are dropped (dynamic filtering; refill NS → `DynamicFilter` does not refill).
 - ASTRA [A]: a group is *valid* when Std(R) > δ; `AdaptiveBatcher` concatenates a carry-over

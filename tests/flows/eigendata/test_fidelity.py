@@ -1,4 +1,4 @@
-"""Fidelity to the EigenData (seed 000) and AReaL-SEA (seed 001) texts: each test quotes the
+"""Fidelity to the EigenData (v1) and AReaL-SEA (v3) texts of arXiv 2601.22607: each test quotes the
 sentence it checks and computes its expectation by hand from it."""
 
 import asyncio

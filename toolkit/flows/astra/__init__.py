@@ -1,4 +1,4 @@
-"""The astra flow (see ../shared/FLOWS.md §3): registers its strategies on import.
+"""The astra flow ("ASTRA: Automated Synthesis of agentic Trajectories and Reinforcement Arenas"): registers its strategies on import.
 
 Modules, one per step: tooldocs (A1 ingestion), chains (A2 graph / walks / dependency check),
 plan (gen-plan), tasks (gen-task astra, A3), qa (gen-task astra-qa, B1), validate (validate-task,

@@ -1,4 +1,4 @@
-"""The eigendata flow (EigenData / AReaL-SEA, see ../shared/FLOWS.md §1-2): registers its
+"""The eigendata flow (EigenData / AReaL-SEA: "From Self-Evolving Synthetic Data to Verifiable-Reward RL: Post-Training Multi-turn Interactive Tool-Using Agents" (arXiv 2601.22607; EigenData is v1, AReaL-SEA v3)): registers its
 strategies on import (gen-task, validate-task, make-verifier, repair, gen-plan, reflect)."""
 
 from toolkit.flows.eigendata import gen_task  # noqa: F401

@@ -1,4 +1,4 @@
-"""The logigen flow (see ../shared/FLOWS.md): registers its strategies on import.
+"""The logigen flow ("LOGIGEN: Logic-Driven Generation of Verifiable Agentic Tasks" (arXiv 2603.00540)): registers its strategies on import.
 
 Modules: analysis (trigger analysis, no registration), domain_check (the deterministic domain
 check), architect (gen-plan --strategy logigen), gentask (gen-task: explorer, set_designer,

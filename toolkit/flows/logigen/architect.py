@@ -1,5 +1,5 @@
 """LOGIGEN's Architect: `gen-plan --strategy logigen` compiles a domain brief into a sqlite
-policy environment (FLOWS.md §5.2, Stage 1).
+policy environment (LOGIGEN, arXiv 2603.00540, Stage 1).
 
 Input record: the brief in `extra.brief`::
 

@@ -1,4 +1,4 @@
-"""The simia flow (see ../shared/FLOWS.md §4): registers its strategies on import.
+"""The simia flow ("Simulating Environments with Reasoning Models for Agent Training" (Simia)): registers its strategies on import.
 
 Modules (one per step): `transcript` (the deterministic transcript ⇄ messages parser),
 `prefilter` (validate-task --strategy simia), `simulate` (simulate-env --mode trajectory),
