@@ -111,7 +111,7 @@ def main(out: Path) -> None:
         gen._run = traced
         report["result_vllm"] = run.train()
         report["history_vllm"] = run.history
-        del run, vg, sampler
+        run = vg = sampler = None  # vLLM's engine freed before the transformers run (the hooks above are done)
         hf = G.GRPORun({**base, "max_steps": 1, "generation": "transformers"}, recs, model, str(out / "hf"))
         report["result_transformers"] = hf.train()
         report["history_transformers"] = hf.history

@@ -16,6 +16,7 @@ import json
 import re
 from typing import Any
 
+from toolkit.envs.sqlite.vocab import domain_words, words
 from toolkit.flows.logigen.explorer import DomainView, Draft, Probe
 
 VIEW_KEYS = ("instruction", "persona", "reason_for_call", "known_info", "unknown_info", "instructions")
@@ -25,9 +26,6 @@ PERSONAS = {
     "Rookie": "A first-time customer who knows little about how things work here.",
     "Edge": "A careful customer who wants exactly as much as is allowed.",
 }
-
-
-from toolkit.envs.sqlite.vocab import domain_words, words
 
 
 def _val(view: DomainView, table: str, col: str, v: Any) -> str:
