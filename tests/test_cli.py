@@ -2,6 +2,7 @@
 import gzip
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -194,3 +195,16 @@ def test_embedded_default_and_cache(tmp_path):
     assert n >= 1 and t1["usage"].get("cache_hits", 0) == 0
     assert t2["usage"]["requests"] == 0 and t2["usage"]["cache_hits"] == n
     assert "llm requests 0 " in p2.stderr, p2.stderr
+
+
+def test_verify_help_names_every_registered_scorer():
+    """`verify --help` lists what `--strategy` accepts, from the registry (grounding and bfcl included)."""
+    from toolkit import registry
+
+    p = run_cmd([str(BIN / "verify"), "--help"])
+    assert p.returncode == 0, p.stderr
+    names = registry.names("scorers")
+    assert {"state_diff", "actions", "f1", "grounding", "bfcl"} <= set(names)
+    scorers = p.stdout.split("Scorers (--strategy):", 1)[1]
+    for n in names:
+        assert re.search(rf"^\s+{re.escape(n)}\s", scorers, re.M), n

@@ -67,8 +67,7 @@ def simulate_env(opts: Any) -> int:
 Reads : records with trajectories (and task ground truth / verifier)
 Writes: the records with trajectory.reward, trajectory.scores, steps[].reward and one verdict per
         strategy and trajectory
-Strategies: state_diff (LOGIGEN DIFF, R, proximity, dense r_t), actions (tau2's actions, strict), f1 (ASTRA),
-            code (sandboxed evaluate_submission), judge (LLM rubric), tau2 (tau2's evaluator)
+Strategies: every registered scorer, listed under "Scorers" below (plugins' too)
 
 \b
 Example:
