@@ -1,5 +1,5 @@
 """Nothing in the repository points at files users do not have: the project's working notes
-(a FLOWS.md extraction, the seed-paper texts, a design memo) live outside it, so docs, code,
+(the flows extraction, the seed-paper texts, a design memo) live outside it, so docs, code,
 recipes and tests cite the papers by title and arXiv id instead."""
 from __future__ import annotations
 

@@ -59,9 +59,11 @@ def column_hints(an: Any) -> dict[tuple[str, str], list]:
     return out
 
 
-def _fits(c: Any, v: Any) -> bool:
+def fits_column(c: Any, v: Any, none_ok: bool = False) -> bool:
+    """`v` has the JSON type of column `c` (a bool never does; None only for an untyped column, and
+    only with `none_ok`)."""
     jt = getattr(c, "json_type", None)
-    if isinstance(v, bool) or v is None:
+    if isinstance(v, bool) or (v is None and not none_ok):
         return False
     if jt == "integer":
         return isinstance(v, int)
@@ -93,7 +95,7 @@ def hint_values(hints: list, state: dict, col: Any, cur: Any) -> list:
             else:
                 vals = [v]
         for v in vals:
-            if v != cur and v not in out and _fits(col, v) and (not col.enum or v in col.enum):
+            if v != cur and v not in out and fits_column(col, v) and (not col.enum or v in col.enum):
                 out.append(v)
     return out
 

@@ -29,6 +29,7 @@ import random
 from typing import Any
 
 from toolkit.flows.logigen.explorer import Boundary, Probe, _is_date, _shift_date
+from toolkit.flows.logigen.hints import fits_column
 from toolkit.flows.logigen.reach import Read, _cond_operands, _operands
 
 
@@ -55,19 +56,6 @@ def _literals(rc: Any, table: str, col: str) -> list:
     return out
 
 
-def _fits(c: Any, v: Any) -> bool:
-    jt = getattr(c, "json_type", None)
-    if isinstance(v, bool):
-        return False
-    if jt == "integer":
-        return isinstance(v, int)
-    if jt == "number":
-        return isinstance(v, (int, float))
-    if jt == "string":
-        return isinstance(v, str)
-    return True
-
-
 def state_constants(rc: Any, state: dict) -> list:
     """Values the condition reads from a one-row table with no key (`(SELECT date FROM today)`)
     in `state`: the dates a date window is measured from."""
@@ -90,7 +78,7 @@ def values(view: Any, state: dict, table: str, col: str, rc: Any, cur: Any, limi
     c = view.tables[table].colmap.get(col)
     if c is None:
         return []
-    cands = [v for v in _literals(rc, table, col) if _fits(c, v)] + list(c.enum or [])
+    cands = [v for v in _literals(rc, table, col) if fits_column(c, v, none_ok=True)] + list(c.enum or [])
     if hints:  # what the other rules compare the column with (a return dated today)
         from toolkit.flows.logigen.hints import hint_values
 
@@ -106,7 +94,7 @@ def values(view: Any, state: dict, table: str, col: str, rc: Any, cur: Any, limi
     cands += [r.get(col) for r in state.get(table, [])]
     out: list = []
     for v in cands:
-        if v is not None and v != cur and v not in out and _fits(c, v):
+        if v is not None and v != cur and v not in out and fits_column(c, v, none_ok=True):
             out.append(v)
     return out[:limit]
 
