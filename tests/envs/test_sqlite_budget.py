@@ -196,3 +196,30 @@ def test_rollout_with_a_bomb_trigger_ends_within_the_operators_wall_limit(tmp_pa
     assert json.loads(tools[0]["content"])["error"]["code"] == "TIMEOUT"
     assert json.loads(tools[1]["content"])["count"] == 1  # the episode went on after the timeout
     assert took < 60, took  # was: never (killed by `timeout` after 60 s, nothing written)
+
+
+def test_a_write_interrupted_to_put_the_size_cap_in_place_gives_the_same_results(monkeypatch):
+    """The size cap goes back in place once a write has taken 2 ms of CPU: that write is interrupted,
+    rolled back and run again. Whether a write crosses 2 ms depends on the machine, so the results
+    must not: with the threshold at 0 (every uncapped write interrupted as soon as the budget looks)
+    LOGIGEN's search makes the same calls with the same results and writes the same tasks. Before the
+    fix an interrupt landing on the write's savepoint RELEASE surfaced as an INTERNAL error of a write
+    that had succeeded (an order-dependent failure of a boundary-search test on a busy machine)."""
+    from tests.flows.logigen.test_determinism import CARRENTAL, generate_digest
+    from toolkit.envs.sqlite import runtime as RT
+
+    internal = []
+    orig = RT.SqliteEnvironment.call
+
+    def call(self, name, args, *a, **k):
+        res = orig(self, name, args, *a, **k)
+        if not res.ok and (res.error or {}).get("code") == "INTERNAL":
+            internal.append((name, args, res.error))
+        return res
+
+    monkeypatch.setattr(RT.SqliteEnvironment, "call", call)
+    normal = generate_digest(CARRENTAL, 10, 7)
+    monkeypatch.setattr(RT, "_UNCAPPED_SECONDS", 0.0)
+    interrupted = generate_digest(CARRENTAL, 10, 7)
+    assert not internal, internal[:3]
+    assert interrupted == normal

@@ -5,6 +5,7 @@ Simia's seed is not left toolless); a policy that cannot be loaded is a counted 
 import pytest
 
 from toolkit.io import StageError, add_provenance, begin_record_notes
+from toolkit.io.provenance import record_notes_scope
 from toolkit.io.summary import _ACTIVE, Summary
 from toolkit.schema import Record
 
@@ -33,10 +34,11 @@ def test_simia_policy_fallback_is_counted_and_marked():
     s = Summary(command="validate-task")
     _ACTIVE.append(s)
     try:
-        begin_record_notes()
-        rec = Record.model_validate(BROKEN)
-        assert env_policy(rec, []) == ""
-        add_provenance(rec, "validate-task")
+        with record_notes_scope():  # this record's notes only: none left for later tests' records
+            begin_record_notes()
+            rec = Record.model_validate(BROKEN)
+            assert env_policy(rec, []) == ""
+            add_provenance(rec, "validate-task")
     finally:
         _ACTIVE.remove(s)
     (reason,) = s.fallback_reasons

@@ -588,7 +588,8 @@ class SqliteEnvironment(Environment):
 
     def _write_once(self, t: Table, kind: str, fn) -> Any:
         conn = self._conn
-        conn.execute(f"SAVEPOINT {_SAVEPOINT}")
+        with self._budget.paused():  # the budgets bound the write, never its savepoint or its release
+            conn.execute(f"SAVEPOINT {_SAVEPOINT}")
         try:
             result = fn()
         except Exception as e:
@@ -606,7 +607,8 @@ class SqliteEnvironment(Environment):
             with self._budget.paused():
                 self._rollback()
             return result
-        conn.execute(f"RELEASE {_SAVEPOINT}")
+        with self._budget.paused():  # an interrupt here would surface as an INTERNAL error of a done write
+            conn.execute(f"RELEASE {_SAVEPOINT}")
         return result
 
     def _rollback(self) -> None:
