@@ -36,16 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-TICKETS = """name: tickets
-description: Support tickets.
-policy: Open a ticket with the code the user gives.
-schema: |
-  CREATE TABLE ticket (ticket_id INTEGER PRIMARY KEY AUTOINCREMENT, code TEXT NOT NULL);
-seed: {ticket: []}
-exclude_keys: [ticket_id]
-tools:
-  hide: ["query_*", "update_*", "delete_*"]
-"""
+TICKETS = (ROOT / "tests" / "data" / "tickets.yaml").read_text()  # the GRPO tests' one-table domain
 CODES = ["red", "blue", "green", "gold", "teal", "pink", "gray", "navy", "lime", "plum", "rose", "sand"]
 
 

@@ -2,6 +2,7 @@
 
 import json
 import random
+from pathlib import Path
 
 import pytest
 
@@ -14,16 +15,7 @@ pytestmark = requires_train
 CPU = {"use_cpu": True, "learning_rate": 1e-3, "max_new_tokens": 64, "max_turns": 4,
        "tool_schema": "compact", "system_prompt": "drop", "max_total_tokens": 6000}
 
-TICKETS = """name: tickets
-description: Support tickets.
-policy: Open a ticket with the code the user gives.
-schema: |
-  CREATE TABLE ticket (ticket_id INTEGER PRIMARY KEY AUTOINCREMENT, code TEXT NOT NULL);
-seed: {ticket: []}
-exclude_keys: [ticket_id]
-tools:
-  hide: ["query_*", "update_*", "delete_*"]
-"""
+TICKETS = (Path(__file__).resolve().parents[1] / "data" / "tickets.yaml").read_text()  # one-table domain
 CODES = ["red", "blue", "green", "gold"]
 DONE = "Done.<|im_end|>"
 

@@ -22,16 +22,7 @@ from pathlib import Path
 
 # parameters vLLM keeps under the same name (q/k/v and gate/up are fused there)
 COMPARED = ("model.embed_tokens.weight", "model.layers.0.self_attn.o_proj.weight", "model.layers.1.mlp.down_proj.weight")
-TICKETS = """name: tickets
-description: Support tickets.
-policy: Open a ticket with the code the user gives.
-schema: |
-  CREATE TABLE ticket (ticket_id INTEGER PRIMARY KEY AUTOINCREMENT, code TEXT NOT NULL);
-seed: {ticket: []}
-exclude_keys: [ticket_id]
-tools:
-  hide: ["query_*", "update_*", "delete_*"]
-"""
+TICKETS = (Path(__file__).resolve().parents[1] / "data" / "tickets.yaml").read_text()
 
 
 def judge(req: dict) -> str:
