@@ -70,8 +70,7 @@ class RuleCoverage(ViolationWitnesses, LimitWitnesses, StateWitnesses):
         self.violations: dict[str, list[Witness]] = {r: [] for r in self.rules}
         self.boundaries: dict[str, list[tuple[Boundary, dict]]] = {r: [] for r in self.rules}
 
-    # -- boundaries (the kinds of witness: witness_violation.py, witness_limit.py, witness_state.py)
-
+    # -- boundaries ------------------------------------------------------------------------------
 
     def find_boundaries(self) -> None:
         """Per rule: skipped when the trigger analysis shows no state can be one action away
