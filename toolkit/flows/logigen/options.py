@@ -73,10 +73,9 @@ class GenTaskOptions(StrategyOptions):
         return LLM_MAX_WRITES if explorer == "llm" else SYMBOLIC_MAX_WRITES
 
     def designer_cfg(self, explorer: str) -> dict:
-        """The goal designer's keys (synth.GoalDesigner still reads a mapping)."""
-        keys = ("violation_share", "boundary_share", "inject_share", "noise_rows", "rule_coverage", "min_writes",
-                "boundary_max_draws")
-        return {**{k: getattr(self, k) for k in keys}, "max_writes": self.writes_cap(explorer)}
+        """The goal designer's mapping (synth.GoalDesigner still reads one): every key, with
+        `max_writes` resolved for the explorer."""
+        return {**self.model_dump(), "max_writes": self.writes_cap(explorer)}
 
 
 class ValidateTaskOptions(StrategyOptions):
