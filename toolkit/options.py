@@ -24,7 +24,9 @@ import difflib
 import functools
 from typing import Any, ClassVar, Literal, Optional, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
+
+from toolkit.io.base import UsageError
 
 # TOOLKIT_* environment variables that are not option keys (read directly by their modules).
 NON_OPTION_ENV = ("HOME", "STAGE_LOG", "STAGE_LABEL", "STAGE_GROUP", "PROMPTS", "SANDBOX", "SANDBOX_CGROUP",
@@ -76,6 +78,21 @@ class Options(BaseModel):
         d = self.model_dump()
         d.update(self.__pydantic_extra__ or {})
         return {k: v for k, v in d.items() if v is not None}
+
+    @classmethod
+    def typed(cls, src: Any) -> "Options":
+        """This model from itself or, for library callers, a mapping of its keys (None = unset;
+        an unknown or ill-typed key is a usage error naming it, as on the command line)."""
+        if isinstance(src, cls):
+            return src
+        if isinstance(src, BaseModel):
+            src = src.model_dump()
+        try:
+            return cls.model_validate({k: v for k, v in (src or {}).items() if v is not None})
+        except ValidationError as e:
+            err = e.errors()[0]
+            key = ".".join(str(x) for x in err.get("loc", ())) or "?"
+            raise UsageError(f"{cls.command or cls.__name__}: {key}: {err['msg']} (got {err.get('input')!r})") from None
 
     @classmethod
     def of(cls, src: Any) -> "Options":

@@ -4,6 +4,7 @@ cost, `LLMError`, and the backend names."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -136,19 +137,27 @@ class Meter:
 # The client
 
 
-def llm_config(cfg: dict, role: str | None = None):
-    """Build an LLMConfig for a role ("agent", "user", "judge", "env" ...) from a merged config.
+def llm_config(opts: Any, role: str | None = None):
+    """Build an LLMConfig for a role ("agent", "user", "judge", "env" ...) from a command's typed
+    options (toolkit.options) or, for library callers, a mapping of the same keys.
 
     Role-prefixed keys (agent_model, agent_base_url, agent_temperature ...) override the plain
     ones (model, base_url, temperature ...).
     """
+    if isinstance(opts, Mapping):
+        value = opts.get
+    else:
+        extra = getattr(opts, "__pydantic_extra__", None) or {}
+
+        def value(key: str) -> Any:
+            return getattr(opts, key, None) if key not in extra else extra[key]
     fields = LLMConfig.model_fields
     vals: dict[str, Any] = {}
     for name in fields:
-        if cfg.get(name) is not None:
-            vals[name] = cfg[name]
-        if role and cfg.get(f"{role}_{name}") is not None:
-            vals[name] = cfg[f"{role}_{name}"]
+        if value(name) is not None:
+            vals[name] = value(name)
+        if role and value(f"{role}_{name}") is not None:
+            vals[name] = value(f"{role}_{name}")
     if "embedded_slot" not in vals:
         from .embedded import slot_for_role
 

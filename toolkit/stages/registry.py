@@ -4,13 +4,14 @@ A flow package (`toolkit/flows/<flow>/`) registers one factory per (command, str
 
     from toolkit.stages.registry import strategy
 
-    @strategy("gen-task", "logigen", help="Set Designer + Explorer + user-view projection")
-    def build(cfg: dict, ctx: StageContext):
+    @strategy("gen-task", "logigen", options=GenTaskOptions, help="Set Designer + Explorer + ...")
+    def build(opts: GenTaskOptions, ctx: StageContext):
         async def fn(record: Record) -> Record | list[Record] | None: ...
         return fn
 
-The factory receives the merged config and a `StageContext` (LLM clients per role, the meter)
-and returns the per-record function that `toolkit.io.RecordStream` runs: it may return one
+The factory receives its own typed options (the `options=` model, defaults filled in; the
+command's model when the strategy declares none) and a `StageContext`: the command's whole typed
+options (`ctx.opts`: IO keys, LLM keys per role), LLM clients per role, the meter. It returns the per-record function that `toolkit.io.RecordStream` runs: it may return one
 record, a list (fan-out: ids must be new and distinct) or None (dropped), and raises
 `toolkit.io.StageError` to reject the input line with a reason.
 
@@ -35,7 +36,7 @@ _REGISTRY: dict[str, dict[str, _R.Entry]] = _R._ENTRIES[KIND]
 
 
 def strategy(command: str, name: str, help: str = "", flow: str | None = None, options: Any = None) -> Callable:
-    """Decorator registering `factory(cfg, ctx) -> per-record fn` for `command --strategy name`;
+    """Decorator registering `factory(opts, ctx) -> per-record fn` for `command --strategy name`;
     `options` (a toolkit.options.Options subclass) declares the strategy's recipe keys."""
     return _R.register(KIND, name, help=help, flow=flow, scope=command, options=options)
 
@@ -83,10 +84,11 @@ def describe(command: str) -> str:
 
 @dataclass
 class StageContext:
-    """What a strategy factory gets besides the config: the command, the meter and LLM clients."""
+    """What a strategy factory gets besides its own options: the command, the command's typed
+    options (`opts`, a toolkit.options model), the meter and LLM clients."""
 
     command: str
-    cfg: dict
+    opts: Any
     meter: Any = None
     _clients: dict = field(default_factory=dict)
 
@@ -97,10 +99,10 @@ class StageContext:
 
         key = role or ""
         if key not in self._clients:
-            self._clients[key] = get_client(llm_config(self.cfg, role=role), self.meter)
+            self._clients[key] = get_client(llm_config(self.opts, role=role), self.meter)
         return self._clients[key]
 
     def model_name(self, role: str | None = None) -> str:
         from toolkit.llm import llm_config
 
-        return llm_config(self.cfg, role=role).model or "embedded"
+        return llm_config(self.opts, role=role).model or "embedded"

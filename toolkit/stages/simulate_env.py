@@ -12,11 +12,13 @@ have no `tool` answer yet. Each pending call is simulated (Simia environment-fee
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
-from toolkit.llm import llm_config
+from toolkit.llm import get_client, llm_config
 from toolkit.io import StageError, add_provenance
 from toolkit.roles.env_simulator import simulate_call
+from toolkit.options import SimulateEnvOptions
 from toolkit.schema import Message, Record, Step
 from toolkit.stages import FnStage, make_meter  # noqa: F401  (re-exported for the CLI)
 from toolkit.stages.registry import StageContext, get, strategy
@@ -63,22 +65,20 @@ def reference_text(record: Record, current_index: int) -> str:
     return ""
 
 
-def build(cfg: dict, meter: Any):
-    """The per-record function of the registered `--mode` (default call)."""
-    info = get(MODE_SCOPE, cfg.get("mode") or "call")
-    return info.factory(cfg, StageContext(command="simulate-env", cfg=cfg, meter=meter))
+def build(opts: SimulateEnvOptions | Mapping, meter: Any):
+    """The per-record function of the registered `--mode` (default call); a mapping of the options'
+    keys is validated into SimulateEnvOptions first."""
+    opts = SimulateEnvOptions.typed(opts)
+    info = get(MODE_SCOPE, opts.mode)
+    return info.factory(opts, StageContext(command="simulate-env", opts=opts, meter=meter))
 
 
 @strategy(MODE_SCOPE, "call", help="answer the pending tool calls (--strategy simia | astra with --fault-rate)")
-def build_call(cfg: dict, ctx: StageContext):
-    from toolkit.llm import get_client
-
-    meter = ctx.meter
-
-    lcfg = llm_config(cfg, role="env")
-    client = get_client(lcfg, meter)
-    strategy = cfg.get("strategy") or "simia"
-    fault_rate = float(cfg.get("fault_rate") or 0.0)
+def build_call(opts: SimulateEnvOptions, ctx: StageContext):
+    lcfg = llm_config(opts, role="env")
+    client = get_client(lcfg, ctx.meter)
+    strategy = opts.strategy
+    fault_rate = opts.fault_rate
 
     async def fn(record: Record) -> Record:
         if not record.trajectories:
@@ -112,16 +112,16 @@ def build_call(cfg: dict, ctx: StageContext):
             traj.usage.cache_hits += usage["cache_hits"]
             traj.usage.cost += usage["cost"]
         add_provenance(record, "simulate-env", strategy=strategy, model=lcfg.model or "embedded",
-                       recipe_hash=cfg.get("recipe_hash"), usage=total)
+                       recipe_hash=opts.recipe_hash, usage=total)
         return record
 
     return fn
 
 
 class SimulateEnv(FnStage):
-    """simulate-env as a stage object (reads the options' dict view: not converted yet)."""
+    """simulate-env as a stage object."""
 
     command = "simulate-env"
 
     def build(self) -> Any:
-        return build(self.opts.cfg(), self.meter)
+        return build(self.opts, self.meter)

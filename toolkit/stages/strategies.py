@@ -10,9 +10,14 @@ the per-record outputs (toolkit.io.RecordStream calls it once the input is exhau
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
 from typing import Any
 
+from pydantic import ValidationError
+
 from toolkit import registry as _R
+from toolkit.io import UsageError, note_drop
+from toolkit.options import COMMAND_MODELS, model_for
 from toolkit.schema import Record
 from toolkit.stages import FnStage, make_meter  # noqa: F401  (re-exported for the CLI)
 from toolkit.stages.registry import StageContext, get, options_models
@@ -26,12 +31,25 @@ def passed_here(record: Record, command: str) -> bool | None:
     return all(v.passed for v in vs)
 
 
-def build(command: str, cfg: dict, meter: Any):
-    info = get(command, cfg.get("strategy"))
-    cfg = dict(cfg, strategy=info.name)
-    ctx = StageContext(command=command, cfg=cfg, meter=meter)
-    fn = info.factory(cfg, ctx)
-    filt = cfg.get("filter") or "all"
+def typed(command: str, opts: Any) -> Any:
+    """The command's typed options with the chosen strategy's defaults filled in, from its options
+    model or, for library callers, a mapping of its keys (an unknown or ill-typed key is a usage
+    error naming it)."""
+    if isinstance(opts, Mapping):
+        opts = options_model(command).typed(opts)
+    return with_strategy_defaults(command, opts)
+
+
+def build(command: str, opts: Any, meter: Any):
+    """The per-record function of `command --strategy <opts.strategy>` (opts: the command's options
+    model, or a mapping of its keys), wrapped with `--filter` and the client closer."""
+    opts = typed(command, opts)
+    info = get(command, opts.strategy)
+    if opts.strategy != info.name:  # the only registered strategy, chosen by default
+        opts = with_strategy_defaults(command, opts.model_copy(update={"strategy": info.name}))
+    ctx = StageContext(command=command, opts=opts, meter=meter)
+    fn = info.factory(info.options.of(opts) if info.options is not None else opts, ctx)
+    filt = getattr(opts, "filter", None) or "all"
 
     def keep(rec: Record) -> bool:
         if filt == "all":
@@ -39,8 +57,6 @@ def build(command: str, cfg: dict, meter: Any):
         ok = passed_here(rec, command)
         kept = bool(ok) if filt == "passed" else ok is False
         if not kept:
-            from toolkit.io import note_drop
-
             failing = [v.name or v.kind for v in rec.verdicts if v.stage == command and not v.passed]
             note_drop(f"{command} {failing[0]}: failed" if failing else f"{command}: no verdict" if ok is None
                       else f"{command}: passed (--filter failed)")
@@ -101,8 +117,6 @@ def stream_fn(run):
 
 def options_model(command: str) -> type:
     """The command's options model with every registered strategy's keys (toolkit.options)."""
-    from toolkit.options import model_for
-
     return model_for(command, options_models(command))
 
 
@@ -116,11 +130,6 @@ def with_strategy_defaults(command: str, opts: Any) -> Any:
     sm = info.options
     if sm is None:
         return opts
-    from pydantic import ValidationError
-
-    from toolkit.io import UsageError
-    from toolkit.options import COMMAND_MODELS
-
     base = COMMAND_MODELS[command].model_fields  # the command's own fields
     given = {k: getattr(opts, k) for k in sm.model_fields if k in opts.model_fields_set
              and getattr(opts, k) is not None}
@@ -158,7 +167,7 @@ class StrategyStage(FnStage):
         return self.options_model()
 
     def build(self) -> Any:
-        return stream_fn(build(self.command, self.opts.cfg(), self.meter))
+        return stream_fn(build(self.command, self.opts, self.meter))
 
 
 class GenPlan(StrategyStage):

@@ -18,7 +18,7 @@ from tests.conftest import BIN, run_cmd
 from toolkit.io import StageError
 from toolkit.llm.testserver import ScriptedServer
 from toolkit.schema import Record
-from toolkit.stages.registry import StageContext, get
+from toolkit.stages import strategies
 
 BLUEPRINT = {
     "entities": [{"table": "resident", "description": "residents and their zone"},
@@ -101,8 +101,7 @@ BRIEF = {"id": "parking-1", "extra": {"brief": {"name": "parking", "description"
 def _run(srv: ScriptedServer, tmp_path: Path, record: dict = BRIEF, **cfg_over):
     cfg = {"base_url": srv.base_url, "model": "scripted", "max_retries": 0, "out_dir": str(tmp_path / "out"),
            "attempts": 3, **cfg_over}
-    ctx = StageContext(command="gen-plan", cfg=cfg)
-    fn = get("gen-plan", "logigen").factory(cfg, ctx)
+    fn = strategies.build("gen-plan", dict(cfg, strategy="logigen"), None)
     return asyncio.run(fn(Record.model_validate(record)))
 
 

@@ -9,12 +9,11 @@ from pathlib import Path
 
 from toolkit.envs import load_env
 from toolkit.flows.logigen.labels import (
-    _waterfall,
     analyze_path,
     facts_from_trace,
     labels,
 )
-from toolkit.flows.logigen.replay import run_traced
+from toolkit.flows.logigen.replay import run_traced, waterfall
 from toolkit.schema import Record
 from toolkit.stages import strategies
 
@@ -89,9 +88,28 @@ def test_journal_rows_are_not_a_waterfall():
         before = env.snapshot()
         after = {k: [dict(r) for r in v] for k, v in before.items()}
         after["ledger"].append({"entry_id": 9, "note": "booked"})          # a journal row appended
-        assert not _waterfall(env, "rental", before, after, None)
+        assert not waterfall(env, "rental", before, after)
         after["car"][0]["status"] = "rented"                                  # an existing row updated
-        assert _waterfall(env, "rental", before, after, None)
+        assert waterfall(env, "rental", before, after)
+    finally:
+        env.close()
+
+
+def test_an_unchanged_table_is_no_waterfall_even_with_a_repeated_key():
+    """Where the two copies of the waterfall test differed: labels.py's compared every row of every
+    other table by key, so an unchanged table holding two rows with one key (the last one kept in
+    the by-key index) read as an updated row; the kept definition skips unchanged tables."""
+    env = load_env(ENV)
+    try:
+        before = env.snapshot()
+        car = before["car"][0]
+        twin = dict(car, status="twin-" + str(car.get("status")))  # same key, other values
+        before["car"] = [twin] + [dict(r) for r in before["car"]]
+        after = {k: [dict(r) for r in v] for k, v in before.items()}
+        assert after["car"] == before["car"]
+        assert not waterfall(env, "rental", before, after)
+        after["car"][1]["status"] = "rented"  # the keyed row itself changes: a waterfall
+        assert waterfall(env, "rental", before, after)
     finally:
         env.close()
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from toolkit.envs import load_env
+from toolkit.flows.logigen.options import GenTaskOptions
 from toolkit.flows.logigen.gentask import Designer
 from toolkit.flows.logigen.llm_seeder import (
     FOUND_BY,
@@ -32,7 +33,7 @@ from toolkit.llm.testserver import ScriptedServer
 from toolkit.roles.structured import Malformed
 from toolkit.schema import Record
 from toolkit.stages import strategies
-from toolkit.stages.registry import StageContext, get
+from toolkit.stages.registry import StageContext
 
 RETAIL = {"backend": "sqlite", "path": str(Path(__file__).resolve().parents[2] / "data" / "retail")}
 
@@ -81,17 +82,22 @@ def scripted(by_rule: dict[str, list[str]]):
     return reply
 
 
+def _ctx(cfg: dict) -> StageContext:
+    return StageContext(command="gen-task", opts=strategies.typed("gen-task", dict(cfg, strategy="logigen")))
+
+
 def _designer():
     env = load_env(RETAIL)
-    return env, Designer(env, env.snapshot(), 5, {})
+    return env, Designer(env, env.snapshot(), 5)
 
 
 def _seed(srv: ScriptedServer, rules: list[str], attempts: int = 3):
     env, des = _designer()
     cfg = {"base_url": srv.base_url, "model": "scripted", "max_retries": 0, "llm_boundary_rules": rules}
-    ctx = StageContext(command="gen-task", cfg=cfg)
+    ctx = _ctx(cfg)
     try:
-        rep = asyncio.run(seed_boundaries(des.explorer, ctx.llm("boundary_seeder"), cfg, env.policy(), attempts))
+        rep = asyncio.run(seed_boundaries(des.explorer, ctx.llm("boundary_seeder"),
+                                          GenTaskOptions(llm_boundary_rules=rules, attempts=attempts), env.policy()))
         return rep, des.explorer.llm_boundaries, des.explorer.base
     finally:
         des.close()
@@ -221,8 +227,8 @@ def test_contract_violations_are_malformed(mutate, expect):
         env.close()
 
 
-def _gen(cfg: dict, ctx: StageContext | None) -> list[Record]:
-    fn = get("gen-task", "logigen").factory(cfg, ctx)
+def _gen(cfg: dict) -> list[Record]:
+    fn = strategies.build("gen-task", cfg, None)
     return asyncio.run(fn(Record.model_validate({"id": "shop", "env": RETAIL})))
 
 
@@ -232,7 +238,7 @@ def test_gen_task_uses_verified_llm_seeds_and_validates():
         cfg = {"strategy": "logigen", "explorer": "symbolic", "n": 12, "seed": 7, "llm_boundary": True,
                "llm_boundary_rules": "qty_range,return_window,card_balance", "user_view": "template",
                "base_url": srv.base_url, "model": "scripted", "max_retries": 0, "attempts": 2}
-        recs = _gen(cfg, StageContext(command="gen-task", cfg=cfg))
+        recs = _gen(cfg)
         asked = {_rule_of(r) for r in srv.requests}
     assert asked == {"qty_range", "return_window", "card_balance"}
     rep = recs[0].task.extra["llm_boundary"]
@@ -259,10 +265,10 @@ def test_off_by_default_on_the_symbolic_path():
     with ScriptedServer(scripted({})) as srv:
         cfg = {"strategy": "logigen", "explorer": "symbolic", "n": 8, "seed": 3, "user_view": "template",
                "base_url": srv.base_url, "model": "scripted", "max_retries": 0}
-        with_ctx = _gen(cfg, StageContext(command="gen-task", cfg=cfg))
-        auto = _gen(dict(cfg, llm_boundary="auto"), StageContext(command="gen-task", cfg=cfg))
+        with_ctx = _gen(cfg)
+        auto = _gen(dict(cfg, llm_boundary="auto"))
         assert srv.chat_count == 0
-    plain = _gen({"strategy": "logigen", "explorer": "symbolic", "n": 8, "seed": 3}, None)
+    plain = _gen({"strategy": "logigen", "explorer": "symbolic", "n": 8, "seed": 3})
     assert [r.task.model_dump() for r in with_ctx] == [r.task.model_dump() for r in plain] == \
         [r.task.model_dump() for r in auto]
     assert all("llm_boundary" not in r.task.extra for r in plain)
@@ -310,7 +316,7 @@ def test_llm_injection_verified_or_discarded():
         bad1 = json.dumps({"rows": [dict(MUG_DISTRACTOR["rows"][0], strategy="noise")]})
         bad2 = json.dumps({"rows": [dict(MUG_DISTRACTOR["rows"][0], row={"sku": "s9", "colour": "red"})]})
         with ScriptedServer([bad1, bad2, json.dumps(MUG_DISTRACTOR)]) as srv:
-            ctx = StageContext(command="gen-task", cfg={"base_url": srv.base_url, "model": "m", "max_retries": 0})
+            ctx = _ctx({"base_url": srv.base_url, "model": "m", "max_retries": 0})
             d = draft()
             r = asyncio.run(inject_llm(ctx.llm("injection_designer"), des.view, env, d, attempts=3))
         assert r["applied"] and r["usage"]["requests"] == 3
@@ -319,7 +325,7 @@ def test_llm_injection_verified_or_discarded():
                                  "rows": [{"table": "product", "like": {"sku": "s1"}}]}]
         assert next(o for o in d.target["orders"] if o["order_id"] == 5)["user_id"] == "u2"
         with ScriptedServer([bad1]) as srv:
-            ctx = StageContext(command="gen-task", cfg={"base_url": srv.base_url, "model": "m", "max_retries": 0})
+            ctx = _ctx({"base_url": srv.base_url, "model": "m", "max_retries": 0})
             d = draft()
             r = asyncio.run(inject_llm(ctx.llm("injection_designer"), des.view, env, d, attempts=2))
         assert not r["applied"] and r["reason"].startswith("malformed") and "'strategy' must be one of" in r["reason"]
@@ -334,7 +340,7 @@ def test_gen_task_llm_inject_option():
         cfg = {"strategy": "logigen", "explorer": "symbolic", "n": 8, "seed": 7, "llm_inject": True,
                "llm_inject_share": 1.0, "inject_share": 0.0, "user_view": "template",
                "base_url": srv.base_url, "model": "scripted", "max_retries": 0}
-        recs = _gen(cfg, StageContext(command="gen-task", cfg=cfg))
+        recs = _gen(cfg)
         assert srv.chat_count == 8
     applied = [r for r in recs if r.task.extra["llm_inject"]["applied"]]
     assert applied  # the mug distractor fits tasks that do not depend on the number of products

@@ -54,20 +54,41 @@ import re
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from toolkit import prompts
+from toolkit.envs.sqlite import DomainError, DomainSpec, compile_domain
 from toolkit.flows.logigen import options as O
-from toolkit.io import StageError, add_provenance, log
+from toolkit.flows.logigen.domain_check import MAX_CALLS_PER_RULE, check_domain, policy_rule_ids
+from toolkit.io import StageError, add_provenance, note_warning
+from toolkit.roles.structured import (
+    Malformed,
+    RoleRejected,
+    add_usage,
+    ask_structured,
+    need_enum,
+    new_usage,
+    parse_json_object,
+    tagged_text,
+)
 from toolkit.schema import EnvRef, Plan, Record
-from toolkit.stages.registry import strategy
+from toolkit.stages.registry import StageContext, strategy
 
 STAGES = ("analyze", "policy", "tables", "triggers")
 RULE_KINDS = ("multi_variable", "state_dependent", "role_permission", "irreversible", "threshold")
-DEFAULT_MAX_ROUNDS = 3
 # toolkit defaults (the paper gives none): a stage's reply (a whole policy, DDL with its seed, every
 # trigger) runs to thousands of tokens, far past the client's default max_tokens of 512. Table 5's
 # averages per turn are ~2.3k (policy), ~2.2k (tables) and ~3.9k (triggers) completion tokens.
 # `architect_max_tokens` / `checker_max_tokens` (or the plain `max_tokens`) override them.
 ROLE_MAX_TOKENS = {"architect": 8192, "checker": 4096}
-DEFAULT_OUT_DIR = "logigen_domains"
+
+
+def role_max_tokens(command_opts: Any) -> dict[str, int]:
+    """Each role's max_tokens: `<role>_max_tokens`, else the plain `max_tokens`, else ROLE_MAX_TOKENS."""
+    return {role: getattr(command_opts, f"{role}_max_tokens", None) or getattr(command_opts, "max_tokens", None) or d
+            for role, d in ROLE_MAX_TOKENS.items()}
+
+
 _ID_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 
@@ -77,14 +98,10 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 
 
 def _malformed(msg: str) -> Exception:
-    from toolkit.roles.structured import Malformed
-
     return Malformed(msg)
 
 
 def _tag(text: str | None, tag: str, required: bool = True) -> str | None:
-    from toolkit.roles.structured import tagged_text
-
     body = tagged_text(text, tag, required=required)
     if body is None:
         return None
@@ -93,8 +110,6 @@ def _tag(text: str | None, tag: str, required: bool = True) -> str | None:
 
 
 def parse_blueprint(text: str | None) -> dict:
-    from toolkit.roles.structured import parse_json_object
-
     obj = parse_json_object(text, required=("entities", "rules"))
     rules = obj.get("rules")
     if not isinstance(rules, list) or not rules:
@@ -128,8 +143,6 @@ def parse_tables(text: str | None) -> dict:
     tools: dict = {}
     tools_text = _tag(text, "tools_yaml", required=False)
     if tools_text:
-        import yaml
-
         try:
             tools = yaml.safe_load(tools_text) or {}
         except yaml.YAMLError as e:
@@ -158,8 +171,6 @@ def parse_triggers(text: str | None) -> dict:
 
 
 def parse_check(text: str | None) -> dict:
-    from toolkit.roles.structured import need_enum, parse_json_object
-
     obj = parse_json_object(text, required=("verdict",))
     verdict = need_enum(obj, "verdict", ("PASS", "FAIL"))
     issues = obj.get("issues") or []
@@ -195,8 +206,6 @@ def check_blueprint(bp: dict) -> list[str]:
 
 
 def check_policy(policy: str, bp: dict) -> list[str]:
-    from toolkit.flows.logigen.domain_check import policy_rule_ids
-
     declared = policy_rule_ids(policy)
     reasons: list[str] = []
     wanted = [r["id"] for r in bp.get("rules", [])]
@@ -215,8 +224,6 @@ def check_policy(policy: str, bp: dict) -> list[str]:
 
 
 def check_tables(tables: dict, policy: str) -> list[str]:
-    from toolkit.envs.sqlite import DomainError, DomainSpec, compile_domain
-
     if re.search(r"\bCREATE\s+TRIGGER\b", tables["tables_sql"], re.IGNORECASE):
         return ["the tables stage must not define triggers (they come in the next stage)"]
     spec = DomainSpec(name="draft", schema_sql=tables["tables_sql"], policy=policy, seed=tables["seed"],
@@ -246,8 +253,6 @@ def assemble(name: str, description: str, policy: str, tables: dict, triggers_sq
 
 def write_domain(out: Path, spec: dict, blueprint: dict, report: dict) -> Path:
     """Write the documented domain layout (docs/adding-a-domain.md)."""
-    import yaml
-
     out.mkdir(parents=True, exist_ok=True)
     (out / "domain.yaml").write_text(yaml.safe_dump(
         {"name": spec["name"], "description": spec["description"], "exclude_keys": spec.get("exclude_keys") or []},
@@ -310,21 +315,21 @@ class _CutWatch:
 
 
 class Architect:
-    def __init__(self, cfg: dict, architect_llm: Any, checker_llm: Any | None):
-        from toolkit.roles.structured import new_usage
-
-        self.cfg = cfg
+    def __init__(self, opts: O.ArchitectOptions, architect_llm: Any, checker_llm: Any | None,
+                 max_tokens: dict[str, int] | None = None):
+        """`max_tokens`: per role (default ROLE_MAX_TOKENS; `role_max_tokens(ctx.opts)` reads the
+        configured ones)."""
+        self.opts = opts
         self.llm = architect_llm
         self.checker = checker_llm
-        self.max_rounds = max(1, int(cfg.get("max_rounds") or DEFAULT_MAX_ROUNDS))
-        self.attempts = max(1, int(cfg.get("attempts") or 3))
-        self.semantic = cfg.get("semantic_check", True) not in (False, "false", "0", 0)
-        self.max_calls = int(cfg.get("max_calls") or 0) or None
+        self.max_rounds = opts.max_rounds
+        self.attempts = opts.attempts
+        self.semantic = opts.semantic_check
+        self.max_calls = opts.max_calls
         self.usage = new_usage()
         self.reports: list[dict] = []
         self.rounds: dict[str, int] = {}
-        self.max_tokens = {role: int(cfg.get(f"{role}_max_tokens") or cfg.get("max_tokens") or d)
-                           for role, d in ROLE_MAX_TOKENS.items()}
+        self.max_tokens = dict(max_tokens or ROLE_MAX_TOKENS)
         self.cut: dict[str, int] = {}  # replies cut at max_tokens (finish_reason=length), per role
 
     def _note_cut(self, role: str) -> None:
@@ -332,18 +337,9 @@ class Architect:
         self.cut[role] = self.cut.get(role, 0) + 1
         msg = (f"gen-plan logigen: {role} reply cut at max_tokens ({self.max_tokens[role]}; finish_reason=length): "
                f"raise {role}_max_tokens")
-        try:
-            from toolkit.io import (
-                note_warning,  # the run summary's warning counter, where present
-            )
-        except ImportError:  # pragma: no cover - older toolkit.io: the stderr line alone
-            log(msg)
-        else:
-            note_warning(msg)
+        note_warning(msg)  # the run summary's warning counter
 
     async def _ask(self, client: Any, prompt: str, parse: Any, role: str) -> Any:
-        from toolkit.roles.structured import RoleRejected, add_usage, ask_structured
-
         try:
             res = await ask_structured(_CutWatch(client, lambda: self._note_cut(role)),
                                        [{"role": "user", "content": prompt}], parse, role=role,
@@ -357,8 +353,6 @@ class Architect:
 
     async def _stage(self, stage: str, render: Any, parse: Any, det: Any, upstream: str, show: Any) -> Any:
         """One compile stage with Check-Fix-Verify: -> the accepted artifact."""
-        from toolkit import prompts
-
         prev_text, report = None, None
         check_prompt = prompts.load("logigen/architect_check")
         for rnd in range(1, self.max_rounds + 1):
@@ -384,13 +378,6 @@ class Architect:
 
     async def build_domain(self, brief: dict) -> tuple[dict, dict, dict]:
         """-> (spec dict, blueprint, final domain-check report)."""
-        from toolkit import prompts
-        from toolkit.flows.logigen.domain_check import (
-            MAX_CALLS_PER_RULE,
-            check_domain,
-            policy_rule_ids,
-        )
-
         name, desc = brief["name"], brief["description"]
         given_policy = brief["policy"] if policy_rule_ids(brief["policy"]) else ""
         brief_text = f"name: {name}\ndescription: {desc}\npolicy:\n{brief['policy'] or '(none)'}"
@@ -451,21 +438,19 @@ class Architect:
 
 @strategy("gen-plan", "logigen", options=O.ArchitectOptions, help="Architect: domain brief -> compiled sqlite policy environment "
                                       "(analyze, policy, tables, triggers; check-fix-verify)")
-def build(cfg: dict, ctx: Any):
-    out_dir = Path(str(cfg.get("out_dir") or DEFAULT_OUT_DIR))
-    semantic = cfg.get("semantic_check", True) not in (False, "false", "0", 0)
+def build(opts: O.ArchitectOptions, ctx: StageContext):
+    out_dir = Path(opts.out_dir)
+    max_tokens = role_max_tokens(ctx.opts)
 
     async def fn(record: Record) -> Record:
         brief = parse_brief(record)
-        arch = Architect(cfg, ctx.llm("architect"), ctx.llm("checker") if semantic else None)
+        arch = Architect(opts, ctx.llm("architect"), ctx.llm("checker") if opts.semantic_check else None, max_tokens)
         spec, blueprint, final = await arch.build_domain(brief)
         safe_id = re.sub(r"[^A-Za-z0-9_.-]", "_", record.id)[:120]
         path = (out_dir / safe_id).resolve()
         report = {"rounds": arch.rounds, "checks": arch.reports, "domain_check": final}
         write_domain(path, spec, blueprint, report)
-        from toolkit.flows.logigen.domain_check import check_domain
-
-        written = await asyncio.to_thread(check_domain, path, max_calls=arch.max_calls or 4000)  # the files users get
+        written = await asyncio.to_thread(check_domain, path, max_calls=arch.max_calls or MAX_CALLS_PER_RULE)  # the files users get
         if not written.ok:  # pragma: no cover - the spec passed the same check in memory
             raise StageError("the written domain fails its check: " + "; ".join(written.reasons[:5]),
                              field="extra.brief")
@@ -483,7 +468,7 @@ def build(cfg: dict, ctx: Any):
                    "usage": dict(arch.usage), "max_tokens": dict(arch.max_tokens),
                    "cut_replies": dict(arch.cut)})
         add_provenance(record, "gen-plan", strategy="logigen", model=ctx.model_name("architect"),
-                       recipe_hash=cfg.get("recipe_hash"), usage=arch.usage)
+                       recipe_hash=opts.recipe_hash, usage=arch.usage)
         return record
 
     return fn

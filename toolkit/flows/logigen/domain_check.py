@@ -53,12 +53,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from toolkit.domains import domain_path
+from toolkit.envs.sqlite import (
+    DomainError,
+    DomainSpec,
+    SqliteEnvironment,
+    compile_domain,
+    load_domain_spec,
+    spec_from_dict,
+)
 from toolkit.flows.logigen.analysis import analyze
 from toolkit.flows.logigen.provoke import (
     MAX_CALLS_PER_RULE,
+    ViolationSearch,
     hidden_tools_search,
     named_checks,
-    ViolationSearch,
 )
 
 __all__ = ["DomainReport", "check_domain", "policy_rule_ids"]
@@ -133,14 +142,6 @@ def policy_rule_ids(policy: str) -> list[str]:
 
 def _load(target: Any):
     """-> (CompiledDomain | None, name, source, error)."""
-    from toolkit.envs.sqlite import (
-        DomainError,
-        DomainSpec,
-        compile_domain,
-        load_domain_spec,
-        spec_from_dict,
-    )
-
     name, source = "domain", None
     try:
         if isinstance(target, DomainSpec):
@@ -150,8 +151,6 @@ def _load(target: Any):
         else:
             p = Path(str(target))
             if not p.exists() and re.match(r"^[a-z0-9_]+$", str(target)):
-                from toolkit.domains import domain_path
-
                 try:
                     p = domain_path(str(target))
                 except KeyError:
@@ -171,8 +170,6 @@ def check_domain(target: Any, *, max_calls: int = MAX_CALLS_PER_RULE, strict: bo
     """Run every check on a domain (path, bundled name, DomainSpec or spec dict). Never raises on
     a bad domain: problems are reasons in the report. `strict`: unflagged writes on reference
     tables fail the check (default: they are warnings)."""
-    from toolkit.envs.sqlite import SqliteEnvironment
-
     t0 = time.perf_counter()
     dom, name, source, err = _load(target)
     rep = DomainReport(domain=name, source=source)
@@ -237,8 +234,6 @@ def _check_insert_update(rep: DomainReport, dom: Any, an: Any, strict: bool = Fa
     """A numeric limit on NEW.<col> checked on INSERT but not on UPDATE of the same table (or the
     reverse) while a tool can write that column the other way: the limit can be dodged (a target
     state may break it). A warning by default, a failure with --strict."""
-    import re
-
     rep.passed("insert_update_guard")
     for rule, checks in an.rules.items():
         limits: dict[tuple[str, str], set[str]] = {}
@@ -296,7 +291,7 @@ def _check_reference_writes(rep: DomainReport, dom: Any, an: Any, env: Any, stri
     for checks in an.rules.values():
         for rc in checks:
             for c in rc.conditions:
-                for o in c._operands():
+                for o in c.operands():
                     if o.kind == "subquery":
                         read.update(o.tables.values() or ([o.table] if o.table else []))
     referenced = {fk["table"] for t in dom.tables.values() for fk in t.fks}

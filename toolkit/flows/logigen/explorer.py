@@ -1,28 +1,31 @@
-"""LOGIGEN Explorer (§3.5): from s_origin to an executed s_target and the reference actions.
+"""What both LOGIGEN explorers (§3.5) share: the schema view, probes and the boundary checks.
 
-Two explorers share one contract — they EXECUTE calls in the real sqlite environment, so s_target
-is the state actually reached (no ground-truth drift) and the reference actions are the executed
-calls, a policy-violating attempt included (replayed later with `expect_error`):
+Both explorers EXECUTE calls in the real sqlite environment, so s_target is the state actually
+reached (no ground-truth drift) and the reference actions are the executed calls, a
+policy-violating attempt included (replayed later with `expect_error`):
+- `--explorer symbolic`: the goal machinery (goals.py, rules.py, drawn by synth.GoalDesigner);
+- `--explorer llm`: a Client x Consultant episode (llm_explorer.py).
 
-- `symbolic` (this module): deterministic and seeded. Candidate calls are derived from the tool
-  schemas and the current state only (enum values, foreign-key targets, ±1 on integers, other
-  values of categorical columns, cloned rows for inserts), then probed one by one on a fresh copy
-  of the state and classified (ok / POLICY_VIOLATION <rule> / other error). Goals, violating
-  attempts and their one-argument corrections, and numeric boundaries are picked from those probes.
-  Nothing here knows a domain: it works on any compiled sqlite domain.
-- `llm` (`explore_llm`): a Client x Consultant episode through toolkit.stages.rollout.run_episode.
-
-A `Draft` is what the Set Designer and the projection turn into a task record.
+Here: `DomainView` (schema-derived facts), candidate calls derived from the tool schemas and the
+current state only (enum values, foreign-key targets, ±1 on integers, other values of categorical
+columns, cloned rows for inserts), the `Prober` that runs them one by one on a fresh copy of the
+state and classifies them (ok / POLICY_VIOLATION <rule> / other error), the `Boundary` / `Draft`
+records and the boundary checks. Nothing here knows a domain. A `Draft` is what the Set Designer
+and the projection turn into a task record. (The older symbolic explorer that drew tasks from
+these probes directly is retired; llm_seeder.BaseProbes keeps the probes the LLM boundary seeder
+reads.)
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import random
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from toolkit.envs.sqlite import SqliteEnvironment
 from toolkit.flows.logigen.hints import _is_date, _shift_date, hint_values  # noqa: F401 - re-exported
 from toolkit.flows.logigen.replay import canonical_state, execute  # noqa: F401 - re-exported
 
@@ -124,7 +127,6 @@ class Probe:
         return d
 
     def sig(self) -> str:
-        import json
 
         return self.name + json.dumps(self.args, sort_keys=True, default=str)
 
@@ -133,8 +135,6 @@ class Prober:
     """Runs candidate calls from one fixed state (a private environment reset before each call)."""
 
     def __init__(self, env_base: Any, state: dict):
-        from toolkit.envs.sqlite import SqliteEnvironment
-
         self.state = state
         self.env = SqliteEnvironment(env_base.domain, state=state, config=env_base.config)
         self.before = self.env.snapshot()
@@ -207,7 +207,7 @@ def alt_values(view: DomainView, state: dict, table: str, col: Any, cur: Any, rn
     return vals[:k]
 
 
-def _new_key(state: dict, table: Any, col: Any, rng: random.Random) -> Any:
+def new_key(state: dict, table: Any, col: Any, rng: random.Random) -> Any:
     existing = {r.get(col.name) for r in state.get(table.name, [])}
     if col.json_type == "integer":
         return max([v for v in existing if isinstance(v, int)] or [0]) + 1
@@ -256,7 +256,7 @@ def insert_args(view: DomainView, state: dict, td: Any, rng: random.Random, base
         v = (base or {}).get(c.name)
         fk = view.fk(t.name, c.name)
         if c.pk and not fk:
-            v = _new_key(state, t, c, rng)
+            v = new_key(state, t, c, rng)
         elif fk:
             refs = view.ref_values(state, fk)
             v = rng.choice(refs) if refs else v
@@ -396,332 +396,6 @@ def subject_query(view: DomainView, p: Probe) -> dict | None:
     return None
 
 
-class SymbolicExplorer:
-    """Deterministic, seeded exploration of one base state (probes are computed once and reused
-    by every task drawn from that state)."""
-
-    def __init__(self, env_base: Any, base_state: dict, seed: int):
-        self.env_base = env_base
-        self.view = DomainView(env_base)
-        self.base = base_state
-        self.rng = random.Random(seed)
-        self.prober = Prober(env_base, base_state)
-        self.probes = [self.prober.run(p) for p in candidates(self.view, base_state, self.rng)]
-        self.ok = [p for p in self.probes if p.ok and p.delta > 0]
-        self.violating = [p for p in self.probes if p.violation]
-        self._corrections: dict[str, list[Probe]] = {}
-        # verified LLM boundary seeds [(Boundary, s_origin)] (llm_seeder.seed_boundaries; empty
-        # unless gen-task's `llm_boundary` is on) and the share of Edge drafts that use them
-        self.llm_boundaries: list[tuple[Boundary, dict]] = []
-        self.llm_boundary_share = 0.5
-        self._llm_used = 0
-        self._add_rule_violations()
-
-    def _add_rule_violations(self, max_calls: int = 300) -> None:
-        """Discrete rules one valid action away, from the trigger analysis: for every rule that no
-        random candidate provoked, the domain check's search (find_violating_call) looks for one
-        call that violates it from s_origin itself (no setup call)."""
-        from toolkit.flows.logigen.analysis import analyze
-        from toolkit.flows.logigen.provoke import find_violating_call
-        from toolkit.io import log
-
-        try:
-            rules = sorted(analyze(self.env_base).rules)
-        except Exception as e:  # noqa: BLE001 - logged; the probes found so far are used
-            log(f"gen-task: trigger analysis failed, no extra violating calls: {type(e).__name__}: {e}")
-            return
-        have = {p.rule for p in self.violating}
-        for rule in rules:
-            if rule in have:
-                continue
-            try:
-                hit = find_violating_call(self.prober.env, rule, max_calls=max_calls)
-            except Exception as e:  # noqa: BLE001 - logged, the next rule is searched
-                log(f"gen-task: violation search for rule {rule!r} failed: {type(e).__name__}: {e}")
-                continue
-            if not hit or hit.get("setup"):
-                continue
-            call = hit["call"]
-            td = self.view.tools.get(call["name"])
-            if td is None or td.kind not in WRITE_KINDS:
-                continue
-            t = self.view.tables[td.table]
-            col = next((k for k in call["arguments"] if k not in t.pk), None) if td.kind == "update" else None
-            p = self.prober.run(Probe(call["name"], dict(call["arguments"]), td.kind, td.table, column=col))
-            if p.violation:
-                self.violating.append(p)
-
-    def close(self) -> None:
-        self.prober.close()
-
-    @property
-    def calls(self) -> int:
-        return self.prober.calls
-
-    def corrections(self, v: Probe) -> list[Probe]:
-        key = v.sig()
-        if key not in self._corrections:
-            rng = random.Random(key)
-            outs = [self.prober.run(q) for q in one_arg_variants(self.view, self.base, v, rng)]
-            self._corrections[key] = [q for q in outs if q.ok and q.delta > 0]
-        return self._corrections[key]
-
-    def follow_ups(self, state: dict, first: Probe, rng: random.Random, limit: int = 12) -> list[Probe]:
-        """Successful writes from the state after `first` on the same row / a linked table."""
-        pr = Prober(self.env_base, state)
-        try:
-            cands = [p for p in candidates(self.view, state, rng)
-                     if p.table == first.table or any(v == w for v in p.args.values() for w in first.args.values()
-                                                      if isinstance(v, str) and len(v) >= 3)]
-            rng.shuffle(cands)
-            out = []
-            for p in cands[:60]:
-                q = pr.run(p)
-                if q.ok and q.delta > 0 and q.sig() != first.sig():
-                    out.append(q)
-                    if len(out) >= limit:
-                        break
-            return out
-        finally:
-            pr.close()
-
-    # -- task drafts ----------------------------------------------------------------------------
-
-    def plain(self, rng: random.Random) -> Draft | None:
-        if not self.ok:
-            return None
-        g = rng.choice(self.ok)
-        return Draft(origin=self.base, actions=self._path([g]), goals=[g], archetype="Rookie")
-
-    def mismatch(self, rng: random.Random) -> Draft | None:
-        """A violating attempt, then a correction one argument away."""
-        by_rule: dict[str, list[Probe]] = {}
-        for v in self.violating:
-            by_rule.setdefault(v.rule or "", []).append(v)
-        rules = sorted(by_rule)
-        rng.shuffle(rules)  # a rule first (so every provoked rule gets its tasks), then its calls
-        pool = []
-        for r in rules:
-            vs = list(by_rule[r])
-            rng.shuffle(vs)
-            pool += vs[:3]
-        for v in pool[:12]:
-            fixes = self.corrections(v)
-            if fixes:
-                # a correction that changes an attribute (enum, number, date) reads more naturally
-                # than one that switches to another referenced row; prefer it when there is one
-                attr = [q for q in fixes if not any(self.view.fk(q.table, k) for k in q.args
-                                                    if q.args.get(k) != v.args.get(k))]
-                c = rng.choice(attr or fixes)
-                acts = self._path([c], attempt=v)
-                return Draft(origin=self.base, actions=acts, goals=[c], attempt=v, archetype="Mismatch")
-        return None
-
-    def entangled(self, rng: random.Random) -> Draft | None:
-        if not self.ok:
-            return None
-        for _ in range(4):
-            g1 = rng.choice(self.ok)
-            s1 = self.prober.after(g1)
-            fresh = self._new_keys(s1)
-            # the user cannot name a row the first request creates (its key is not theirs to know)
-            nxt = [p for p in self.follow_ups(s1, g1, rng)
-                   if not any(isinstance(v, (int, str)) and not isinstance(v, bool) and v in fresh
-                              for v in p.args.values())]
-            if nxt:
-                g2 = rng.choice(nxt)
-                d = Draft(origin=self.base, actions=self._path([g1, g2]), goals=[g1, g2], archetype="Entangled")
-                d.before_goal = s1
-                return d
-        return None
-
-    def edge(self, rng: random.Random) -> Draft | None:
-        """A goal exactly at a numeric boundary, s_origin seeded one unit below it (N-1).
-        The trigger analysis and the execution scan first; verified LLM seeds (rules they cannot
-        read) take `llm_boundary_share` of the draws while unused ones remain, and are the fallback."""
-        if self.llm_boundaries and self._llm_used < len(self.llm_boundaries) and rng.random() < self.llm_boundary_share:
-            d = self.llm_edge(rng)
-            if d is not None:
-                return d
-        d = self._edge(rng)
-        if d is None and self.llm_boundaries:
-            d = self.llm_edge(rng)
-        return d
-
-    def llm_edge(self, rng: random.Random) -> Draft | None:
-        """An Edge draft from a verified LLM boundary seed (unused ones first, in order)."""
-        if not self.llm_boundaries:
-            return None
-        if self._llm_used < len(self.llm_boundaries):
-            b, origin = self.llm_boundaries[self._llm_used]
-            self._llm_used += 1
-        else:
-            b, origin = rng.choice(self.llm_boundaries)
-        b = copy.deepcopy(b)
-        d = Draft(origin=origin, actions=self._path([b.goal]), goals=[b.goal], boundary=b, archetype="Edge")
-        return d if self._boundary_holds(d) else None
-
-    def _edge(self, rng: random.Random) -> Draft | None:
-        fixes = [q for qs in self._corrections.values() for q in qs]
-        everything = list({p.sig(): p for p in self.ok + fixes}.values())
-        state_first = rng.random() < 0.5
-        if state_first:
-            d = self._state_threshold(rng, everything)
-            if d is not None:
-                return d
-        pool = [p for p in everything if int_args(self.view, p)]
-        rng.shuffle(pool)
-        found_by: dict = {}
-
-        def thresholds(g: Probe):
-            # the trigger analysis first (NEW.col <op> literal), then an execution scan
-            for arg, at_v, over_v in self._analysis_args(g):
-                at = self.prober.run(Probe(g.name, {**g.args, arg: at_v}, g.kind, g.table, column=g.column))
-                over = self.prober.run(Probe(g.name, {**g.args, arg: over_v}, g.kind, g.table, column=g.column))
-                if at.ok and over.violation:
-                    found_by[(at.sig(), over.sig())] = "trigger analysis"
-                    yield arg, (at, over)
-            for a in int_args(self.view, g):
-                for f in find_arg_thresholds(self.prober, g, a):
-                    yield a, f
-
-        for g in pool[:40]:
-            for arg, (at, over) in thresholds(g):
-                b = Boundary(rule=over.rule or "", arg=arg, threshold=at.args[arg], goal=at, crossing=[over.call()],
-                             found_by=found_by.get((at.sig(), over.sig()), "execution search"))
-                origin = self.base
-                # numeric threshold at N-1: move the state itself next to the boundary when the
-                # goal is an update of that column (executed through the tool, so side effects apply)
-                if g.kind == "update" and arg == g.column and isinstance(at.args[arg], int):
-                    n_minus_1 = at.args[arg] - (over.args[arg] - at.args[arg])
-                    row_key = {k: v for k, v in at.args.items() if k != arg}
-                    cur = self._cell(g.table, row_key, arg)
-                    if cur is not None and n_minus_1 != cur and n_minus_1 >= 0:
-                        seed_call = Probe(g.name, {**row_key, arg: n_minus_1}, g.kind, g.table, column=arg)
-                        sp = self.prober.run(Probe(seed_call.name, dict(seed_call.args), g.kind, g.table, column=arg))
-                        if sp.ok:
-                            origin = self.prober.after(sp)
-                            b.seeded = {"by": "executed call", "call": sp.call(), "value": n_minus_1, "was": cur}
-                if not b.seeded:
-                    b.seeded = {"by": "none (the boundary is one argument unit away)", "value": at.args[arg]}
-                d = Draft(origin=origin, actions=[], goals=[at], boundary=b, archetype="Edge")
-                d.actions = self._path([at])
-                if not self._boundary_holds(d):
-                    continue
-                return d
-        return None if state_first else self._state_threshold(rng, everything)
-
-    def _analysis(self):
-        if not hasattr(self, "_an"):
-            from toolkit.flows.logigen.analysis import domain_analysis
-
-            self._an = domain_analysis(self.env_base)
-        return self._an
-
-    def _analysis_args(self, g: Probe) -> list[tuple[str, Any, Any]]:
-        """[(argument, boundary value, violating value)] for NEW.<arg> thresholds of rules the
-        goal's tool can fire (toolkit.flows.logigen.analysis)."""
-        an = self._analysis()
-        if an is None:
-            return []
-        out = []
-        for rc in an.rules_of(g.name) if hasattr(an, "rules_of") else []:
-            if rc.table != g.table:
-                continue
-            for t in rc.thresholds:
-                if t.ref.startswith("NEW.") and t.ref[4:] in g.args and isinstance(t.boundary, int) \
-                        and t.ref[4:] in int_args(self.view, g):
-                    out.append((t.ref[4:], t.boundary, t.violating))
-        return out
-
-    def _state_threshold(self, rng: random.Random, pool: list[Probe]) -> Draft | None:
-        """Seed a state cell at its threshold (trigger analysis: `(SELECT col FROM t WHERE key =
-        NEW.x) <op> literal`): the goal is still accepted on s_origin, and the same step once more
-        is rejected — the state is one valid action away from the violation."""
-        an = self._analysis()
-        if an is None:
-            return None
-        cands = []
-        for g in pool:
-            for rc in an.rules_of(g.name) if hasattr(an, "rules_of") else []:
-                if rc.table != g.table:
-                    continue
-                for cond in rc.conditions:
-                    for t in rc.thresholds:
-                        if t.condition != cond.text or t.ref.startswith(("NEW.", "OLD.")):
-                            continue
-                        sub = cond.lhs if getattr(cond.lhs, "kind", None) == "subquery" else cond.rhs
-                        if getattr(sub, "kind", None) != "subquery" or not sub.keys:
-                            continue
-                        cands.append((g, rc, t, sub))
-        rng.shuffle(cands)
-        for g, rc, t, sub in cands[:12]:
-            table, col = sub.table, sub.column
-            if table not in self.view.tables or not isinstance(t.boundary, (int, float)):
-                continue
-            match = {}
-            for kcol, op in sub.keys.items():
-                if getattr(op, "kind", None) in ("new", "old") and op.column in g.args:
-                    match[kcol.split(".")[-1]] = g.args[op.column]
-                elif getattr(op, "kind", None) == "literal":
-                    match[kcol.split(".")[-1]] = op.value
-            rows = [r for r in self.base.get(table, []) if match and all(r.get(k) == v for k, v in match.items())]
-            if len(rows) != 1:
-                continue
-            origin = copy.deepcopy(self.base)
-            row = next(r for r in origin[table] if all(r.get(k) == v for k, v in match.items()))
-            was = row.get(col)
-            row[col] = t.boundary
-            try:
-                origin = canonical_state(self.env_base, origin)
-            except Exception:  # noqa: BLE001, S112 - a seed the state cannot hold is skipped
-                continue
-            crossing = [g.call(), g.call()]
-            b = Boundary(rule=rc.rule, arg=f"{table}.{col}", threshold=t.boundary, goal=g, crossing=crossing,
-                         seeded={"by": "state cell", "table": table, "row": match, "column": col,
-                                 "value": t.boundary, "was": was},
-                         found_by="trigger analysis")
-            d = Draft(origin=origin, actions=self._path([g]), goals=[g], boundary=b, archetype="Edge")
-            ok, _ = boundary_check(self.env_base, origin, g.call(), crossing)
-            if ok and boundary_rule(self.env_base, origin, crossing) == rc.rule:
-                return d
-        return None
-
-    def _new_keys(self, state: dict) -> set:
-        """Key values of rows in `state` that s_origin does not have."""
-        out: set = set()
-        for name, t in self.view.tables.items():
-            if not t.pk:
-                continue
-            old = {tuple(r.get(k) for k in t.pk) for r in self.base.get(name, [])}
-            for r in state.get(name, []):
-                kv = tuple(r.get(k) for k in t.pk)
-                if kv not in old:
-                    out |= {v for v in kv if v is not None}
-        return out
-
-    def _cell(self, table: str, key: dict, col: str) -> Any:
-        for r in self.base.get(table, []):
-            if all(r.get(k) == v for k, v in key.items()):
-                return r.get(col)
-        return None
-
-    def _boundary_holds(self, d: Draft) -> bool:
-        """On s_origin: the goal succeeds and the crossing step is a POLICY_VIOLATION."""
-        return boundary_check(self.env_base, d.origin, d.boundary.goal.call(), d.boundary.crossing,
-                              rule=d.boundary.rule)[0]
-
-    def _path(self, goals: list[Probe], attempt: Probe | None = None) -> list[dict]:
-        acts = []
-        q = subject_query(self.view, attempt or goals[0])
-        if q:
-            acts.append(q)
-        if attempt is not None:
-            acts.append(attempt.call(expect_error=POLICY_VIOLATION))
-        acts += [g.call() for g in goals]
-        return acts
-
-
 def _run_crossing(env: Any, crossing: list[dict] | dict) -> tuple[Any, str, str]:
     steps = crossing if isinstance(crossing, list) else [crossing]
     for c in steps[:-1]:
@@ -739,8 +413,6 @@ def _run_crossing(env: Any, crossing: list[dict] | dict) -> tuple[Any, str, str]
 
 
 def boundary_rule(env_base: Any, origin: dict, crossing: list[dict] | dict) -> str | None:
-    from toolkit.envs.sqlite import SqliteEnvironment
-
     env = SqliteEnvironment(env_base.domain, state=origin, config=env_base.config)
     try:
         r, rule, _ = _run_crossing(env, crossing)
@@ -773,8 +445,6 @@ def boundary_check(env_base: Any, origin: dict, goal: dict, crossing: list[dict]
     With `rule` (N-1 of that rule): rejected for that rule (an injected row can make another rule
     fire first), and, for a state rule (the next unit is not the goal's own update one value
     further), the next unit alone is not rejected for it on s_origin."""
-    from toolkit.envs.sqlite import SqliteEnvironment
-
     env = SqliteEnvironment(env_base.domain, state=origin, config=env_base.config)
     try:
         r1, hit, why = _run_crossing(env, crossing)

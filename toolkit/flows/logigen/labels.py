@@ -28,7 +28,11 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from typing import Any
+
+from toolkit.flows.logigen.projection import view_texts
+from toolkit.flows.logigen.replay import waterfall
 
 TAGS = ("Conditional-Logic", "Multi-Step", "State-Based", "Waterfall", "Adversarial", "Reasoning",
         "Hidden-Constraint")
@@ -48,8 +52,6 @@ def _scalars(obj: Any) -> set[str]:
 
 
 def _in_text(v: str, blob: str) -> bool:
-    import re
-
     return re.search(r"(?<![\w.-])" + re.escape(v) + r"(?![\w-])", blob) is not None
 
 
@@ -63,7 +65,6 @@ def analyze_path(env: Any, origin: dict | None, actions: list[dict], user_texts:
     seen_results: set[str] = set()
     out = {"writes": 0, "read_dependent": 0, "state_dependent": 0, "waterfall": 0, "violation_first": False,
            "actions": len(actions), "write_tables": [], "dependent_args": []}
-    keys = env.state_keys() if hasattr(env, "state_keys") else None
     try:
         for i, a in enumerate(actions):
             td = tools.get(a["name"])
@@ -84,7 +85,7 @@ def analyze_path(env: Any, origin: dict | None, actions: list[dict], user_texts:
                     out["read_dependent"] += 1
                     out["dependent_args"].append({"step": i, "values": dep})
                 after = env.snapshot()
-                if _waterfall(env, td.table, before, after, keys):
+                if waterfall(env, td.table, before, after):
                     out["waterfall"] += 1
                 if out["writes"] > 1 and start is not None and not a.get("expect_error"):
                     # does this write need an earlier one? run it alone on s_origin
@@ -123,19 +124,6 @@ def facts_from_trace(trace: dict, user_texts: list[str]) -> dict:
         out["waterfall"] += bool(st["waterfall"])
         out["state_dependent"] += bool(st["alone_fails"])
     return out
-
-
-def _waterfall(env: Any, table: str, before: dict, after: dict, keys: Any) -> bool:
-    """A side effect that updates an existing row of another table."""
-    for name, t in env.domain.tables.items():
-        if name == table or not t.pk:
-            continue
-        old = {tuple(r.get(k) for k in t.pk): r for r in before.get(name, [])}
-        for r in after.get(name, []):
-            o = old.get(tuple(r.get(k) for k in t.pk))
-            if o is not None and o != r:
-                return True
-    return False
 
 
 def labels(facts: dict, boundary: bool, patterns: list[str], injections: list[dict]) -> dict:
@@ -178,8 +166,6 @@ def labels(facts: dict, boundary: bool, patterns: list[str], injections: list[di
 
 def record_labels(env: Any, record: Any) -> tuple[dict, dict]:
     """(facts, labels) of a task record (its env.state is s_origin, env is built from it)."""
-    from toolkit.flows.logigen.projection import view_texts
-
     task = record.task
     cx = task.complexity or {}
     acts = [a.model_dump(exclude_none=True) if hasattr(a, "model_dump") else dict(a) for a in task.ground_truth.actions]

@@ -28,19 +28,26 @@ override --model/--base-url (recipe keys or TOOLKIT_* env).
 from __future__ import annotations
 
 import copy
+import math
 import random
 from typing import Any
 
+from toolkit import prompts
+from toolkit.envs.sqlite import SqliteEnvironment
+from toolkit.flows.logigen import options as O
+from toolkit.flows.logigen import projection as P
 from toolkit.flows.logigen.explorer import (
     POLICY_VIOLATION,
     WRITE_KINDS,
     Draft,
     Probe,
+    canonical_state,
     execute,
+    probe_goals,
 )
-
-LLM_MAX_WRITES = 3  # toolkit default: goals of 1-3 writes fit the Consultant's 12-turn budget
-MENU_SIZE = 3
+from toolkit.flows.logigen.validate import target_rule_violations
+from toolkit.io import log
+from toolkit.schema import Record
 
 
 class _ConsultantEnv:
@@ -80,7 +87,7 @@ def edge_goal(gx: Any, b: Any, origin: dict, rng: random.Random, want: int) -> D
     return d
 
 
-def option_menu(gd: Any, kind: str, rng: random.Random, size: int = MENU_SIZE,
+def option_menu(gd: Any, kind: str, rng: random.Random, size: int = O.GenTaskOptions.model_fields["menu_size"].default,
                 llm_edges: list | None = None) -> list[Draft]:
     """O(s_0): up to `size` distinct feasible goals of `kind` (goal | mismatch | edge) drawn by the
     goal machinery; goals with an option menu inside come first."""
@@ -137,7 +144,6 @@ def follow_episode(gx: Any, goal: Draft, origin: dict, actions: list[dict], rng:
     if j < len(done):
         patterns.add("diverged")
     # the state before each executed write after the divergence: replay the prefix
-    from toolkit.envs.sqlite import SqliteEnvironment
 
     env = SqliteEnvironment(gx.env_base.domain, state=origin, config=gx.env_base.config)
     try:
@@ -185,18 +191,13 @@ def follow_episode(gx: Any, goal: Draft, origin: dict, actions: list[dict], rng:
 # one episode
 
 
-async def explore_once(gd: Any, i: int, kind: str, record: Any, ctx: Any, cfg: dict,
+async def explore_once(gd: Any, i: int, kind: str, record: Any, ctx: Any, opts: O.GenTaskOptions,
                        llm_edges: list | None = None) -> Draft | None:
-    from toolkit import prompts
-    from toolkit.envs.sqlite import SqliteEnvironment
-    from toolkit.flows.logigen import projection as P
-    from toolkit.flows.logigen.explorer import probe_goals
-    from toolkit.schema import Record
     from toolkit.stages.rollout import EpisodeLimits, LLMAgent, LLMUser, run_episode
     from toolkit.stages.verify import trajectory_calls
 
     rng = random.Random(f"{gd.seed}:llm:{i}")
-    menu = option_menu(gd, kind, rng, int(cfg.get("menu_size") or MENU_SIZE), llm_edges)
+    menu = option_menu(gd, kind, rng, opts.menu_size, llm_edges)
     if not menu:
         return None
     pick = rng.randrange(len(menu)) if len(menu) > 1 and rng.random() < 0.3 else 0
@@ -209,8 +210,7 @@ async def explore_once(gd: Any, i: int, kind: str, record: Any, ctx: Any, cfg: d
     consultant_extra = prompts.load("logigen/consultant").render()
     env = SqliteEnvironment(gd.env.domain, state=origin, config=gd.env.config)
     try:
-        limits = EpisodeLimits(max_turns=int(cfg.get("max_turns") or 12),
-                               max_tool_errors=int(cfg.get("max_tool_errors") or 5))
+        limits = EpisodeLimits(max_turns=opts.max_turns, max_tool_errors=opts.max_tool_errors)
         agent = LLMAgent(ctx.llm("consultant"), sample_index=i)
         user = LLMUser(ctx.llm("client"), scenario=gv["reason_for_call"], sample_index=i, system_prompt=client_prompt)
         tmp = Record(id=f"{record.id}-explore{i}", env=record.env)
@@ -281,8 +281,6 @@ async def explore_once(gd: Any, i: int, kind: str, record: Any, ctx: Any, cfg: d
 
 def pick_kind(gd: Any, made: int, made_viol: int, made_edge: int, llm_edges: list | None = None) -> str:
     """mismatch for `violation_share`, edge for `boundary_share` of the tasks, else a plain goal."""
-    import math
-
     k = made + 1
     if made_viol < math.ceil(gd.violation_share * k) and any(gd.cov.violations.values()):
         return "mismatch"
@@ -291,21 +289,21 @@ def pick_kind(gd: Any, made: int, made_viol: int, made_edge: int, llm_edges: lis
     return "goal"
 
 
-async def llm_drafts(gd: Any, n: int, max_tries: int, ctx: Any, cfg: dict, record: Any,
+async def llm_drafts(gd: Any, opts: O.GenTaskOptions, ctx: Any, record: Any,
                      llm_edges: list | None = None) -> tuple[list[Draft], dict]:
-    """(drafts, dropped {reason: count})."""
-    from toolkit.io import log
-
+    """(drafts, dropped {reason: count}): `opts.n` episodes that reached a new state, out of at most
+    n x min(max_tries, llm_tries) tried."""
+    n = opts.n
     drafts: list[Draft] = []
     seen: set[str] = set()
     made_viol = made_edge = 0
     dropped: dict[str, int] = {}
-    budget = n * max(1, min(max_tries, int(cfg.get("llm_tries") or 3)))
+    budget = n * max(1, min(opts.max_tries, opts.llm_tries))
     for i in range(budget):
         if len(drafts) >= n:
             break
         kind = pick_kind(gd, len(drafts), made_viol, made_edge, llm_edges)
-        d = await explore_once(gd, i, kind, record, ctx, cfg, llm_edges)
+        d = await explore_once(gd, i, kind, record, ctx, opts, llm_edges)
         if d is None:
             dropped["no goal in the option menu"] = dropped.get("no goal in the option menu", 0) + 1
             continue
@@ -333,9 +331,6 @@ def llm_edge_drafts(gd: Any, edges: list, k: int, seed: int) -> tuple[list[Draft
     """Symbolic path with `llm_boundary`: up to `k` boundary goal chains from verified LLM seeds
     [(Boundary, s_origin)], each executed from its s_origin; one that does not replay, changes
     nothing or whose target breaks a rule is dropped and counted. (drafts, dropped by reason)"""
-    from toolkit.flows.logigen.explorer import canonical_state, probe_goals
-    from toolkit.flows.logigen.validate import target_rule_violations
-
     out: list[Draft] = []
     dropped: dict[str, int] = {}
     env = gd.env

@@ -23,8 +23,8 @@ else is discarded and counted with its reason; an LLM proposal is never trusted 
 
 Off by default on the symbolic path (the deterministic tests stay LLM-free): gen-task setting
 `llm_boundary` (auto | true | false; auto = on with `--explorer llm`), `llm_boundary_rules` (only
-these rule ids), `llm_boundary_max_rules` (6), `llm_boundary_share` (0.5: share of Edge drafts that
-use a verified LLM seed while unused ones remain). Role model: `boundary_seeder_model` /
+these rule ids), `llm_boundary_max_rules` (6), `llm_boundary_share` (0.5: the share of the
+boundary tasks drawn from verified LLM seeds). Role model: `boundary_seeder_model` /
 `boundary_seeder_base_url` override --model / --base-url.
 """
 
@@ -33,30 +33,71 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import random
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from toolkit import prompts
+from toolkit.flows.logigen import options as O
+from toolkit.flows.logigen.analysis import domain_analysis
 from toolkit.flows.logigen.explorer import (
-    canonical_state,
     WRITE_KINDS,
     Boundary,
+    DomainView,
     Probe,
+    Prober,
     boundary_check,
     boundary_rule,
+    candidates,
+    canonical_state,
     execute,
+    find_arg_thresholds,
+    int_args,
 )
+from toolkit.flows.logigen.set_designer import referenced_rows
 from toolkit.formats.tools import tools_text
+from toolkit.llm import LLMError
 from toolkit.roles.structured import (
     Malformed,
     RoleRejected,
     add_usage,
     ask_structured,
+    need_enum,
     new_usage,
+    parse_json_object,
 )
 
 ROLE = "boundary_seeder"
 FOUND_BY = "llm (verified by execution)"
+
+
+class BaseProbes:
+    """What the seeder reads of one base state s_origin: the domain view, the seeded candidate calls
+    probed once (`ok`: those that succeed and change the state), the prober that runs more, the
+    trigger analysis, and the verified seeds it keeps (`llm_boundaries`)."""
+
+    def __init__(self, env_base: Any, base_state: dict, seed: int):
+        self.env_base = env_base
+        self.view = DomainView(env_base)
+        self.base = base_state
+        self.rng = random.Random(seed)
+        self.prober = Prober(env_base, base_state)
+        self.probes = [self.prober.run(p) for p in candidates(self.view, base_state, self.rng)]
+        self.ok = [p for p in self.probes if p.ok and p.delta > 0]
+        self.llm_boundaries: list[tuple[Boundary, dict]] = []  # verified seeds [(Boundary, s_origin)]
+        self._an: Any = None
+        self._an_done = False
+
+    def analysis(self) -> Any:
+        """The domain's trigger analysis (analysis.domain_analysis; None when it cannot be read), once."""
+        if not self._an_done:
+            self._an = domain_analysis(self.env_base)
+            self._an_done = True
+        return self._an
+
+    def close(self) -> None:
+        self.prober.close()
 
 
 @dataclass
@@ -98,7 +139,7 @@ def opaque_parts(rcs: list) -> list[str]:
     for rc in rcs:
         for c in rc.conditions:
             parts = list(c.opaque_parts) if hasattr(c, "opaque_parts") else []
-            for o in (c._operands() if hasattr(c, "_operands") else []):
+            for o in (c.operands() if hasattr(c, "operands") else []):
                 if o.kind == "expr" and _CALL.search(o.text or ""):
                     parts.append(o.text)
             for p in parts:
@@ -110,9 +151,7 @@ def opaque_parts(rcs: list) -> list[str]:
 def covered_rules(explorer: Any, max_probes: int = 40) -> set[str]:
     """Rules whose boundary the analysis (a numeric threshold) or the execution scan (an integer
     argument scanned up/down from a successful call) already finds."""
-    from toolkit.flows.logigen.explorer import find_arg_thresholds, int_args
-
-    an = explorer._analysis()
+    an = explorer.analysis()
     out: set[str] = set()
     if an is not None:
         out |= {rule for rule, rcs in an.rules.items() if any(rc.thresholds for rc in rcs)}
@@ -124,10 +163,11 @@ def covered_rules(explorer: Any, max_probes: int = 40) -> set[str]:
     return out
 
 
-def target_rules(explorer: Any, only: list[str] | None = None, max_rules: int = 6) -> list[tuple[str, str]]:
+def target_rules(explorer: Any, only: list[str] | None = None,
+                 max_rules: int = O.GenTaskOptions.model_fields["llm_boundary_max_rules"].default) -> list[tuple[str, str]]:
     """[(rule, why)] to ask the LLM about: rules with opaque parts first, then rules for which the
     analysis and the scan found no boundary; only rules a visible write tool can fire."""
-    an = explorer._analysis()
+    an = explorer.analysis()
     if an is None:
         return []
     visible = {n for n, td in explorer.view.tools.items() if td.kind in WRITE_KINDS}
@@ -186,10 +226,8 @@ def relevant_tables(view: Any, rcs: list) -> list[str]:
 
 
 def prompt_for(explorer: Any, rule: str, policy: str) -> str:
-    from toolkit import prompts
-
     view = explorer.view
-    rcs = explorer._analysis().rules[rule]
+    rcs = explorer.analysis().rules[rule]
     rc = rcs[0]
     tools = [n for n in dict.fromkeys(t for r in rcs for t in r.tools) if n in view.tools]
     # the read tools of the relevant tables help the goal name rows; writes that can fire the rule first
@@ -219,8 +257,6 @@ def _call(obj: Any, where: str, view: Any) -> dict:
 
 def parse_proposal(text: str | None, rule: str, view: Any, state: dict) -> dict:
     """Strict parse of the boundary_seeder reply (see the module doc); raises Malformed."""
-    from toolkit.roles.structured import parse_json_object
-
     obj = parse_json_object(text, required=("rule", "set", "goal", "crossing"))
     if obj["rule"] != rule:
         raise Malformed(f"'rule' must be {rule!r}, got {obj['rule']!r}")
@@ -312,17 +348,13 @@ async def propose(client: Any, explorer: Any, rule: str, policy: str, attempts: 
                                 role=ROLE, attempts=attempts, sample_index=sample_index)
 
 
-async def seed_boundaries(explorer: Any, client: Any, cfg: dict, policy: str, attempts: int = 3) -> SeedReport:
-    """Ask the LLM for a boundary seed per target rule, verify each by execution, keep the
+async def seed_boundaries(explorer: BaseProbes, client: Any, opts: O.GenTaskOptions, policy: str) -> SeedReport:
+    """Ask the LLM for a boundary seed per target rule (`opts.llm_boundary_rules`, at most
+    `opts.llm_boundary_max_rules`; `opts.attempts` tries each), verify each by execution, keep the
     verified ones on `explorer.llm_boundaries` and return the report."""
-    from toolkit.llm import LLMError
-
-    only = cfg.get("llm_boundary_rules")
-    if isinstance(only, str):
-        only = [s.strip() for s in only.split(",") if s.strip()]
-    max_rules = int(cfg.get("llm_boundary_max_rules") or 6)
+    attempts = opts.attempts
     rep = SeedReport()
-    targets = target_rules(explorer, only, max_rules)
+    targets = target_rules(explorer, opts.llm_boundary_rules, opts.llm_boundary_max_rules)
     rep.asked = [r for r, _ in targets]
     rep.reasons_asked = dict(targets)
     if not targets:
@@ -354,7 +386,7 @@ async def seed_boundaries(explorer: Any, client: Any, cfg: dict, policy: str, at
     return rep
 
 
-__all__ = ["FOUND_BY", "INJECT_ROLE", "ROLE", "SeedReport", "covered_rules", "inject_llm", "opaque_parts",
+__all__ = ["BaseProbes", "FOUND_BY", "INJECT_ROLE", "ROLE", "SeedReport", "covered_rules", "inject_llm", "opaque_parts",
            "parse_injection", "parse_proposal", "prompt_for", "propose", "seed_boundaries", "target_rules",
            "verify_injection", "verify_proposal"]
 
@@ -373,8 +405,6 @@ INJECT_STRATEGIES = ("distractor", "substitute")
 
 
 def parse_injection(text: str | None, view: Any, state: dict) -> list[dict]:
-    from toolkit.roles.structured import need_enum, parse_json_object
-
     obj = parse_json_object(text, required=("rows",))
     rows = obj["rows"]
     if not isinstance(rows, list) or not 1 <= len(rows) <= 3:
@@ -437,10 +467,7 @@ def verify_injection(env_base: Any, draft: Any, rows: list[dict]) -> tuple[dict 
 
 
 def injection_prompt(view: Any, draft: Any) -> str:
-    from toolkit import prompts
-    from toolkit.flows.logigen.set_designer import _referenced_rows
-
-    used = _referenced_rows(view, draft.origin, draft)
+    used = referenced_rows(view, draft.origin, draft)
     tables = list(dict.fromkeys([t for t, _ in used] + [g.table for g in draft.goals]))
     return prompts.load("logigen/injection_designer").render(
         actions="\n".join("  " + json.dumps(a, default=str) for a in draft.actions),
@@ -452,8 +479,6 @@ async def inject_llm(client: Any, view: Any, env_base: Any, draft: Any, attempts
     """Ask for injected rows for one draft, verify, apply. Returns {"applied": bool, "reason",
     "usage"}; on success draft.origin / target / results are updated and draft.injections records
     it with "source": "llm"."""
-    from toolkit.llm import LLMError
-
     try:
         st = await ask_structured(client, [{"role": "user", "content": injection_prompt(view, draft)}],
                                   lambda s: parse_injection(s, view, draft.origin), role=INJECT_ROLE,

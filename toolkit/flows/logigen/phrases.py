@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from toolkit.envs.sqlite.vocab import article, domain_words, words
+from toolkit.envs.sqlite.vocab import _REL, article, clean_doc, domain_words, words
 from toolkit.flows.logigen.explorer import DomainView, _is_date
 
 __all__ = ["Phrases", "words", "article", "_is_date"]
@@ -73,8 +73,6 @@ class Phrases:
         if key in self._roles:
             return self._roles[key]
         cols = [c.name for c in self.view.tables[table].columns if (self.view.fk(table, c.name) or {}).get("table") == to]
-        from toolkit.envs.sqlite.vocab import _REL, clean_doc
-
         full = {c: clean_doc(self.view.tables[table].colmap[c].doc or "")[0] for c in cols}
         short = {c: (_REL.sub("", x) if x else None) for c, x in full.items()}
         out: dict = {}

@@ -12,12 +12,16 @@ policy requires them to give) to phrase it, with the same leak check as a hard p
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from typing import Any
 
+from toolkit import prompts
 from toolkit.envs.sqlite.vocab import domain_words, words
 from toolkit.flows.logigen.explorer import DomainView, Draft, Probe
+from toolkit.flows.logigen.phrases import Phrases
+from toolkit.roles.structured import Malformed, ask_structured, parse_json_object
 
 VIEW_KEYS = ("instruction", "persona", "reason_for_call", "known_info", "unknown_info", "instructions")
 PERSONAS = {
@@ -46,15 +50,11 @@ def _identify(view: DomainView, state: dict, table: str, key: dict, rookie: bool
     if not rookie or row is None:
         return f"{noun} {keytxt}", [f"the {noun} is {keytxt}"]
     rows = state.get(table, [])
-    from toolkit.flows.logigen.phrases import Phrases
-
     say = Phrases(view)
     cols = [c.name for c in t.columns if not c.pk and c.name not in view.exclude_keys and row.get(c.name) is not None
             and not c.readonly and say.nameable(table, c.name)]
     cols.sort(key=lambda c: (view.fk(table, c) is None, t.colmap[c].enum is None))  # references, then enums
     for n in (1, 2, 3):
-        import itertools
-
         for combo in itertools.combinations(cols, n):
             match = [r for r in rows if all(r.get(c) == row.get(c) for c in combo)]
             if len(match) == 1:
@@ -70,13 +70,9 @@ def describe(view: DomainView, state: dict, p: Probe, rookie: bool = False) -> t
         key = {k: p.args[k] for k in t.pk}
         name, known = _identify(view, state, p.table, key, rookie)
         row = next((r for r in state.get(p.table, []) if all(r.get(k) == v for k, v in key.items())), {})
-        from toolkit.flows.logigen.phrases import Phrases
-
         say = Phrases(view)
         parts = [say.change(p.table, k, row.get(k), v) for k, v in p.args.items() if k not in key]
         return f"have my {name} changed: {' and '.join(parts)}", known
-    from toolkit.flows.logigen.phrases import Phrases
-
     say = Phrases(view)
     attrs = [say.value(p.table, k, v) for k, v in p.args.items() if k not in view.exclude_keys]
     return f"create {say.a_new(p.table)} with " + ", ".join(attrs), [", ".join(attrs)]
@@ -314,8 +310,6 @@ def _has_value(blob: str, v: str) -> bool:
 def parse_view(text: str | None, terms: dict[str, list[str]], required: list[str] | tuple = ()) -> dict:
     """A user view: the six keys as non-empty strings, no leaked term, and every value of
     `required` (fact_values: "Keep every concrete value from the facts exactly") present."""
-    from toolkit.roles.structured import Malformed, parse_json_object
-
     obj = parse_json_object(text, required=VIEW_KEYS)
     for k in VIEW_KEYS:
         if not isinstance(obj.get(k), str) or not obj[k].strip():
@@ -336,9 +330,6 @@ POLICY_CHARS = 16000  # toolkit default: the whole policy of any bundled domain 
 
 async def llm_view(client: Any, f: dict, policy: str, terms: dict, attempts: int = 3, **overrides: Any):
     """Structured (value = view dict) from the LLM, or raises RoleRejected."""
-    from toolkit import prompts
-    from toolkit.roles.structured import ask_structured
-
     tpl = prompts.load("logigen/user_view")
     pol = policy or "(no policy)"
     if len(pol) > POLICY_CHARS:

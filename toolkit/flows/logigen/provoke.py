@@ -7,11 +7,13 @@ per rule."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime as _dt
 import itertools
 import re
 from typing import Any
 
+from toolkit.envs.sqlite import DomainError, SqliteEnvironment, _split_comments
 from toolkit.flows.logigen.analysis import Operand, analyze, evaluate
 
 __all__ = ["find_violating_call"]
@@ -23,8 +25,6 @@ _DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 def named_checks(schema_sql: str) -> dict[str, str]:
     """{constraint name: table} for `CONSTRAINT <name> CHECK (...)` in the DDL."""
-    from toolkit.envs.sqlite import _split_comments
-
     code, _ = _split_comments(schema_sql)
     out: dict[str, str] = {}
     for tm in re.finditer(r"CREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?(\"[^\"]+\"|\w+)\s*\((.*?)\)\s*(?:WITHOUT\s+ROWID\s*)?;",
@@ -99,7 +99,7 @@ class ViolationSearch:
                 if th.ref in (ref_new, ref_old):
                     add(th.violating)
             for cond in rc.conditions:
-                ops = cond._operands()
+                ops = cond.operands()
                 if not any(ref_new in o.refs or ref_old in o.refs or o.ref in (ref_new, ref_old) for o in ops):
                     continue
                 for o in ops:
@@ -158,7 +158,7 @@ class ViolationSearch:
         """Joint assignments of NEW columns from the rows of a subquery keyed by them."""
         out: list[dict] = []
         for cond in rc.conditions:
-            for o in cond._operands():
+            for o in cond.operands():
                 if o.kind != "subquery" or o.table not in self.dom.tables:
                     continue
                 newkeys = {k: ko.column for k, ko in o.keys.items() if ko.kind == "new" and "." not in k}
@@ -254,8 +254,6 @@ class ViolationSearch:
 
     def provoke(self, rule: str, checks: list, kind: str, table_hint: str | None = None) -> dict | None:
         """Find a call that violates `rule`; returns the report entry or None."""
-        from toolkit.envs.sqlite import DomainError
-
         self.calls = 0
         states: list[tuple[str, dict | None]] = [("initial", self.base_state)]
         if self.derive:
@@ -566,10 +564,6 @@ def _defaults(t: Any) -> dict:
 
 def hidden_tools_search(dom: Any, an: Any, max_calls: int) -> ViolationSearch:
     """A search over a copy of the domain whose tools are all visible (the original is untouched)."""
-    import dataclasses
-
-    from toolkit.envs.sqlite import SqliteEnvironment
-
     dom2 = copy.copy(dom)
     dom2.tools = {n: dataclasses.replace(td, hidden=False, side="both") for n, td in dom.tools.items()}
     return ViolationSearch(dom2, an, SqliteEnvironment(dom2), max_calls)

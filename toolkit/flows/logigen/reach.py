@@ -59,14 +59,14 @@ class Read:
         return f"{self.table}.{self.column}" if self.kind == "cell" else f"rows of {self.table}"
 
 
-def _operands(rc: Any) -> list:
+def operands(rc: Any) -> list:
     out = []
     for c in rc.conditions:
-        out.extend(_cond_operands(c))
+        out.extend(cond_operands(c))
     return out
 
 
-def _cond_operands(c: Any) -> list:
+def cond_operands(c: Any) -> list:
     ops = []
     for o in (c.lhs, *(c.rhs if isinstance(c.rhs, tuple) else (c.rhs,))):
         if o is None or not hasattr(o, "kind"):
@@ -76,7 +76,7 @@ def _cond_operands(c: Any) -> list:
             ops.extend(x for x in (o.value or []) if hasattr(x, "kind"))
         if o.kind == "subquery":
             for f in o.filters:
-                ops.extend(_cond_operands(f))
+                ops.extend(cond_operands(f))
         if o.kind in ("func", "expr"):
             ops.extend(_nested(o))
     return ops
@@ -88,7 +88,7 @@ def _nested(o: Any) -> list:
         out.append(x)
         if x.kind == "subquery":
             for f in x.filters:
-                out.extend(_cond_operands(f))
+                out.extend(cond_operands(f))
     return out
 
 
@@ -112,7 +112,7 @@ def reads(rc: Any, tables: dict) -> list[Read]:
             continue  # `UPDATE OF status`: NEW.status is the call's own argument, never the row's
         if side == "OLD" or rc.event == "UPDATE":
             add(Read("cell", rc.table, col, f"{side}.{col}"))
-    for o in _operands(rc):
+    for o in operands(rc):
         if o.kind == "subquery":
             tabs = list(dict.fromkeys((o.tables or {}).values())) or ([o.table] if o.table else [])
             t = tables.get(o.table)
@@ -132,7 +132,7 @@ def reads(rc: Any, tables: dict) -> list[Read]:
                     if k not in t.pk:
                         add(Read("cell", o.table, k, "subquery"))
                 for f in o.filters:
-                    for x in _cond_operands(f):
+                    for x in cond_operands(f):
                         if x.kind == "column" and x.column:
                             add(Read("cell", o.table, x.column, "subquery"))
             else:
@@ -183,7 +183,7 @@ def _joined(o: Any, tables: dict) -> list[Read] | None:
             anchored.add(w[0])
     edges = []
     for f in o.filters:
-        ops = [x for x in _cond_operands(f) if x.kind == "column"]
+        ops = [x for x in cond_operands(f) if x.kind == "column"]
         for x in ops:
             w = where(x.column, x.table)
             if w is None:
@@ -218,7 +218,7 @@ def _joined(o: Any, tables: dict) -> list[Read] | None:
     return out
 
 
-def _immutable(an: Any) -> dict[tuple[str, str], str]:
+def immutable(an: Any) -> dict[tuple[str, str], str]:
     """{(table, column): rule} for columns a rule forbids to change on UPDATE: its whole firing
     condition is `NEW.c IS NOT OLD.c`, or an OR of such comparisons."""
     out: dict[tuple[str, str], str] = {}
@@ -251,7 +251,7 @@ class Reach:
     def __init__(self, an: Any, view: Any):
         self.an = an
         self.view = view
-        self.fixed = _immutable(an)
+        self.fixed = immutable(an)
         visible = set(view.tools)
         # (table, column) -> tool names that set it directly; table -> tools that insert into it
         self.set_by: dict[tuple[str, str], list[str]] = {}
@@ -313,7 +313,7 @@ class Reach:
             return False
         if rc.columns and col not in rc.columns:
             return False
-        return all(o.kind in ("new", "literal", "list") for o in _operands(rc))
+        return all(o.kind in ("new", "literal", "list") for o in operands(rc))
 
     def check_movable(self, rc: Any) -> tuple[list[Read], list[str]]:
         """(the reads a visible tool can change, the reasons for the others)."""
@@ -356,3 +356,7 @@ class Reach:
             if not movable:
                 out[rule] = ("no N-1 state can exist (static): " + "; ".join(dict.fromkeys(reasons)))
         return out
+
+
+# the names goals.py, hints.py and targeted.py import (until they use the public ones above)
+_operands, _cond_operands, _immutable = operands, cond_operands, immutable

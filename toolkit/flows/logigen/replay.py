@@ -8,6 +8,8 @@ import copy
 import threading
 from typing import Any
 
+from toolkit.envs.sqlite import SqliteEnvironment
+
 _SCRATCH = threading.local()
 
 
@@ -15,8 +17,6 @@ def _scratch_env(env_base: Any, state: dict) -> Any:
     """An environment of `env_base`'s domain and config loaded with `state`: one per thread and
     (domain, config), reused (reset(state)) instead of opening a new connection for every
     replay; its prepared statements stay cached. Callers must not rely on its reset() state."""
-    from toolkit.envs.sqlite import SqliteEnvironment
-
     pool = getattr(_SCRATCH, "pool", None)
     if pool is None:
         pool = _SCRATCH.pool = {}
@@ -73,8 +73,11 @@ def _scalars(obj: Any, out: set[str]) -> None:
         out.add(str(obj))
 
 
-def _waterfall(env: Any, table: str, before: dict, after: dict) -> bool:
-    """A side effect that updates an existing row of another table (labels.py's definition)."""
+def waterfall(env: Any, table: str, before: dict, after: dict) -> bool:
+    """A side effect of a write on `table` that updates an existing row of another table, from the
+    rows `before` and `after` it (a table whose rows are unchanged has none, even when two of its
+    rows share a key). The one definition: the generator's trace (`run_traced`) and validation's
+    replay (labels.analyze_path) both use it."""
     for name, t in env.domain.tables.items():
         if name == table or not t.pk or before.get(name) == after.get(name):
             continue
@@ -123,7 +126,7 @@ def run_traced(env_base: Any, origin: dict, actions: list[dict]) -> dict:
             step = {"write": True, "table": td.table, "alone_fails": None,
                     "dep": [str(v) for v in args.values() if v is not None and not isinstance(v, bool)
                             and str(v) in seen],
-                    "waterfall": _waterfall(env, td.table, before, snap := env.snapshot())}
+                    "waterfall": waterfall(env, td.table, before, snap := env.snapshot())}
             if writes > 1 and not a.get("expect_error"):
                 cp = env.checkpoint()
                 env.restore(start)

@@ -16,9 +16,12 @@ from __future__ import annotations
 import copy
 import random
 import re
+from datetime import date, timedelta
 from typing import Any
 
-from toolkit.flows.logigen.explorer import DomainView, Draft
+from toolkit.envs.sqlite import DomainError
+from toolkit.flows.logigen.explorer import DomainView, Draft, boundary_check
+from toolkit.flows.logigen.replay import run_traced
 
 STRATEGIES = ("distractor", "substitute", "tradeoff", "noise")
 ARCHETYPES = ("Mismatch", "Entangled", "Rookie", "Edge")
@@ -87,8 +90,6 @@ def generate_rows(view: DomainView, state: dict, table: str, n: int, rng: random
     keys, references to existing rows, enum values, numbers in the observed range (within CHECK
     bounds seen in the data), dates around the observed ones, text made from the column's name.
     Rows that would need a reference with no target are not generated."""
-    from datetime import date, timedelta
-
     t = view.tables[table]
     rows = state.get(table, [])
     out: list[dict] = []
@@ -132,7 +133,7 @@ def generate_rows(view: DomainView, state: dict, table: str, n: int, rng: random
     return out
 
 
-def _referenced_rows(view: DomainView, state: dict, draft: Draft) -> list[tuple[str, dict]]:
+def referenced_rows(view: DomainView, state: dict, draft: Draft) -> list[tuple[str, dict]]:
     """Rows the goal points at (foreign-key arguments), then the updated row itself."""
     out = []
     g = draft.goals[0]
@@ -181,7 +182,7 @@ def inject(view: DomainView, env_base: Any, draft: Draft, strategy: str, rng: ra
                     state[table].append(new)
                     added.append({"table": table, "row": new})
     else:
-        refs = _referenced_rows(view, state, draft)
+        refs = referenced_rows(view, state, draft)
         rng.shuffle(refs)
         for j, (table, row) in enumerate(refs[:2]):
             new = clone_row(view, state, table, row, rng, j, mutate={"distractor": "one", "substitute": None,
@@ -200,10 +201,6 @@ def apply_injection(view: DomainView, env_base: Any, draft: Draft, strategy: str
     when every call behaves as before (and a boundary still holds). The re-execution is the
     draft's traced run (replay.run_traced): a kept injection leaves it in `draft.trace`, with
     `draft.origin` its canonical s_origin."""
-    from toolkit.envs.sqlite import DomainError
-    from toolkit.flows.logigen.explorer import boundary_check
-    from toolkit.flows.logigen.replay import run_traced
-
     inj = inject(view, env_base, draft, strategy, rng, volume)
     if inj is None:
         return False

@@ -3,14 +3,14 @@ use): comparisons, AND/OR/NOT, IS [NOT] [DISTINCT FROM], [NOT] IN (list | subque
 LIKE/GLOB, BETWEEN, scalar subqueries (SELECT cols FROM tables [JOIN ... ON] [WHERE ...]),
 arithmetic, function calls, CAST, CASE (a CASE outside this grammar is kept as opaque text).
 
-`_Parser(sql).expr()` returns tuple nodes ("OR"|"AND", items, text), ("NOT", node, text),
+`Parser(sql).expr()` returns tuple nodes ("OR"|"AND", items, text), ("NOT", node, text),
 ("CMP", op, l, r, text), ("NULL", op, node, text), ("IN", op, l, rhs, text),
 ("EXISTS", op, subquery, text), ("LIKE", op, l, r, text), ("BETWEEN", op, x, lo, hi, text),
 ("ARITH", op, l, r, text), ("LIT", value, text), ("COL", qualifier, name, text),
 ("FUNC", NAME, args, text), ("SUB", subquery, text), ("LIST", items, text),
 ("CASE", base | None, [(when, then)], else | None, text), ("OPAQUE", text);
 a subquery is {"cols", "tables": [(name, alias)], "where": node | None, "text"}. Errors raise
-`_ParseError`. Used by toolkit.flows.logigen.analysis, which turns nodes into data.
+`ParseError`. Used by toolkit.flows.logigen.analysis, which turns nodes into data.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def _tokenize(sql: str) -> list[_Tok]:
             break
         m = _TOK.match(sql, pos)
         if not m or m.end() == pos:
-            raise _ParseError(f"cannot tokenize at {sql[pos:pos + 20]!r}")
+            raise ParseError(f"cannot tokenize at {sql[pos:pos + 20]!r}")
         kind = m.lastgroup or "op"
         text = m.group(kind)
         toks.append(_Tok(kind, text, m.start(kind), m.end(kind)))
@@ -57,15 +57,15 @@ def _tokenize(sql: str) -> list[_Tok]:
     return toks
 
 
-class _ParseError(ValueError):
+class ParseError(ValueError):
     pass
 
 
-_AGGS = {"COUNT", "SUM", "MIN", "MAX", "AVG", "TOTAL", "GROUP_CONCAT"}
+AGGS = {"COUNT", "SUM", "MIN", "MAX", "AVG", "TOTAL", "GROUP_CONCAT"}
 _CMP = {"=", "==", "!=", "<>", "<", "<=", ">", ">="}
 
 
-class _Parser:
+class Parser:
     """Recursive descent over tokens; nodes are tuples ("kind", ...) with source spans."""
 
     def __init__(self, sql: str):
@@ -85,7 +85,7 @@ class _Parser:
     def take(self, *words: str) -> _Tok:
         t = self.peek()
         if t is None or (words and t.up not in words):
-            raise _ParseError(f"expected {' or '.join(words) or 'a token'}, got {t.text if t else 'end'!r}")
+            raise ParseError(f"expected {' or '.join(words) or 'a token'}, got {t.text if t else 'end'!r}")
         self.i += 1
         return t
 
@@ -249,7 +249,7 @@ class _Parser:
             self.take("THEN")
             arms.append((w, self.expr()))
         if not arms:
-            raise _ParseError("CASE without WHEN")
+            raise ParseError("CASE without WHEN")
         els = None
         if self.at("ELSE"):
             self.take()
@@ -261,7 +261,7 @@ class _Parser:
         a = self.i
         t = self.peek()
         if t is None:
-            raise _ParseError("unexpected end of expression")
+            raise ParseError("unexpected end of expression")
         if t.kind == "str":
             self.take()
             return ("LIT", t.text[1:-1].replace("''", "'"), t.text)
@@ -313,7 +313,7 @@ class _Parser:
             save = self.i
             try:
                 return self._case(a)
-            except _ParseError:
+            except ParseError:
                 self.i = save  # a CASE this grammar does not cover: its text, unparsed
             depth = 0
             while self.peek() is not None:
@@ -335,10 +335,10 @@ class _Parser:
             self.take(")")
             return ("FUNC", "CAST", [inner], self.span(a, self.i))
         if t.up == "RAISE":
-            raise _ParseError("RAISE inside an expression")
+            raise ParseError("RAISE inside an expression")
         if t.kind in ("id", "qid"):
             self.take()
-            name = _unq(t.text)
+            name = unquote(t.text)
             if self.at("("):  # function call
                 self.take()
                 args: list[tuple] = []
@@ -356,10 +356,10 @@ class _Parser:
                 return ("FUNC", name.upper(), args, self.span(a, self.i))
             if self.at(".") and self.peek(1) is not None and self.peek(1).kind in ("id", "qid"):
                 self.take()
-                col = _unq(self.take().text)
+                col = unquote(self.take().text)
                 return ("COL", name, col, self.span(a, self.i))
             return ("COL", None, name, self.span(a, self.i))
-        raise _ParseError(f"unexpected token {t.text!r}")
+        raise ParseError(f"unexpected token {t.text!r}")
 
     def subquery_body(self) -> dict:
         """SELECT <cols> FROM <tables> [WHERE expr] [GROUP/ORDER/LIMIT ...]; the current token is SELECT."""
@@ -379,16 +379,16 @@ class _Parser:
             while True:
                 tt = self.take()
                 if tt.text == "(":
-                    raise _ParseError("nested FROM subqueries are not analyzed")
-                tname = _unq(tt.text)
+                    raise ParseError("nested FROM subqueries are not analyzed")
+                tname = unquote(tt.text)
                 alias = tname
                 if self.at("AS"):
                     self.take()
-                    alias = _unq(self.take().text)
+                    alias = unquote(self.take().text)
                 elif self.peek() is not None and self.peek().kind in ("id", "qid") and self.peek().up not in (
                         "WHERE", "JOIN", "INNER", "LEFT", "CROSS", "NATURAL", "ON", "ORDER", "GROUP", "LIMIT",
                         "USING", "OUTER"):
-                    alias = _unq(self.take().text)
+                    alias = unquote(self.take().text)
                 tables.append((tname, alias))
                 if self.at("ON"):
                     self.take()
@@ -432,7 +432,7 @@ class _Parser:
         return e
 
 
-def _unq(s: str) -> str:
+def unquote(s: str) -> str:
     s = s.strip()
     if len(s) >= 2 and ((s[0] == s[-1] == '"') or (s[0] == s[-1] == "`")):
         return s[1:-1].replace('""', '"')

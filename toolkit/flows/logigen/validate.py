@@ -24,10 +24,17 @@ A record without env / task / ground truth is rejected (StageError) naming the f
 
 from __future__ import annotations
 
+import re
 import threading
 from typing import Any
 
 from toolkit.flows.logigen import options as O
+from toolkit.flows.logigen import projection as P
+from toolkit.flows.logigen.analysis import analyze, evaluate
+from toolkit.flows.logigen.domain_check import check_domain
+from toolkit.flows.logigen.explorer import DomainView, boundary_check
+from toolkit.flows.logigen.labels import compare, record_labels
+from toolkit.flows.logigen.set_designer import TAGS
 from toolkit.io import StageError, add_provenance
 from toolkit.schema import Record, Verdict
 from toolkit.stages.registry import StageContext, strategy
@@ -50,18 +57,11 @@ def domain_verdict(record: Record, reports: dict, lock: threading.Lock) -> Verdi
     with lock:
         rep = reports.get(ref)
         if rep is None:
-            try:
-                from toolkit.flows.logigen.domain_check import check_domain
-            except ImportError:  # pragma: no cover - the check ships with the flow
-                return None
             rep = reports[ref] = check_domain(ref)
     return _verdict("domain", "rule", rep.ok, rep.reasons[:10] or [f"domain check passed ({rep.domain})"])
 
 
 def check_record(record: Record, seen: dict, lock: threading.Lock, cache: Any) -> list[Verdict]:
-    from toolkit.flows.logigen import projection as P
-    from toolkit.flows.logigen.explorer import DomainView, boundary_check
-    from toolkit.flows.logigen.set_designer import TAGS
     from toolkit.stages.verify import EnvContext, Options
 
     if record.env is None:
@@ -143,8 +143,6 @@ def check_record(record: Record, seen: dict, lock: threading.Lock, cache: Any) -
         filled = []
         computed = None
         if "tags" in cx and cx.get("archetype") and cx.get("level"):
-            from toolkit.flows.logigen.labels import compare, record_labels
-
             _, computed = record_labels(env, record)
             diffs = compare(cx, computed)
             verdicts.append(_verdict("tags", "rule", not diffs, diffs or
@@ -193,10 +191,6 @@ def target_rule_violations(env: Any, origin: dict, target: dict, target_bytes: b
     count rows of their own table (the row itself would be counted) are not. `target_bytes`: the
     target's database (a checkpoint), restored instead of loading `target`; the target is loaded
     only when a changed row has a limit to re-check. The env is reset after."""
-    import re
-
-    from toolkit.flows.logigen.analysis import analyze, evaluate
-
     try:
         key = id(env.domain)
         hit = _ANALYSES.get(key)
@@ -256,24 +250,22 @@ def target_rule_violations(env: Any, origin: dict, target: dict, target_bytes: b
 @strategy("validate-task", "logigen", options=O.ValidateTaskOptions,
           help="LOGIGEN: replay reaches the target (DIFF 0), Δ0 > 0, no leaks in the user view, "
                "no duplicates, boundary holds, tags filled")
-def build(cfg: dict, ctx: StageContext):
+def build(opts: O.ValidateTaskOptions, ctx: StageContext):
     from toolkit.stages.verify import TargetCache
 
     seen: dict = {}
     lock = threading.Lock()
     cache = TargetCache()
     reports: dict = {}
-    o = O.ValidateTaskOptions.of(cfg)
-    run_domain_check = o.domain_check
 
     def fn(record: Record) -> Record:
         verdicts = check_record(record, seen, lock, cache)
-        if run_domain_check and record.env is not None and record.env.backend == "sqlite":
+        if opts.domain_check and record.env is not None and record.env.backend == "sqlite":
             dv = domain_verdict(record, reports, lock)
             if dv is not None:
                 verdicts.append(dv)
         record.verdicts = [v for v in record.verdicts if v.stage != STAGE] + verdicts
-        add_provenance(record, STAGE, strategy="logigen", recipe_hash=o.recipe_hash)
+        add_provenance(record, STAGE, strategy="logigen", recipe_hash=opts.recipe_hash)
         return record
 
     return fn
