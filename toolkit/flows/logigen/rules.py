@@ -328,13 +328,8 @@ class RuleCoverage:
     # -- boundaries ------------------------------------------------------------------------------
 
     def find_boundaries(self) -> None:
-        """Per rule: skipped when the trigger analysis shows no state can be one action away
-        (`reach.Reach.impossible`, reported in `boundary_impossible`); else an integer update
-        limit (`_update_threshold`), the targeted search (`targeted.Targeted`: a write that
-        changes what the condition reads), then random draws (`_state_boundary`), at most
-        `max_draws` (goal, next unit) pairs; the search of a rule stops at its first verified
-        boundary. The same as `start_boundaries()` then `search_boundary(rule)` for every rule in
-        order (a caller that needs only some rules searches the first ones: the same results)."""
+        """Every rule's boundary search (`search_boundary`), in the rules' order: searching only
+        the first k rules gives the same results for them (GoalDesigner searches lazily)."""
         self.start_boundaries()
         for rule in self.rules:
             self.search_boundary(rule)
@@ -353,7 +348,11 @@ class RuleCoverage:
                 self._reach = None
 
     def search_boundary(self, rule: str) -> None:
-        """One rule's boundary search (after `start_boundaries`); the walker ends on s_origin."""
+        """Skipped when the trigger analysis shows no state can be one action away
+        (`reach.Reach.impossible`, `boundary_impossible`); else an integer update limit
+        (`_update_threshold`), the targeted search (`targeted.Targeted`), the two-step one, then
+        at most `max_draws` random (goal, next unit) pairs (`_state_boundary`); it stops at the
+        first verified boundary. After `start_boundaries`; the walker ends on s_origin."""
         reach = self._reach
         try:
             if rule in self.impossible:

@@ -12,7 +12,7 @@ needed stores that prefix, a later run resumes it, and every run gets what a col
 same search computes (the rules are searched in one fixed order, each from the generator's state
 the previous one left).
 
-Safe to delete. A file is written atomically (temp file, rename); one that does not read back
+Safe to delete; the newest `MAX_ENTRIES` entries are kept. A file is written atomically (temp file, rename); one that does not read back
 (bad magic, checksum mismatch, unpickling error, another key, wrong shape) is ignored, counted
 (`STATS["corrupt"]`) and reported on stderr, never used. `search_cache: false` (recipe / CLI) or
 TOOLKIT_LOGIGEN_SEARCH_CACHE=0 turns it off.
@@ -37,7 +37,8 @@ from toolkit.io import log
 FORMAT = 1
 MAGIC = b"TKLGSEARCH1\n"
 ENV = "TOOLKIT_LOGIGEN_SEARCH_CACHE"
-STATS: Counter = Counter()  # hit | miss | corrupt | stored | store_failed (this process)
+STATS: Counter = Counter()  # hit | miss | corrupt | stored | store_failed | pruned (this process)
+MAX_ENTRIES = 256  # the oldest entries beyond it are deleted when one is written
 FIELDS = ("violations", "boundaries", "impossible", "dropped", "draws", "errors", "seed", "_two_left")
 _CODE_DIRS = (Path(__file__).resolve().parent, Path(__file__).resolve().parent.parent.parent / "envs" / "sqlite")
 _code: list[str] = []
@@ -142,6 +143,7 @@ def store(key: str, base: dict, snap: dict) -> None:
         tmp.write_bytes(MAGIC + hashlib.sha256(body).hexdigest().encode() + b"\n" + body)
         os.replace(tmp, p)
         STATS["stored"] += 1
+        _prune(p.parent)
     except Exception as e:  # noqa: BLE001 - read-only home, full disk, an unpicklable value
         STATS["store_failed"] += 1
         log(f"gen-task: rule search cache not written ({type(e).__name__}: {e})")
@@ -149,3 +151,14 @@ def store(key: str, base: dict, snap: dict) -> None:
             tmp.unlink()
         except OSError:
             pass
+
+
+def _prune(d: Path) -> None:
+    """Keep the `MAX_ENTRIES` newest entries (a run per seed and domain adds one)."""
+    try:
+        files = sorted(d.glob("*.pkl"), key=lambda f: f.stat().st_mtime_ns)
+        for f in files[:max(0, len(files) - MAX_ENTRIES)]:
+            f.unlink(missing_ok=True)
+            STATS["pruned"] += 1
+    except OSError:  # another process pruned the same file first
+        pass

@@ -15,10 +15,16 @@ import math
 import random
 from typing import Any
 
+from toolkit.envs.sqlite.vocab import domain_words
 from toolkit.flows.logigen import options as O
+from toolkit.flows.logigen import projection as P
 from toolkit.flows.logigen import search_cache
+from toolkit.flows.logigen.explorer import probe_goals
 from toolkit.flows.logigen.goals import GoalExplorer
+from toolkit.flows.logigen.replay import run_traced
 from toolkit.flows.logigen.rules import RuleCoverage
+from toolkit.flows.logigen.set_designer import STRATEGIES, apply_injection
+from toolkit.flows.logigen.validate import target_rule_violations
 from toolkit.io import log
 
 WRITES = (1, 2, 3, 3, 4, 4, 5, 5, 6, 8)
@@ -211,8 +217,6 @@ class GoalDesigner:
                 seen: set, sigs: set, failed: dict, need: int = 1):
         """One draft, executed, injected, replayed and checked; None (counted in `failed`) when
         it does not make a task."""
-        from toolkit.flows.logigen.set_designer import STRATEGIES, apply_injection
-
         env = self.env
         d = self.draft(kind, rule, rng)
         if d is None:
@@ -226,16 +230,10 @@ class GoalDesigner:
             return None  # the same sequence of tools as an earlier task: draw another one
         # the user's words must name no column (a phrase of the domain's own words can still
         # collide with a column's name): such a draft is drawn again, never given to a user
-        from toolkit.envs.sqlite.vocab import domain_words
-        from toolkit.flows.logigen import projection as P
-
         said = P.template_view(P.facts(self.view, d))
         if domain_words(env.domain).banned("\n".join(str(x) for x in said.values())):
             failed["user view names a column"] = failed.get("user view names a column", 0) + 1
             return None
-        from toolkit.flows.logigen.explorer import probe_goals
-        from toolkit.flows.logigen.replay import run_traced
-
         d.goals = probe_goals(self.view, d.actions)
         inject = bool(d.goals) and rng.random() < self.inject_share
         if inject:
@@ -264,8 +262,6 @@ class GoalDesigner:
         if key in seen:
             failed["same target as an earlier task"] = failed.get("same target as an earlier task", 0) + 1
             return None
-        from toolkit.flows.logigen.validate import target_rule_violations
-
         if target_rule_violations(env, d.origin, d.target, tr["target_bytes"]):
             failed["target breaks a rule"] = failed.get("target breaks a rule", 0) + 1
             return None
