@@ -38,7 +38,9 @@ class GoalDesigner:
     domain (search_cache.py) for the next run to resume."""
 
     def __init__(self, env: Any, base: dict, seed: int, cfg: dict):
-        opts = O.GenTaskOptions.of(cfg)
+        # the typed options this class reads (the whole model also checks keys other stages
+        # read in their own forms, e.g. llm_boundary_rules as "a,b")
+        opts = O.GenTaskOptions.of({k: cfg.get(k) for k in ("boundary_max_draws", "search_cache")})
         self.env = env
         self.base = base
         self.seed = seed
