@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import zlib
 from pathlib import Path
 
 import pytest
@@ -136,3 +137,17 @@ def test_old_entries_are_pruned(home, monkeypatch):
     for seed in (1, 2, 3):
         run(CARRENTAL, 2, seed=seed)
     assert len(entries(home)) == 2 and search_cache.STATS["pruned"] == 1
+
+
+def test_resume_from_a_partial_boundary_search(home):
+    cold = run(CARRENTAL, 30, search_cache=False)
+    env = load_env({"backend": "sqlite", "path": str(CARRENTAL)})
+    try:  # the designer gen-task builds for record "c", seed 3, whose plan needs one boundary
+        g = GoalDesigner(env, env.snapshot(), zlib.crc32(b"3:c"), {})
+        k = sum(1 for ws in g.cov.violations.values() if ws)
+        g.plan(k + 1)
+        g.close()
+    finally:
+        env.close()
+    assert 0 < len(g.searched) < len(g.cov.rules) and search_cache.STATS["stored"] == 1
+    assert run(CARRENTAL, 30) == cold and search_cache.STATS["hit"] == 1
