@@ -284,7 +284,7 @@ def pick_kind(gd: Any, made: int, made_viol: int, made_edge: int, llm_edges: lis
     k = made + 1
     if made_viol < math.ceil(gd.violation_share * k) and any(gd.cov.violations.values()):
         return "mismatch"
-    if made_edge < math.ceil(gd.boundary_share * k) and (any(gd.cov.boundaries.values()) or llm_edges):
+    if made_edge < math.ceil(gd.boundary_share * k) and (llm_edges or gd.edge_rules(1)):  # lazy search
         return "edge"
     return "goal"
 

@@ -53,6 +53,7 @@ class GenTaskOptions(StrategyOptions):
     boundary_share: float = 0.2       # goal explorer: share of boundary (N-1) tasks beyond the coverage plan
     rule_coverage: bool = True        # goal explorer: one violation-first and one boundary task per rule first
     boundary_max_draws: int = 50      # goal explorer: fruitless random N-1 draws per rule before it is dropped
+    search_cache: bool = True         # goal explorer: keep the rule search per domain under $TOOLKIT_HOME (search_cache.py)
     min_writes: int = 1               # goal explorer: writes per task are drawn between these
     max_writes: Optional[int] = Field(None, ge=1, description="most writes per task (default: SYMBOLIC_MAX_WRITES, "
                                                                 "LLM_MAX_WRITES with --explorer llm)")

@@ -73,34 +73,44 @@ class RuleCoverage(ViolationWitnesses, LimitWitnesses, StateWitnesses):
     # -- boundaries ------------------------------------------------------------------------------
 
     def find_boundaries(self) -> None:
-        """Per rule: skipped when the trigger analysis shows no state can be one action away
-        (`reach.Reach.impossible`, reported in `boundary_impossible`); else an integer update
-        limit (`_update_threshold`), the targeted search (`targeted.Targeted`: a write that
-        changes what the condition reads), then random draws (`_state_boundary`), at most
-        `max_draws` (goal, next unit) pairs; the search of a rule stops at its first verified
-        boundary."""
-        reach = None
+        """Every rule's boundary search (`search_boundary`), in the rules' order: searching only
+        the first k rules gives the same results for them (GoalDesigner searches lazily)."""
+        self.start_boundaries()
+        for rule in self.rules:
+            self.search_boundary(rule)
+
+    def start_boundaries(self) -> None:
+        """The static analysis the boundary search of every rule reads (`search_boundary`)."""
+        self._reach = None
         if self.an is not None:
             try:
                 from toolkit.flows.logigen.reach import Reach
 
-                reach = Reach(self.an, self.view)
-                self.impossible = reach.impossible()
+                self._reach = Reach(self.an, self.view)
+                self.impossible = self._reach.impossible()
             except Exception as e:  # noqa: BLE001 - reported; every rule is searched then
                 self.errors.append(f"static boundary analysis failed: {type(e).__name__}: {e}")
-                reach = None
-        for rule in self.rules:
+                self._reach = None
+
+    def search_boundary(self, rule: str) -> None:
+        """Skipped when the trigger analysis shows no state can be one action away
+        (`reach.Reach.impossible`, `boundary_impossible`); else an integer update limit
+        (`_update_threshold`), the targeted search (`targeted.Targeted`), the two-step one, then
+        at most `max_draws` random (goal, next unit) pairs (`_state_boundary`); it stops at the
+        first verified boundary. After `start_boundaries`; the walker ends on s_origin."""
+        reach = self._reach
+        try:
             if rule in self.impossible:
-                continue
+                return
             if not self.violations[rule]:
                 self.dropped[rule] = "no call violates it from any state tried: no boundary either"
-                continue
+                return
             wits = sorted(self.violations[rule], key=lambda x: x.call.kind != "update")
             st = self.draws[rule] = {"targeted": 0, "random": 0, "found_by": None, "capped": False}
             found = self._search(rule, wits, reach, st)
             if found is not None:
                 self.boundaries[rule].append(found)
-                continue
+                return
             two = f", {st['two_step']} two-step" if st.get("two_step") else ""
             if st["capped"]:
                 self.dropped[rule] = (f"no N-1 state found within {self.max_draws} random draws (boundary_max_draws) "
@@ -108,7 +118,8 @@ class RuleCoverage(ViolationWitnesses, LimitWitnesses, StateWitnesses):
             else:
                 self.dropped[rule] = ("no N-1 state found: no write tried makes the violating call cross the rule "
                                       f"({st['targeted']} targeted{two}, {st['random']} random draws)")
-        self.gx.walker.restore(self.gx.base_cp)
+        finally:
+            self.gx.walker.restore(self.gx.base_cp)
 
     def _search(self, rule: str, wits: list, reach: Any, st: dict) -> tuple[Boundary, dict] | None:
         for wit in wits[:3]:

@@ -15,16 +15,32 @@ import math
 import random
 from typing import Any
 
+from toolkit.envs.sqlite.vocab import domain_words
+from toolkit.flows.logigen import options as O
+from toolkit.flows.logigen import projection as P
+from toolkit.flows.logigen import search_cache
+from toolkit.flows.logigen.explorer import probe_goals
+from toolkit.flows.logigen.goals import GoalExplorer
+from toolkit.flows.logigen.replay import run_traced
+from toolkit.flows.logigen.rules import RuleCoverage
+from toolkit.flows.logigen.set_designer import STRATEGIES, apply_injection
+from toolkit.flows.logigen.validate import target_rule_violations
 from toolkit.io import log
 
 WRITES = (1, 2, 3, 3, 4, 4, 5, 5, 6, 8)
 
 
 class GoalDesigner:
-    def __init__(self, env: Any, base: dict, seed: int, cfg: dict):
-        from toolkit.flows.logigen.goals import GoalExplorer
-        from toolkit.flows.logigen.rules import RuleCoverage
+    """Plans and draws the tasks of one domain input. The rule search (rules.RuleCoverage) is
+    lazy: every rule's violation witnesses are found first (the plan starts with them), a rule's
+    boundary is searched only when the plan or a draw needs it, in the rules' fixed order (so the
+    results are those of the full search, whatever `-n`), and what was searched is kept per
+    domain (search_cache.py) for the next run to resume."""
 
+    def __init__(self, env: Any, base: dict, seed: int, cfg: dict):
+        # the typed options this class reads (the whole model also checks keys other stages
+        # read in their own forms, e.g. llm_boundary_rules as "a,b")
+        opts = O.GenTaskOptions.of({k: cfg.get(k) for k in ("boundary_max_draws", "search_cache")})
         self.env = env
         self.base = base
         self.seed = seed
@@ -44,18 +60,72 @@ class GoalDesigner:
         self.writes = [w for w in WRITES if lo <= w <= hi] or [max(lo, 1)]
         self.cap = max(hi, 1)
         self.sigs: set = set()  # tool sequences of the accepted tasks (chains avoid ending on one)
-        from toolkit.flows.logigen.rules import DEFAULT_MAX_DRAWS
+        self.cov = RuleCoverage(self.gx, random.Random(f"{seed}:cov"), max_draws=opts.boundary_max_draws)
+        self.searched: list[str] = []  # rules whose boundary search ran (or came from the cache), in order
+        self.started = False  # cov.start_boundaries() ran (in this run or the one the cache entry is from)
+        self.reach_ready = False  # ... in this process
+        self.logged = 0  # cov.errors already said on stderr
+        self.cache_key = None
+        self.cache_progress = -1  # rules searched in the entry read or written last (-1: none)
+        if search_cache.enabled(opts.search_cache):
+            self.cache_key = search_cache.search_key(env, seed, {"max_draws": self.cov.max_draws,
+                                                                 "targeted_draws": self.cov.targeted_draws,
+                                                                 "max_calls": self.cov.max_calls})
+            snap = search_cache.load(self.cache_key, base, self.cov.rules)
+            if snap is not None:
+                search_cache.restore(self.cov, snap)
+                self.searched, self.started = list(snap["searched"]), snap["started"]
+                self.cache_progress = len(self.searched)
+        if self.cache_progress < 0:
+            self.cov.find_violations()
+        self._say_errors()
 
-        draws = cfg.get("boundary_max_draws")
-        self.cov = RuleCoverage(self.gx, random.Random(f"{seed}:cov"),
-                                max_draws=int(draws) if draws is not None else DEFAULT_MAX_DRAWS)
-        self.cov.find_violations()
-        self.cov.find_boundaries()
-        for e in self.cov.errors:
+    def _say_errors(self) -> None:
+        for e in self.cov.errors[self.logged:]:
             log(f"gen-task: rule coverage: {e}")
+        self.logged = len(self.cov.errors)
+
+    # -- the lazy boundary search ----------------------------------------------------------------
+
+    @property
+    def complete(self) -> bool:
+        return len(self.searched) == len(self.cov.rules)
+
+    def _search_next(self) -> bool:
+        """Search the next rule's boundary (the rules' fixed order); False when none is left."""
+        if self.complete:
+            return False
+        if not self.reach_ready:
+            # resumed from the cache: the static analysis again, its errors already in the list
+            said = len(self.cov.errors)
+            self.cov.start_boundaries()
+            if self.started:
+                del self.cov.errors[said:]
+            self.started = self.reach_ready = True
+        rule = self.cov.rules[len(self.searched)]
+        self.cov.search_boundary(rule)
+        self.searched.append(rule)
+        self._say_errors()
+        return True
+
+    def edge_rules(self, want: int | None = None) -> list[str]:
+        """The rules with a boundary, sorted: the first `want` of them (None: all), searching only
+        as far as that needs."""
+        def found() -> list[str]:
+            return [r for r in self.searched if self.cov.boundaries[r]]
+
+        while (want is None or len(found()) < want) and self._search_next():
+            pass
+        return sorted(found())[:want] if want is not None else sorted(found())
 
     def close(self) -> None:
-        self.gx.close()
+        try:
+            if self.cache_key is not None and len(self.searched) > self.cache_progress:
+                search_cache.store(self.cache_key, self.base,
+                                   search_cache.snapshot(self.cov, self.searched, self.started))
+                self.cache_progress = len(self.searched)
+        finally:
+            self.gx.close()
 
     # -- one draft -------------------------------------------------------------------------------
 
@@ -80,7 +150,7 @@ class GoalDesigner:
             d.seeded = wit.seeded
             return d
         if kind == "edge":
-            rules = [r for r, bs in self.cov.boundaries.items() if bs]
+            rules = self.edge_rules()
             if not rules:
                 return None
             rule = rule or rng.choice(rules)
@@ -106,7 +176,7 @@ class GoalDesigner:
         out: list[tuple[str, str | None]] = []
         if self.coverage_on:
             out += [("mismatch", r) for r, ws in sorted(self.cov.violations.items()) if ws]
-            out += [("edge", r) for r, bs in sorted(self.cov.boundaries.items()) if bs]
+            out += [("edge", r) for r in self.edge_rules(max(0, n - len(out)))]
         return out[:n]
 
     def drafts(self, n: int, max_tries: int) -> list:
@@ -130,7 +200,7 @@ class GoalDesigner:
                 k = len(out) + 1
                 if made["mismatch"] < math.ceil(self.violation_share * k) and any(self.cov.violations.values()):
                     kind = "mismatch"
-                elif made["edge"] < math.ceil(self.boundary_share * k) and any(self.cov.boundaries.values()):
+                elif made["edge"] < math.ceil(self.boundary_share * k) and self.edge_rules(1):
                     kind = "edge"
                 else:
                     kind = "goal"
@@ -149,8 +219,6 @@ class GoalDesigner:
                 seen: set, sigs: set, failed: dict, need: int = 1):
         """One draft, executed, injected, replayed and checked; None (counted in `failed`) when
         it does not make a task."""
-        from toolkit.flows.logigen.set_designer import STRATEGIES, apply_injection
-
         env = self.env
         d = self.draft(kind, rule, rng)
         if d is None:
@@ -164,16 +232,10 @@ class GoalDesigner:
             return None  # the same sequence of tools as an earlier task: draw another one
         # the user's words must name no column (a phrase of the domain's own words can still
         # collide with a column's name): such a draft is drawn again, never given to a user
-        from toolkit.envs.sqlite.vocab import domain_words
-        from toolkit.flows.logigen import projection as P
-
         said = P.template_view(P.facts(self.view, d))
         if domain_words(env.domain).banned("\n".join(str(x) for x in said.values())):
             failed["user view names a column"] = failed.get("user view names a column", 0) + 1
             return None
-        from toolkit.flows.logigen.explorer import probe_goals
-        from toolkit.flows.logigen.replay import run_traced
-
         d.goals = probe_goals(self.view, d.actions)
         inject = bool(d.goals) and rng.random() < self.inject_share
         if inject:
@@ -202,8 +264,6 @@ class GoalDesigner:
         if key in seen:
             failed["same target as an earlier task"] = failed.get("same target as an earlier task", 0) + 1
             return None
-        from toolkit.flows.logigen.validate import target_rule_violations
-
         if target_rule_violations(env, d.origin, d.target, tr["target_bytes"]):
             failed["target breaks a rule"] = failed.get("target breaks a rule", 0) + 1
             return None
@@ -213,12 +273,18 @@ class GoalDesigner:
         return d
 
     def coverage(self, drafts: list) -> dict:
+        """The coverage report; a rule whose boundary this run did not need is listed in
+        `boundary_unsearched` (and not among the rules without a boundary)."""
         rep = self.cov.report()
+        unsearched = [r for r in self.cov.rules if r not in self.searched]
         viol = sorted({d.attempt.rule for d in drafts if d.attempt is not None})
         bnd = sorted({d.boundary.rule for d in drafts if d.boundary is not None})
         rules = self.cov.rules
         rep.update(tasks_violation_rules=viol, tasks_boundary_rules=bnd,
                    violation_covered=f"{len(viol)}/{len(rules)}", boundary_covered=f"{len(bnd)}/{len(rules)}",
                    missing_violation=[r for r in rules if r not in viol],
-                   missing_boundary=[r for r in rules if r not in bnd], draws_failed=dict(self.failed))
+                   missing_boundary=[r for r in rules if r not in bnd and r not in unsearched],
+                   draws_failed=dict(self.failed))
+        if unsearched:
+            rep["boundary_unsearched"] = unsearched
         return rep
