@@ -168,7 +168,7 @@ def test_generator_trace_matches_an_independent_replay():
 
     env = load_env(ENV)
     try:
-        drafts = GoalDesigner(env, env.snapshot(), 3, {}).drafts(12, 8)
+        drafts = GoalDesigner(env, env.snapshot(), 3).drafts(12, 8)
         assert len(drafts) == 12
         steps = 0
         for d in drafts:

@@ -21,6 +21,7 @@ from tests.flows.logigen.test_tasks import (
     view_reply,
 )
 from toolkit.envs import load_env
+from toolkit.flows.logigen import options as O
 from toolkit.llm.testserver import ScriptedServer
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -97,7 +98,7 @@ def test_option_menu_options_are_feasible_goals():
     from toolkit.flows.logigen.synth import GoalDesigner
 
     env = load_env(DOMAINS["library"])
-    gd = GoalDesigner(env, env.snapshot(), 3, {"max_writes": 3})
+    gd = GoalDesigner(env, env.snapshot(), 3, O.GenTaskOptions(max_writes=3))
     try:
         for kind in ("goal", "mismatch", "edge"):
             menu = option_menu(gd, kind, random.Random(kind))
@@ -124,7 +125,7 @@ def test_follow_episode_keeps_the_plan_then_every_later_write():
     from toolkit.flows.logigen.synth import GoalDesigner
 
     env = load_env(DOMAINS["library"])
-    gd = GoalDesigner(env, env.snapshot(), 3, {"min_writes": 2, "max_writes": 3})
+    gd = GoalDesigner(env, env.snapshot(), 3, O.GenTaskOptions(min_writes=2, max_writes=3))
     try:
         goal = next(d for i in range(40) if (d := gd.draft("goal", None, random.Random(i))) is not None
                     and sum(1 for a in d.actions if a["name"].startswith(("insert_", "update_"))) >= 2)

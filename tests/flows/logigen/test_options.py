@@ -36,6 +36,6 @@ def test_auto_values_resolve_from_the_command_options():
 
 def test_the_write_cap_follows_the_explorer_unless_set():
     o = GenTaskOptions()
-    assert o.designer_cfg("symbolic")["max_writes"] == 8 and o.designer_cfg("llm")["max_writes"] == 3
-    assert GenTaskOptions(max_writes=5).designer_cfg("llm")["max_writes"] == 5
+    assert o.writes_cap("symbolic") == 8 and o.writes_cap("llm") == 3
+    assert GenTaskOptions(max_writes=5).writes_cap("llm") == 5
     assert GenTaskOptions(llm_boundary_rules="a, b,a").llm_boundary_rules == ["a", "b"]

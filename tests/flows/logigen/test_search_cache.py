@@ -17,6 +17,7 @@ from toolkit.flows.logigen import search_cache
 from toolkit.flows.logigen.synth import GoalDesigner
 from toolkit.schema import Record
 from toolkit.stages import strategies
+from toolkit.flows.logigen import options as O
 
 ROOT = Path(__file__).resolve().parents[3]
 CARRENTAL = ROOT / "tests" / "data" / "carrental"
@@ -105,7 +106,7 @@ def test_an_edited_domain_misses(home, tmp_path):
 
 def designer(n: int, plan_only: bool = False, **cfg) -> tuple[GoalDesigner, list]:
     env = load_env({"backend": "sqlite", "path": str(CARRENTAL)})
-    g = GoalDesigner(env, env.snapshot(), 11, dict({"search_cache": False}, **cfg))
+    g = GoalDesigner(env, env.snapshot(), 11, O.GenTaskOptions(search_cache=False, **cfg))
     try:
         drafts = g.plan(n) if plan_only else g.drafts(n, 8)
     finally:
@@ -143,7 +144,7 @@ def test_resume_from_a_partial_boundary_search(home):
     cold = run(CARRENTAL, 30, search_cache=False)
     env = load_env({"backend": "sqlite", "path": str(CARRENTAL)})
     try:  # the designer gen-task builds for record "c", seed 3, whose plan needs one boundary
-        g = GoalDesigner(env, env.snapshot(), zlib.crc32(b"3:c"), {})
+        g = GoalDesigner(env, env.snapshot(), zlib.crc32(b"3:c"))
         k = sum(1 for ws in g.cov.violations.values() if ws)
         g.plan(k + 1)
         g.close()

@@ -240,7 +240,7 @@ async def draw(record: Record, env: Any, s: Settings, ctx: StageContext | None) 
     o = s.opts
     base = env.snapshot()
     rseed = _record_seed(o.seed, record)
-    designer = GoalDesigner(env, base, rseed, o.designer_cfg(s.explorer))
+    designer = GoalDesigner(env, base, rseed, o, s.explorer)
     # the seeder's symbolic probes feed the LLM boundary seeder only (the rules the analysis
     # cannot read); every goal comes from the goal machinery (goals.py)
     seeder = Designer(env, base, rseed) if s.llm_boundary else None

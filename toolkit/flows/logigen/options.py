@@ -73,11 +73,6 @@ class GenTaskOptions(StrategyOptions):
             return self.max_writes
         return LLM_MAX_WRITES if explorer == "llm" else SYMBOLIC_MAX_WRITES
 
-    def designer_cfg(self, explorer: str) -> dict:
-        """The goal designer's mapping (synth.GoalDesigner still reads one): every key, with
-        `max_writes` resolved for the explorer."""
-        return {**self.model_dump(), "max_writes": self.writes_cap(explorer)}
-
 
 class ValidateTaskOptions(StrategyOptions):
     """validate-task --strategy logigen."""
