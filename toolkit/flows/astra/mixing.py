@@ -23,7 +23,6 @@ import math
 import os
 import random
 import threading
-from collections.abc import Mapping
 from typing import Any, Iterable
 
 from toolkit.stages.rollout import distractor_source
@@ -31,10 +30,8 @@ from toolkit.stages.rollout import distractor_source
 from toolkit import domains
 from toolkit.envs import load_env
 from toolkit.flows.astra.tooldocs import import_paths
-from toolkit.options import RolloutOptions
 
 HIGH, LOW = 0.85, 0.4
-DISTRACTOR_KEYS = ("distractor_pool", "embed_base_url", "embed_model")
 BANDS = ("high", "medium", "low")
 
 
@@ -247,34 +244,23 @@ def _pool(specs: tuple) -> list:
     return _POOLS[specs]
 
 
-def _context(record: Any, opts: RolloutOptions) -> tuple[list, str]:
-    pool = _pool(tuple(opts.distractor_pool or ()))
+def _context(record: Any, cfg: dict) -> tuple[list, str]:
+    pool = _pool(tuple(cfg.get("distractor_pool") or ()))
     astra = (record.extra or {}).get("astra") or {}
     return pool, astra.get("domain") or (record.env.id if record.env else None) or ""
 
 
-def episode_options(src: Any) -> RolloutOptions:
-    """The keys a distractor source reads (distractor_pool, embed_base_url, embed_model) as rollout's
-    typed options, from what its caller holds: rollout's model, grpo's, or a library caller's mapping
-    (converted once here; the other keys are the caller's business)."""
-    if isinstance(src, RolloutOptions):
-        return src
-    get = src.get if isinstance(src, Mapping) else (lambda k: getattr(src, k, None))
-    return RolloutOptions.of({k: get(k) for k in DISTRACTOR_KEYS})
-
-
 @distractor_source("astra-random", help="ASTRA's Random baseline: 5-9 tools from other domains")
-def astra_random_distractors(record: Any, own: list[dict], n: int, seed: int, opts: Any) -> list[dict]:
-    pool, domain = _context(record, episode_options(opts))
+def astra_random_distractors(record: Any, own: list[dict], n: int, seed: int, cfg: dict) -> list[dict]:
+    pool, domain = _context(record, cfg)
     return random_mix(own, domain, pool, seed=f"{record.id}:{seed}")
 
 
 @distractor_source("bands", help="ASTRA similarity bands >0.85 / 0.4-0.85 / <0.4, up to N per band "
                                  "(--embed-base-url, else offline all-MiniLM-L6-v2)")
-def band_distractors(record: Any, own: list[dict], n: int, seed: int, opts: Any) -> list[dict]:
-    o = episode_options(opts)
-    pool, domain = _context(record, o)
-    emb = get_embedder(o.embed_base_url, o.embed_model)
+def band_distractors(record: Any, own: list[dict], n: int, seed: int, cfg: dict) -> list[dict]:
+    pool, domain = _context(record, cfg)
+    emb = get_embedder(cfg.get("embed_base_url"), cfg.get("embed_model"))
     try:
         return mix_by_band(own, domain, pool, emb, k=max(1, n), seed=f"{record.id}:{seed}")["tools"]
     except EmbedderUnavailable as e:

@@ -64,7 +64,7 @@ from toolkit.flows.astra.tooldocs.envs import (  # noqa: F401
     sqlite_output_fields,
     tau2_output_fields,
 )
-from toolkit.flows.astra.tooldocs.servers import Pending, _note, finish, openai_items  # noqa: F401
+from toolkit.flows.astra.tooldocs.servers import Pending, finish, openai_items  # noqa: F401
 from toolkit.flows.astra.tooldocs.schema import (  # noqa: F401
     JSON_TYPES,
     MIN_DESCRIPTION_WORDS,
