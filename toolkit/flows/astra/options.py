@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from typing import Literal, Optional
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
-from toolkit.options import StrategyOptions, as_list
+from toolkit.options import StrategyOptions
 
 Axis = Literal["diversity", "complexity", "persona"]  # the augmentation axes (toolkit.flows.astra.tasks.AXES)
 
@@ -33,11 +33,6 @@ class TasksOptions(StrategyOptions):
     n: int = Field(3, ge=1, description="server-only tasks per server record")
     augment: list[Axis] = Field(["diversity", "complexity", "persona"],
                                 description="augmentation axes: one augmented child per task and axis")
-
-    @field_validator("augment", mode="before")
-    @classmethod
-    def _split(cls, v: Any) -> Any:  # "diversity,persona" (a flag, TOOLKIT_AUGMENT) → a list
-        return v if v is None or isinstance(v, list) else as_list(v)
 
 
 class QAOptions(StrategyOptions):
