@@ -30,10 +30,11 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from toolkit.envs import load_env
-from toolkit.options import VerifyOptions
 from toolkit.io import StageError
 from toolkit.stages.verify import Outcome, Scoring, scorer, trajectory_calls
+
+from toolkit.envs import load_env
+from toolkit.options import VerifyOptions
 
 MATCH_MODES = ("exact", "subset")
 
