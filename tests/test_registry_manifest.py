@@ -317,7 +317,7 @@ def test_a_strategy_command_imports_only_the_chosen_strategys_flow(tmp_path):
     # a recipe that sets another strategy's key (astra's `augment`): validated as before, by the
     # model with every strategy's keys
     recipe = tmp_path / "r.yaml"
-    recipe.write_text("gen-task:\n  augment: [paraphrase]\n")
+    recipe.write_text("gen-task:\n  augment: [persona]\n")  # a valid axis: a bad one is a usage error (typed)
     code, flows, _, err = _gen_task(env, *args, "--recipe", str(recipe))
     assert code == 0 and "astra" in flows, err
     # a bad value is the same usage error either way

@@ -233,12 +233,17 @@ class SimulateEnvOptions(StreamOpts):
     strategy: Literal["simia", "astra"] = "simia"
     fault_rate: float = 0.0
     mode: str = "call"  # a registered simulate-env mode (registry scope "simulate-env:mode")
-    n: Optional[int] = None
+    n: int = Field(1, ge=1)  # --mode trajectory: passes (new trajectories) per seed record
     # --mode trajectory (Simia appendix C)
     prompt_family: Literal["apigen", "officebench"] = "apigen"
-    temperatures: Optional[list[float]] = None
+    temperatures: Optional[list[float]] = None  # cycled over the passes (a list or "0.2,0.9")
     temperature_spread: float = 0.3
     seed_trajectory: int = 0
+
+    @field_validator("temperatures", mode="before")
+    @classmethod
+    def _temperature_list(cls, v: Any) -> Any:
+        return as_list(v) if isinstance(v, str) else v
 
 
 class RolloutOptions(StreamOpts):
@@ -293,8 +298,8 @@ class VerifyOptions(StreamOpts):
     # matches some call; extra calls, harmful ones included, are free)
     actions_mode: Literal["strict", "subset"] = "strict"
     min_pass_rate: Optional[float] = Field(None, ge=0.0, le=1.0)
-    grounding_match: Optional[str] = None      # simia grounding: exact (default) | ...
-    grounding_threshold: Optional[float] = None  # simia grounding: default 1.0
+    grounding_match: Literal["exact", "subset"] = "exact"  # simia grounding (toolkit.flows.simia.grounding)
+    grounding_threshold: float = Field(1.0, ge=0.0, le=1.0)  # simia grounding: passed iff share >= this
 
     @field_validator("strategy", "require", "diff_exclude", mode="before")
     @classmethod

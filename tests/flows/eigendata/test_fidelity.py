@@ -13,6 +13,7 @@ from tests.flows.eigendata.util import run_strategy
 from toolkit import cli
 from toolkit.domains import load_tasks
 from toolkit.flows.eigendata import make_verifier as MV
+from toolkit.flows.eigendata import options as O
 from toolkit.flows.eigendata import metrics as M
 from toolkit.flows.eigendata import orchestration as OJ
 from toolkit.flows.eigendata import verifier_template as VT
@@ -266,7 +267,7 @@ def test_self_test_does_not_pass_on_a_reference_without_calls():
     env = load_env({"backend": "sqlite", "id": "airline"})
     cases, _, _ = MV.self_test_cases(env, [], [])
     env.close()
-    st = MV.self_test(ALWAYS_PASS, {}, cases, {})
+    st = MV.self_test(ALWAYS_PASS, {}, cases, O.MakeVerifierOptions())
     assert not st["passed"] and st["n_negative"] == 0 and "cannot be tested" in st["error"]
 
 
@@ -278,13 +279,13 @@ def test_self_test_of_a_lookup_task_rejects_always_pass():
     cases, ref_eval, executed = MV.self_test_cases(env, calls, ["query_reservation"])
     env.close()
     assert not executed[0]["state_changed"]
-    st = MV.self_test(ALWAYS_PASS, {}, cases, {})
+    st = MV.self_test(ALWAYS_PASS, {}, cases, O.MakeVerifierOptions())
     assert not st["passed"]
     assert {r["case"] for r in st["cases"] if "skipped" not in r and not r["ok"]} == {
         "wrong_id", "missing_key_call", "policy_violation", "no_calls"}
     spec = VT.spec_from_reference(ref_eval["initial_state"], ref_eval["final_state"], executed, ["query_reservation"])
     assert spec["key_calls"] == [{"name": "query_reservation", "critical": {"reservation_id": 1003}, "semantic": {}}]
-    assert MV.self_test(VT.render(spec), {}, cases, {})["passed"]
+    assert MV.self_test(VT.render(spec), {}, cases, O.MakeVerifierOptions())["passed"]
 
 
 # ------------------------------------------------------------------------------------------------

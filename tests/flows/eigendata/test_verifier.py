@@ -11,6 +11,7 @@ from toolkit.domains import load_tasks
 from toolkit.envs import load_env
 from toolkit.flows.eigendata import common as C
 from toolkit.flows.eigendata import make_verifier as MV
+from toolkit.flows.eigendata import options as O
 from toolkit.flows.eigendata.perturb import POLICY_ERROR, bump_id, perturbations
 from toolkit.llm.testserver import ScriptedServer
 from toolkit.schema import Record
@@ -94,14 +95,14 @@ def task1_cases():
 def test_self_test_accepts_correct_and_rejects_bad_verifiers(task1_cases):
     rec, cases, _, _ = task1_cases
     ref = rec.task.ground_truth.model_dump(mode="json")
-    st = MV.self_test(CORRECT, ref, cases, {})
+    st = MV.self_test(CORRECT, ref, cases, O.MakeVerifierOptions())
     assert st["passed"] and st["n_ok"] == st["n_cases"] == 6  # reference + 5 applicable perturbations
-    st = MV.self_test(ALWAYS_PASS, ref, cases, {})
+    st = MV.self_test(ALWAYS_PASS, ref, cases, O.MakeVerifierOptions())
     assert not st["passed"] and {r["case"] for r in st["cases"] if not r.get("ok") and "skipped" not in r} == {
         "wrong_id", "missing_key_call", "policy_violation", "unchanged_state", "no_calls"}
-    st = MV.self_test(STATE_BLIND, ref, cases, {})
+    st = MV.self_test(STATE_BLIND, ref, cases, O.MakeVerifierOptions())
     assert not st["passed"] and [r["case"] for r in st["cases"] if "skipped" not in r and not r["ok"]] == ["unchanged_state"]
-    st = MV.self_test("def evaluate_submission(reference, eval):\n    raise RuntimeError('boom')\n", ref, cases, {})
+    st = MV.self_test("def evaluate_submission(reference, eval):\n    raise RuntimeError('boom')\n", ref, cases, O.MakeVerifierOptions())
     assert not st["passed"] and st["cases"][0]["got"] == "error" and "boom" in st["cases"][0]["error"]
 
 

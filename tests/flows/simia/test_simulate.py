@@ -8,6 +8,7 @@ from tests.flows.simia.fixtures import GOOD, POLICY, SEED, SHAREGPT, SYSTEM_TURN
 
 from toolkit import cli
 from toolkit.flows.simia.simulate import temperatures
+from toolkit.options import SimulateEnvOptions
 from toolkit.llm.testserver import ScriptedServer
 from toolkit.schema import Record
 
@@ -94,7 +95,7 @@ def test_call_mode_is_still_the_default():
                                         ({"temperature_spread": 0}, 3, [1.0, 1.0, 1.0]),
                                         ({"temperatures": "0.1,0.3"}, 3, [0.1, 0.3, 0.1])])
 def test_temperature_spread(cfg, n, want):
-    assert temperatures(cfg, n) == want
+    assert temperatures(SimulateEnvOptions.typed(cfg), n) == want
 
 
 def test_a_failed_pass_keeps_the_others(tmp_path):

@@ -20,6 +20,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable
+from toolkit.envs.python import _type_ok as ok
 
 REF_RE = re.compile(r"^\$(\d+)\.([A-Za-z_][A-Za-z0-9_.\[\]]*)$")
 
@@ -126,8 +127,6 @@ def _field_matches(arg: str, field_name: str, producer: str) -> bool:
 
 
 def _type_ok(value: Any, spec: dict) -> bool:
-    from toolkit.envs.python import _type_ok as ok
-
     return "type" not in spec or ok(value, spec["type"])
 
 

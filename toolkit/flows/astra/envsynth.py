@@ -46,6 +46,13 @@ from toolkit.io import StageError, add_provenance
 from toolkit.schema import Action, EnvRef, Record, SubQuestion, Verdict, Verifier
 from toolkit.stages.registry import StageContext, strategy
 from toolkit.flows.astra import options as O
+from toolkit import prompts
+from toolkit.envs.python import PythonEnvironment, validate_arguments
+from toolkit.flows.astra.tooldocs import NAME_RE, Unmappable, check_parameters, vague
+from toolkit.flows.astra.validate import necessity_violations
+from toolkit.roles.structured import Malformed, RoleRejected, ask_prompt, new_usage, parse_json_object
+from toolkit.sandbox import SandboxLimits, operator_limits
+from toolkit.scoring.rewards import contains_answer
 
 # standard-library modules a generated tool may not import (processes, network, files, native code)
 DENIED_MODULES = frozenset({
@@ -130,10 +137,6 @@ class Tool:
 
 def run_calls(tools: list[Tool], checks: list[tuple[str, dict, Any]], limits: dict) -> list[str]:
     """Execute each (tool, arguments, expected answer) in the sandbox; [] when all contain their answer."""
-    from toolkit.envs.python import PythonEnvironment
-    from toolkit.sandbox import SandboxLimits, operator_limits
-    from toolkit.scoring.rewards import contains_answer
-
     source = "".join(wrapper_source(t.name, t.inner, t.src) for t in tools)
     # the operator's flags (sandbox_wall_seconds ...): a SandboxLimits is not clamped like data
     lim = SandboxLimits(**{**vars(operator_limits()), **limits})
@@ -156,9 +159,6 @@ def run_calls(tools: list[Tool], checks: list[tuple[str, dict, Any]], limits: di
 
 
 def parse_doc(text: str | None) -> dict:
-    from toolkit.flows.astra.tooldocs import NAME_RE, Unmappable, check_parameters, vague
-    from toolkit.roles.structured import Malformed, parse_json_object
-
     obj = parse_json_object(text, required=("name", "description", "parameters"))
     if isinstance(obj.get("function"), dict):
         obj = obj["function"]
@@ -179,9 +179,6 @@ def parse_doc(text: str | None) -> dict:
 
 
 def parse_call(spec: dict):
-    from toolkit.envs.python import validate_arguments
-    from toolkit.roles.structured import Malformed, parse_json_object
-
     def parse(text: str | None) -> dict:
         obj = parse_json_object(text, required=("name", "arguments"))
         if obj["name"] != spec["name"]:
@@ -197,8 +194,6 @@ def parse_call(spec: dict):
 
 
 def parse_function(text: str | None) -> str:
-    from toolkit.roles.structured import Malformed, parse_json_object
-
     obj = parse_json_object(text, required=("function",))
     src = obj["function"]
     if not isinstance(src, str) or not src.strip():
@@ -207,8 +202,6 @@ def parse_function(text: str | None) -> str:
 
 
 def parse_groups(tool_nodes: list[int]):
-    from toolkit.roles.structured import Malformed, parse_json_object
-
     def parse(text: str | None) -> list[list[int]]:
         obj = parse_json_object(text, required=("groups",))
         gs = obj["groups"]
@@ -232,8 +225,6 @@ def parse_groups(tool_nodes: list[int]):
 
 
 def parse_merge(spec: dict):
-    from toolkit.roles.structured import Malformed, parse_json_object
-
     call_parse = parse_call(spec)
 
     def parse(text: str | None) -> tuple[str, dict]:
@@ -252,15 +243,11 @@ def parse_merge(spec: dict):
 
 
 @strategy("make-verifier", "astra", options=O.EnvSynthOptions, help="ASTRA pipeline B: QA instance → sandbox-checked python env + F1 verifier")
-def build(cfg: dict, ctx: StageContext):
-    from toolkit import prompts
-    from toolkit.roles.structured import RoleRejected, ask_prompt, new_usage
-
-    o = O.EnvSynthOptions.of(cfg)
+def build(o: O.EnvSynthOptions, ctx: StageContext):
     attempts, impl_attempts, merge_attempts, do_merge = o.attempts, o.impl_attempts, o.merge_attempts, o.merge
     limits = {"wall_seconds": o.sandbox_wall_seconds, "cpu_seconds": o.sandbox_cpu_seconds,
               "memory_mb": o.sandbox_memory_mb}
-    seed = o.seed or 0
+    seed = o.seed
     out_dir = o.out_dir
     P = {k: prompts.load(f"astra/{k}") for k in ("tool_doc", "invocation", "implementation", "homogeneous", "merge")}
 
@@ -344,7 +331,6 @@ def build(cfg: dict, ctx: StageContext):
         if len(need) != len(sqs):
             raise StageError("task.extra.astra_needs_tool does not match the sub-questions",
                              field="task.extra.astra_needs_tool")
-        from toolkit.flows.astra.validate import necessity_violations
 
         bad = necessity_violations(sqs, need)
         if bad:
@@ -454,18 +440,18 @@ def write_env_dir(record: Record, out_dir: str) -> str:
     from pathlib import Path
 
     env = record.env
-    cfg = dict(env.config or {})
+    env_config = dict(env.config or {})  # the generated environment (data, not options)
     base = Path(out_dir)
     d = base / env_dir_name(env.id or record.id)
     base.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=base))
     try:
-        (tmp / "tools.json").write_text(json.dumps(cfg.get("tools", []), indent=1, ensure_ascii=False) + "\n",
+        (tmp / "tools.json").write_text(json.dumps(env_config.get("tools", []), indent=1, ensure_ascii=False) + "\n",
                                         encoding="utf-8")
-        (tmp / "tools.py").write_text(cfg.get("source", ""), encoding="utf-8")
-        (tmp / "policy.md").write_text(cfg.get("policy", ""), encoding="utf-8")
+        (tmp / "tools.py").write_text(env_config.get("source", ""), encoding="utf-8")
+        (tmp / "policy.md").write_text(env_config.get("policy", ""), encoding="utf-8")
         (tmp / "state.json").write_text(json.dumps(env.state or {}, ensure_ascii=False) + "\n", encoding="utf-8")
-        rest = {k: v for k, v in cfg.items() if k not in ("tools", "source", "policy", "user_tools")}
+        rest = {k: v for k, v in env_config.items() if k not in ("tools", "source", "policy", "user_tools")}
         (tmp / "config.json").write_text(json.dumps(rest, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
         if d.exists():  # a re-run replaces the previous environment of the same id
             import shutil

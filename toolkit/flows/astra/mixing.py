@@ -27,6 +27,10 @@ from typing import Any, Iterable
 
 from toolkit.stages.rollout import distractor_source
 
+from toolkit import domains
+from toolkit.envs import load_env
+from toolkit.flows.astra.tooldocs import import_paths
+
 HIGH, LOW = 0.85, 0.4
 BANDS = ("high", "medium", "low")
 
@@ -216,17 +220,12 @@ def random_mix(in_scope: list[dict], domain: str, pool: list[tuple[dict, str]], 
 
 def default_pool(extra_specs: Iterable[str] = ()) -> list[tuple[dict, str]]:
     """Bundled sqlite domains' tools (+ any `toolkit tools import` inputs: files, tau2:<d>, sqlite:<d>)."""
-    from toolkit import domains
-    from toolkit.envs import load_env
-
     pool: list[tuple[dict, str]] = []
     for d in domains.list_domains():
         with load_env({"backend": "sqlite", "id": d}) as e:
             pool += [(t, d) for t in e.tools("agent")]
     specs = list(extra_specs)
     if specs:
-        from toolkit.flows.astra.tooldocs import import_paths
-
         for s in import_paths(specs, min_tools=1).servers:
             pool += [(t, s.domain or s.name) for t in s.tools]
     return pool

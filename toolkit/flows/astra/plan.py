@@ -26,11 +26,14 @@ from toolkit.formats.tools import tools_text
 from toolkit.schema import Plan, Record
 from toolkit.stages.registry import StageContext, strategy
 from toolkit.flows.astra import options as O
+from toolkit import prompts
+from toolkit.flows.astra import chains as CH, tooldocs as TD
+from toolkit.flows.astra.tooldocs import slug
+from toolkit.roles.structured import Malformed, RoleRejected, ask_prompt, new_usage, parse_json_object
+from toolkit.schema import EnvRef
 
 
 def parse_pairs(known: set[str], max_len: int):
-    from toolkit.roles.structured import Malformed, parse_json_object
-
     def parse(text: str | None) -> list[dict]:
         obj = parse_json_object(text, required=("pairs",))
         pairs = obj["pairs"]
@@ -55,8 +58,6 @@ def parse_pairs(known: set[str], max_len: int):
 
 
 def parse_query(chain: list[str]):
-    from toolkit.roles.structured import Malformed, parse_json_object
-
     def parse(text: str | None) -> dict:
         obj = parse_json_object(text, required=("valid", "query"))
         if not isinstance(obj["valid"], bool):
@@ -84,31 +85,17 @@ def candidate_walks(graph, n_walks: int, max_len: int, *, min_len: int = 2, seed
     (biased by w) ... The resulting walks constitute our final candidate chains": the walks in the
     order they were sampled (a random sample, biased by w through each step), never re-ranked by
     weight; gen-plan tries the first `max_candidates` of them."""
-    from toolkit.flows.astra import chains as CH
-
     return CH.random_walks(graph, n_walks, max_len, min_len=min_len, seed=seed, acyclic=acyclic)
 
 
 @strategy("gen-plan", "astra", options=O.PlanOptions, help="ASTRA: tool docs → chain graph → random walks → verified plan.tool_chain")
-def build(cfg: dict, ctx: StageContext):
-    from toolkit import prompts
-    from toolkit.flows.astra import chains as CH
-    from toolkit.flows.astra import tooldocs as TD
-    from toolkit.roles.structured import RoleRejected, ask_prompt, new_usage
-
-    n_plans = int(cfg.get("n") or 5)
-    n_pairs = int(cfg.get("chain_pairs") or 8)
-    n_walks = int(cfg.get("walks") or 24)
-    min_len = int(cfg.get("walk_min_len") or 2)
-    max_len = int(cfg.get("walk_max_len") or 4)
-    acyclic = bool(cfg.get("acyclic", True))
-    max_cand = int(cfg.get("max_candidates") or 2 * n_plans)
-    strict_outputs = bool(cfg.get("strict_outputs", False))
-    attempts = int(cfg.get("attempts") or 3)
-    seed = int(cfg.get("seed") or 0)
-    out_dir = cfg.get("out_dir")
-    min_tools = int(cfg.get("min_tools") or TD.MIN_TOOLS)
-    min_words = int(cfg.get("min_description_words") or TD.MIN_DESCRIPTION_WORDS)
+def build(opts: O.PlanOptions, ctx: StageContext):
+    n_plans, n_pairs, n_walks = opts.n, opts.chain_pairs, opts.walks
+    min_len, max_len, acyclic = opts.walk_min_len, opts.walk_max_len, opts.acyclic
+    max_cand = opts.max_candidates or 2 * n_plans
+    strict_outputs, attempts, seed = opts.strict_outputs, opts.attempts, opts.seed
+    out_dir = ctx.opts.out_dir  # a gen-plan flag (--out-dir)
+    min_tools, min_words = opts.min_tools, opts.min_description_words
     p_synth, p_query = prompts.load("astra/chain_synth"), prompts.load("astra/chain_query")
 
     async def fn(record: Record):
@@ -171,7 +158,6 @@ def build(cfg: dict, ctx: StageContext):
                                           "unverified": chk.unverified}),
                          extra={"astra": server.record()["extra"]["astra"]})
             if rec.env is None:
-                from toolkit.schema import EnvRef
                 rec.env = EnvRef.model_validate(server.env_ref())
             plans.append(rec)
         for row in report:
@@ -186,16 +172,13 @@ def build(cfg: dict, ctx: StageContext):
         share = {k: (v / len(plans) if isinstance(v, (int, float)) else v) for k, v in usage.items()}
         for rec in plans:
             add_provenance(rec, "gen-plan", strategy="astra", model=ctx.model_name(),
-                           recipe_hash=cfg.get("recipe_hash"), usage=share)
+                           recipe_hash=opts.recipe_hash, usage=share)
         return plans
 
     return fn
 
 
 def _export(out_dir: str, server: str, graph, report: list[dict], pairs: list[dict]) -> None:
-    from toolkit.flows.astra import chains as CH
-    from toolkit.flows.astra.tooldocs import slug
-
     d = Path(out_dir)
     d.mkdir(parents=True, exist_ok=True)
     base = str(d / f"{slug(server)}.graph")

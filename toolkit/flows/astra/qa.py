@@ -21,13 +21,13 @@ from toolkit.io import StageError, add_provenance, log
 from toolkit.schema import GroundTruth, Record, SubQuestion, Task
 from toolkit.stages.registry import StageContext, strategy
 from toolkit.flows.astra import options as O
+from toolkit import prompts
+from toolkit.roles.structured import Malformed, RoleRejected, ask_structured
 
 SCENARIOS = ("Single-Hop", "Parallel Single-Hop", "Multi-Hop", "Parallel Multi-Hop")
 
 
 def _json_any(text: str | None) -> Any:
-    from toolkit.roles.structured import Malformed
-
     s = (text or "").strip()
     if s.startswith("```"):
         s = s.split("\n", 1)[1] if "\n" in s else ""
@@ -105,8 +105,6 @@ def instance_from_item(item: Any, min_hops: int, max_hops: int) -> dict:
 
 
 def parse_instances(n: int, min_hops: int, max_hops: int):
-    from toolkit.roles.structured import Malformed
-
     def parse(text: str | None) -> tuple[list[dict], list[str]]:
         obj = _json_any(text)
         if isinstance(obj, dict):
@@ -127,20 +125,16 @@ def parse_instances(n: int, min_hops: int, max_hops: int):
 
 
 @strategy("gen-task", "astra-qa", options=O.QAOptions, help="ASTRA pipeline B: main question, answer and decomposition DAG")
-def build(cfg: dict, ctx: StageContext):
-    from toolkit import prompts
-    from toolkit.roles.structured import RoleRejected, ask_structured
-
-    n = int(cfg.get("n") or 1)
-    attempts = int(cfg.get("attempts") or 3)
+def build(opts: O.QAOptions, ctx: StageContext):
+    n, attempts = opts.n, opts.attempts
     prompt = prompts.load("astra/qa_synth")
 
     async def fn(record: Record):
         ex = record.extra or {}
-        domain = ex.get("domain") or cfg.get("domain") or "general"
-        corpus = ex.get("corpus") or cfg.get("corpus") or ""
-        min_h = int(ex.get("min_hops") or cfg.get("min_hops") or 1)
-        max_h = int(ex.get("max_hops") or cfg.get("max_hops") or 4)
+        domain = ex.get("domain") or opts.domain
+        corpus = ex.get("corpus") or opts.corpus
+        min_h = int(ex.get("min_hops") or opts.min_hops)
+        max_h = int(ex.get("max_hops") or opts.max_hops)
         if min_h < 1 or max_h < min_h:
             raise StageError(f"need 1 <= min_hops <= max_hops, got {min_h}, {max_h}", field="extra.min_hops")
         q0 = record.task.instruction if record.task and record.task.instruction else None
@@ -165,7 +159,7 @@ def build(cfg: dict, ctx: StageContext):
                                                             sub_questions=[SubQuestion(**s) for s in inst["sub_questions"]]),
                                    extra={"domain": domain, "mode": "question" if q0 else "unconditional"}))
             add_provenance(rec, "gen-task", strategy="astra-qa", model=ctx.model_name(),
-                           recipe_hash=cfg.get("recipe_hash"), usage=share)
+                           recipe_hash=opts.recipe_hash, usage=share)
             out.append(rec)
         return out
 

@@ -23,6 +23,10 @@ from toolkit.io import StageError, add_provenance, log
 from toolkit.schema import GroundTruth, Record, Task
 from toolkit.stages.registry import StageContext, strategy
 from toolkit.flows.astra import options as O
+from toolkit import prompts
+from toolkit.flows.astra import tooldocs as TD
+from toolkit.roles.structured import Malformed, RoleRejected, ask_prompt, new_usage, parse_json_object
+from toolkit.schema import Action
 
 AXES = {
     "diversity": "paraphrase it, add preferences or context, with the same intent",
@@ -52,8 +56,6 @@ def same_language(a: str, b: str) -> bool:
 
 
 def parse_tasks(n: int):
-    from toolkit.roles.structured import Malformed, parse_json_object
-
     def parse(text: str | None) -> list[str]:
         obj = parse_json_object(text, required=("tasks",))
         ts = obj["tasks"]
@@ -72,8 +74,6 @@ def parse_tasks(n: int):
 
 
 def parse_augmented(text: str | None) -> str:
-    from toolkit.roles.structured import Malformed, parse_json_object
-
     obj = parse_json_object(text, required=("task",))
     if not isinstance(obj["task"], str) or not obj["task"].strip():
         raise Malformed("'task' must be a non-empty string")
@@ -81,20 +81,8 @@ def parse_augmented(text: str | None) -> str:
 
 
 @strategy("gen-task", "astra", options=O.TasksOptions, help="ASTRA: chain-conditioned + server-only tasks, 3 augmentations (language kept)")
-def build(cfg: dict, ctx: StageContext):
-    from toolkit import prompts
-    from toolkit.flows.astra import tooldocs as TD
-    from toolkit.roles.structured import RoleRejected, ask_prompt, new_usage
-
-    n = int(cfg.get("n") or 3)
-    attempts = int(cfg.get("attempts") or 3)
-    axes = cfg.get("augment", list(AXES))
-    if isinstance(axes, str):
-        axes = [a.strip() for a in axes.split(",") if a.strip()]
-    unknown = [a for a in axes if a not in AXES]
-    if unknown:
-        from toolkit.io import UsageError
-        raise UsageError(f"augment: unknown axis {unknown}; use {', '.join(AXES)}")
+def build(opts: O.TasksOptions, ctx: StageContext):
+    n, attempts, axes = opts.n, opts.attempts, opts.augment
     p_server, p_aug = prompts.load("astra/task_server"), prompts.load("astra/augment")
 
     async def fn(record: Record):
@@ -157,7 +145,7 @@ def build(cfg: dict, ctx: StageContext):
         share = {k: (v / len(out) if isinstance(v, (int, float)) else v) for k, v in usage.items()}
         for r in out:
             add_provenance(r, "gen-task", strategy="astra", model=ctx.model_name(),
-                           recipe_hash=cfg.get("recipe_hash"), usage=share)
+                           recipe_hash=opts.recipe_hash, usage=share)
         return out
 
     return fn
@@ -177,8 +165,6 @@ def literal_actions(chain: list[str], arguments: Any) -> list:
     """The chain as reference actions when every argument is a literal (no "$k.field" reference to an
     earlier call's output): then `rollout --agent replay` and `verify --strategy state_diff` can
     replay it on a real backend (sqlite, tau2, mcp) — verification by state. [] otherwise."""
-    from toolkit.schema import Action
-
     if not isinstance(arguments, list) or len(arguments) != len(chain):
         return []
     out = []

@@ -24,6 +24,10 @@ from toolkit.io import add_provenance
 from toolkit.schema import Record, Verdict
 from toolkit.stages.registry import StageContext, strategy
 from toolkit.flows.astra import options as O
+from toolkit import prompts
+from toolkit.envs import load_env
+from toolkit.io import StageError
+from toolkit.roles.structured import Malformed, RoleRejected, ask_prompt, new_usage, parse_json_object
 
 
 def leaves(sub_questions: list) -> set[int]:
@@ -58,16 +62,12 @@ def _nodes_text(sqs: list) -> str:
 
 
 def _binary(v: Any, what: str) -> int:
-    from toolkit.roles.structured import Malformed
-
     if isinstance(v, bool) or v not in (0, 1):
         raise Malformed(f"{what} must be 0 or 1, got {v!r}")
     return int(v)
 
 
 def parse_necessity(m: int):
-    from toolkit.roles.structured import Malformed, parse_json_object
-
     def parse(text: str | None) -> tuple[list[bool], list[str]]:
         obj = parse_json_object(text, required=("sub_questions",))
         items = obj["sub_questions"]
@@ -88,8 +88,6 @@ def parse_necessity(m: int):
 
 
 def parse_qs(m: int):
-    from toolkit.roles.structured import Malformed, parse_json_object
-
     def parse(text: str | None) -> tuple[list[dict], int, str]:
         obj = parse_json_object(text, required=("nodes", "tc"))
         nodes = obj["nodes"]
@@ -106,8 +104,6 @@ def parse_qs(m: int):
 
 
 def parse_task_scores(text: str | None) -> dict:
-    from toolkit.roles.structured import Malformed, parse_json_object
-
     obj = parse_json_object(text, required=("question_quality", "scenario_realism", "tool_necessity"))
     out = {}
     for key, short in (("question_quality", "qq"), ("scenario_realism", "sr"), ("tool_necessity", "tn")):
@@ -125,11 +121,9 @@ def record_tools(record: Record) -> list[dict]:
         return astra["tools"]
     if record.env is None:
         return []
-    cfg = record.env.config or {}
-    if cfg.get("tools"):
-        return cfg["tools"]
-    from toolkit.envs import load_env
-    from toolkit.io import StageError
+    env_config = record.env.config or {}  # the record's environment (data, not options)
+    if env_config.get("tools"):
+        return env_config["tools"]
 
     try:
         env = load_env(record.env)
@@ -146,11 +140,7 @@ def record_tools(record: Record) -> list[dict]:
 
 
 @strategy("validate-task", "astra", options=O.ValidateOptions, help="ASTRA: tool-necessity rule + QS (QA tasks) or S_qq/S_sr/S_tn (tasks)")
-def build(cfg: dict, ctx: StageContext):
-    from toolkit import prompts
-    from toolkit.roles.structured import RoleRejected, ask_prompt, new_usage
-
-    o = O.ValidateOptions.of(cfg)
+def build(o: O.ValidateOptions, ctx: StageContext):
     attempts = o.attempts
     min_qs = o.min_qs
     th = {"qq": o.theta_qq, "sr": o.theta_sr, "tn": o.theta_tn}
@@ -205,7 +195,6 @@ def build(cfg: dict, ctx: StageContext):
     async def task_scores(record: Record, usage: dict) -> None:
         text = record.task.instruction if record.task else None
         if not text:
-            from toolkit.io import StageError
             raise StageError("validate-task astra needs task.instruction", field="task.instruction")
         s = await ask_or_fail(record, usage, p_scores.render(
             tools=json.dumps(record_tools(record), ensure_ascii=False)[:20000], task=text),

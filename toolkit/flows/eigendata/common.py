@@ -9,7 +9,11 @@ import json
 import re
 from typing import Any
 
-from toolkit.io import StageError
+from toolkit.io import StageError, note_fallback  # noqa: F401  (C.note_fallback: counted, in provenance)
+from toolkit import prompts
+from toolkit.envs import load_env
+from toolkit.envs.base import ToolResult
+from toolkit.schema import Step, Trajectory
 
 FLOW = "eigendata"
 TOOL_CALL_TAG = re.compile(r"<function>\s*(\{.*?\})\s*</function>", re.S)
@@ -23,7 +27,6 @@ def load_record_env(record: Any):
     """A fresh environment built from `record.env` (a scratch instance: nothing it does persists)."""
     if record.env is None:
         raise StageError("record has no `env`: the eigendata flow needs an environment", field="env")
-    from toolkit.envs import load_env
 
     try:
         return load_env(record.env)
@@ -102,8 +105,6 @@ def role_prompt(role: str, record: Any = None):
     evolved copy (toolkit.prompts.load_for_set: no leaking between sets). Searched: the plan's
     `extra.prompts_dir` (where `reflect` wrote the evolved versions), $TOOLKIT_PROMPTS, the
     shipped prompts."""
-    from toolkit import prompts
-
     pinned, dirs = prompt_pin(record, role)
     return prompts.load_for_set(f"{FLOW}/{role}", pinned, dirs=dirs)
 
@@ -157,7 +158,6 @@ def execute(env: Any, name: str, args: dict, side: str = "agent") -> dict:
     try:
         res = env.call(name, dict(args or {}), side=side)
     except Exception as e:  # a backend bug must not end the run
-        from toolkit.envs.base import ToolResult
 
         res = ToolResult.fail("INTERNAL_ERROR", f"{type(e).__name__}: {e}")
     after = safe_hash(env)
@@ -172,8 +172,6 @@ def calls_to_trajectory(env: Any, items: list[dict], traj_id: str, system: str |
 
     items: {"role": "user"|"assistant", "content"} | {"tool_call": {"name", "arguments"}, "side"?}
     Consecutive tool calls become one assistant message each (one call per message)."""
-    from toolkit.schema import Step, Trajectory
-
     msgs: list[dict] = []
     if system:
         msgs.append({"role": "system", "content": system})
@@ -206,20 +204,6 @@ def calls_to_trajectory(env: Any, items: list[dict], traj_id: str, system: str |
 # bookkeeping
 
 
-def note_fallback(reason: str) -> None:
-    """A fallback path was taken: counted in the run summary and marked in the record's provenance
-    (toolkit.io.note_fallback); with a toolkit.io that has no such counter yet, the reason goes to
-    stderr and the record's provenance notes. Callers also log it on stderr per record."""
-    try:
-        from toolkit.io import note_fallback as nf  # type: ignore[attr-defined]
-    except ImportError:  # pragma: no cover - older toolkit.io
-        from toolkit.io.provenance import note_for_provenance
-
-        note_for_provenance("fallbacks", reason)
-        return
-    nf(reason)
-
-
 def as_list(v: Any) -> list:
     if v is None:
         return []
@@ -240,15 +224,3 @@ def text_list(v: Any) -> list[str]:
 def short(s: Any, n: int = 400) -> str:
     s = s if isinstance(s, str) else json.dumps(s, ensure_ascii=False, default=str)
     return s if len(s) <= n else s[:n] + "..."
-
-
-def cfg_int(cfg: dict, key: str, default: int) -> int:
-    v = cfg.get(key)
-    if v is None:
-        return default
-    try:
-        return int(v)
-    except (TypeError, ValueError):
-        from toolkit.io import UsageError
-
-        raise UsageError(f"{key} must be an integer (got {v!r})") from None

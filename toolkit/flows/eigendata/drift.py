@@ -19,11 +19,10 @@ import json
 import sys
 
 from toolkit.flows.eigendata import metrics as M
+from toolkit.schema import Record
 
 
 def _records(stream):
-    from toolkit.schema import Record
-
     out = []
     for i, line in enumerate(stream, 1):
         if line.strip():

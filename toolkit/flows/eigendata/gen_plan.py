@@ -23,7 +23,7 @@ from toolkit.io import StageError, add_provenance
 from toolkit.roles.structured import (Malformed, RoleRejected, add_usage, ask_structured, new_usage, parse_tagged_json,
                                       tagged_text)
 from toolkit.schema import Record
-from toolkit.stages.registry import strategy
+from toolkit.stages.registry import StageContext, strategy
 from toolkit.flows.eigendata import options as O
 
 ROLES = ("random_pool", "user_intent", "task_validation", "task_quality", "modify", "verification_function")
@@ -112,19 +112,19 @@ async def _ask_planner(ctx, text: str, parse, role: str, attempts: int, k: int, 
         raise StageError(f"{what} {k}: {e}", field="plan") from None
 
 
-def _with_provenance(out: list[Record], usage: dict, model: str | None, strategy_name: str, cfg: dict) -> list[Record]:
+def _with_provenance(out: list[Record], usage: dict, model: str | None, strategy_name: str,
+                     recipe_hash: str | None) -> list[Record]:
     """Every plan of the input record gets an equal share of the requests that made them."""
     share = {k: (x / len(out) if isinstance(x, (int, float)) else x) for k, x in usage.items()}
     for r in out:
-        add_provenance(r, "gen-plan", strategy=strategy_name, model=model, recipe_hash=cfg.get("recipe_hash"),
+        add_provenance(r, "gen-plan", strategy=strategy_name, model=model, recipe_hash=recipe_hash,
                        usage=share)
     return out
 
 
 @strategy("gen-plan", "eigendata", options=O.GenPlanOptions, help="EigenData Phase 1: K diversified, versioned prompt sets (Prompt Engineer)")
-def build_eigendata(cfg: dict, ctx):
-    n = int(cfg.get("n") or 4)
-    attempts = int(cfg.get("attempts") or 3)
+def build_eigendata(opts: O.GenPlanOptions, ctx: StageContext):
+    n, attempts = opts.n, opts.attempts
 
     async def fn(record: Record):
         view = _view(record)
@@ -146,15 +146,14 @@ def build_eigendata(cfg: dict, ctx):
                 "evaluation_rules": v.get("evaluation_rules"),
                 "extra": {"guidance": {r: list(x) for r, x in v["guidance"].items()}, "summary": v["summary"],
                           "previous_summaries": list(summaries[:-1]), "reflections": []}}))
-        return _with_provenance(out, usage, model, "eigendata", cfg)
+        return _with_provenance(out, usage, model, "eigendata", opts.recipe_hash)
 
     return fn
 
 
 @strategy("gen-plan", "sea", options=O.GenPlanOptions, help="AReaL-SEA meta-planner: N synthesis-plan / evaluation-rules pairs, each conditioned on the earlier ones")
-def build_sea(cfg: dict, ctx):
-    n = int(cfg.get("n") or 4)
-    attempts = int(cfg.get("attempts") or 3)
+def build_sea(opts: O.GenPlanOptions, ctx: StageContext):
+    n, attempts = opts.n, opts.attempts
 
     async def fn(record: Record):
         view = _view(record)
@@ -175,7 +174,7 @@ def build_sea(cfg: dict, ctx):
                 "evaluation_rules": got.value["evaluation_rules"],
                 "extra": {"summary_report": report, "summary": _summary(got.value["synthesis_plan"]),
                           "previous_summaries": [_summary(x) for x in plans[:-1]], "reflections": []}}))
-        return _with_provenance(out, usage, model, "sea", cfg)
+        return _with_provenance(out, usage, model, "sea", opts.recipe_hash)
 
     return fn
 

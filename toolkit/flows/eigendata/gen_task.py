@@ -19,16 +19,17 @@ from toolkit.flows.eigendata.user_intent import make_parser, to_task
 from toolkit.io import StageError, add_provenance, log
 from toolkit.roles.structured import RoleRejected, add_usage, ask_structured, new_usage
 from toolkit.schema import Record
-from toolkit.stages.registry import strategy
+from toolkit.stages.registry import StageContext, strategy
 from toolkit.flows.eigendata import options as O
+from toolkit.flows.eigendata.tool_loop import tool_loop
+from toolkit.roles.structured import Malformed, tagged_text
 
 SYSTEM = "You are a data-synthesis worker agent. Follow the output format exactly."
 
 
 @strategy("gen-task", "eigendata", options=O.GenTaskOptions, help="EigenData RandomPool → UserIntent (<intent> JSON, counts and tool names checked)")
-def build(cfg: dict, ctx):
-    n = int(cfg.get("n") or 1)
-    attempts = int(cfg.get("attempts") or 3)
+def build(opts: O.GenTaskOptions, ctx: StageContext):
+    n, attempts = opts.n, opts.attempts
 
     async def fn(record: Record):
         client = ctx.llm("generator")
@@ -89,7 +90,7 @@ def build(cfg: dict, ctx):
         share = {k: (v / len(out) if isinstance(v, (int, float)) else v) for k, v in usage.items()}
         for r in out:
             add_provenance(r, "gen-task", strategy="eigendata", model=ctx.model_name("generator"),
-                           recipe_hash=cfg.get("recipe_hash"), usage=share)
+                           recipe_hash=opts.recipe_hash, usage=share)
         return out
 
     return fn
@@ -100,8 +101,6 @@ def build(cfg: dict, ctx):
 
 
 def make_sea_parser(known: set[str], min_calls: int):
-    from toolkit.roles.structured import Malformed, tagged_text
-
     def parse(text: str | None, transcript: list[dict]) -> dict:
         body = tagged_text(text, "synthetic_task")
         if body.startswith("```"):
@@ -134,13 +133,9 @@ def make_sea_parser(known: set[str], min_calls: int):
 
 
 @strategy("gen-task", "sea", options=O.SeaGenTaskOptions, help="AReaL-SEA Task Synthesis agent: explores the env with read tools, writes q=(u, t, a*)")
-def build_sea(cfg: dict, ctx):
-    from toolkit.flows.eigendata.tool_loop import tool_loop
-
-    n = int(cfg.get("n") or 1)
-    attempts = int(cfg.get("attempts") or 3)
-    max_calls = C.cfg_int(cfg, "synthesis_max_calls", 12)
-    min_calls = C.cfg_int(cfg, "synthesis_min_calls", 1)
+def build_sea(opts: O.SeaGenTaskOptions, ctx: StageContext):
+    n, attempts = opts.n, opts.attempts
+    max_calls, min_calls = opts.synthesis_max_calls, opts.synthesis_min_calls
 
     async def fn(record: Record):
         env = C.load_record_env(record)
@@ -190,7 +185,7 @@ def build_sea(cfg: dict, ctx):
             log(f"gen-task sea {record.id}: {e}")
         share = {k: (x / len(out) if isinstance(x, (int, float)) else x) for k, x in usage.items()}
         for r in out:
-            add_provenance(r, "gen-task", strategy="sea", model=model, recipe_hash=cfg.get("recipe_hash"), usage=share)
+            add_provenance(r, "gen-task", strategy="sea", model=model, recipe_hash=opts.recipe_hash, usage=share)
         return out
 
     return fn

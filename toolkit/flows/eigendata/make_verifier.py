@@ -34,8 +34,11 @@ from toolkit.flows.eigendata.perturb import perturbations
 from toolkit.io import StageError, add_provenance, log
 from toolkit.roles.structured import Malformed, RoleRejected, add_usage, ask_structured, new_usage
 from toolkit.schema import Record, Verdict, Verifier
-from toolkit.stages.registry import strategy
+from toolkit.stages.registry import StageContext, strategy
 from toolkit.flows.eigendata import options as O
+from toolkit.flows.eigendata.validate_task import task_text
+from toolkit.sandbox import SandboxLimits, run_function
+from toolkit.scoring import rewards as R
 
 STAGE = "make-verifier"
 
@@ -62,8 +65,6 @@ def reference_calls(record: Record) -> tuple[list[dict], str]:
 
 
 def skip_keys(record: Record, env: Any) -> tuple:
-    from toolkit.scoring import rewards as R
-
     keys = list(R.DEFAULT_EXCLUDE_KEYS) + list(getattr(env, "exclude_keys", ()) or ())
     keys += [str(k) for k in ((record.env.config or {}).get("exclude_keys") or [])]
     return tuple(dict.fromkeys(keys))
@@ -126,17 +127,12 @@ def self_test_cases(env: Any, ref_calls: list[dict], must_have: list[str],
 
 
 def _limits(o: O.MakeVerifierOptions):
-    from toolkit.sandbox import SandboxLimits
-
     return SandboxLimits(cpu_seconds=o.code_cpu_seconds, wall_seconds=o.code_wall_seconds,
                          memory_mb=o.code_memory_mb)
 
 
-def run_verifier(source: str, reference: dict, ev: dict, cfg: dict | O.MakeVerifierOptions) -> dict:
+def run_verifier(source: str, reference: dict, ev: dict, o: O.MakeVerifierOptions) -> dict:
     """{"passed": bool | None, "error": str | None, "value": ...}; passed None = crashed / malformed."""
-    from toolkit.sandbox import run_function
-
-    o = O.MakeVerifierOptions.of(cfg)
     res = run_function(source, "evaluate_submission", [reference, ev], None, _limits(o), o.sandbox)
     if not res.ok:
         return {"passed": None, "error": (f"killed ({res.killed}): " if res.killed else "") + str(res.error)}
@@ -147,13 +143,13 @@ def run_verifier(source: str, reference: dict, ev: dict, cfg: dict | O.MakeVerif
             "component_scores": v.get("component_scores")}
 
 
-def self_test(source: str, reference: dict, cases: list[dict], cfg: dict) -> dict:
+def self_test(source: str, reference: dict, cases: list[dict], o: O.MakeVerifierOptions) -> dict:
     rows = []
     for c in cases:
         if "skipped" in c:
             rows.append({"case": c["name"], "expect": "fail", "skipped": c["skipped"]})
             continue
-        r = run_verifier(source, reference, c["eval"], cfg)
+        r = run_verifier(source, reference, c["eval"], o)
         ok = r["passed"] is not None and r["passed"] == c["expect"]
         row = {"case": c["name"], "expect": "pass" if c["expect"] else "fail",
                "got": "error" if r["passed"] is None else ("pass" if r["passed"] else "fail"), "ok": ok}
@@ -224,10 +220,7 @@ def _policy_part(spec: dict) -> str:
 
 
 @strategy("make-verifier", "eigendata", options=O.MakeVerifierOptions, help="EigenData VerificationFunctionAgent + sandbox self-test against automatic perturbations")
-def build(cfg: dict, ctx):
-    from toolkit.options import typed_options
-
-    o = typed_options(O.MakeVerifierOptions, cfg)
+def build(o: O.MakeVerifierOptions, ctx: StageContext):
     src_mode, fallback, n_sources, attempts = o.verifier_source, o.verifier_fallback, o.verifier_attempts, o.attempts
 
     async def fn(record: Record) -> Record:
@@ -251,8 +244,6 @@ def build(cfg: dict, ctx):
         model = None
         chosen = last = None
         if src_mode == "llm":
-            from toolkit.flows.eigendata.validate_task import task_text
-
             p = C.role_prompt("verification_function", record)
             fb = ""
             for k in range(n_sources):

@@ -48,6 +48,8 @@ from toolkit.roles.judge import improve_items
 from toolkit.schema import Record
 from toolkit.stages.registry import strategy
 from toolkit.flows.eigendata import options as O
+from toolkit import prompts
+from toolkit.io import UsageError
 
 ROLES = ("random_pool", "user_intent", "task_validation", "task_quality", "modify", "verification_function",
          "trajectory_validation")
@@ -103,13 +105,10 @@ def _next_version(v: str | None) -> str:
         return f"{v}.1"
 
 
-def prompts_dir(cfg: dict) -> Path | None:
-    """Where evolved prompt versions go: cfg `prompts_dir`, else $TOOLKIT_PROMPTS; refused when it
-    is (inside) the shipped prompts folder."""
-    from toolkit import prompts
-    from toolkit.io import UsageError
-
-    d = cfg.get("prompts_dir") or os.environ.get("TOOLKIT_PROMPTS")
+def prompts_dir(given: str | None) -> Path | None:
+    """Where evolved prompt versions go: `given` (reflect's --prompts-dir), else $TOOLKIT_PROMPTS;
+    refused when it is (inside) the shipped prompts folder."""
+    d = given or os.environ.get("TOOLKIT_PROMPTS")
     if not d:
         return None
     p = Path(d).expanduser().resolve()
@@ -131,8 +130,6 @@ def write_prompt_version(root: Path, role: str, plan: dict, changes: list[dict],
     """Write `root/eigendata/<role>.v<N+1>.txt`: the prompt set's current version of the role
     (pinned or newest) plus the learned rules; N+1 is above every existing version (shipped,
     $TOOLKIT_PROMPTS, root) so files never collide. Returns {role, from, version, path}."""
-    from toolkit import prompts
-
     pinned = (plan["extra"].get("prompt_versions") or {}).get(role)
     # builds on this set's own version: pinned, else the un-evolved newest (never another set's)
     base = prompts.load_for_set(f"{C.FLOW}/{role}", int(pinned) if pinned else None, dirs=[str(root)])
@@ -175,12 +172,10 @@ def _judge_examples(judge: dict, per_axis: int = 3) -> dict:
     return out
 
 
-def _build(cfg: dict, ctx, flavour: str):
-    attempts = int(cfg.get("attempts") or 3)
-    thresholds = cfg.get("pilot_criteria") if isinstance(cfg.get("pilot_criteria"), dict) else None
-    judge_targets = cfg.get("judge_targets") if isinstance(cfg.get("judge_targets"), dict) else None
+def _build(opts: O.ReflectOptions, ctx, flavour: str):
+    attempts, thresholds, judge_targets = opts.attempts, opts.pilot_criteria, opts.judge_targets
     held: list[Record] = []
-    out_dir = prompts_dir(cfg) if flavour == "eigendata" else None
+    out_dir = prompts_dir(ctx.opts.prompts_dir) if flavour == "eigendata" else None
 
     async def fn(record: Record):
         held.append(record)
@@ -296,7 +291,7 @@ def _build(cfg: dict, ctx, flavour: str):
                                      "tags": ["eigendata", "plan"], "plan": plan,
                                      "env": first.env.model_dump(mode="json") if first.env else None,
                                      "extra": {"target": first.extra.get("target")} if first.extra.get("target") else {}})
-        add_provenance(rec, "reflect", strategy=flavour, model=model, recipe_hash=cfg.get("recipe_hash"), usage=usage)
+        add_provenance(rec, "reflect", strategy=flavour, model=model, recipe_hash=opts.recipe_hash, usage=usage)
         return rec
 
     fn.finish = finish  # type: ignore[attr-defined]
@@ -304,10 +299,10 @@ def _build(cfg: dict, ctx, flavour: str):
 
 
 @strategy("reflect", "eigendata", options=O.ReflectOptions, help="EigenData prompt evolution: failure categories per prompt set/version → new versioned guidance")
-def build_eigendata(cfg: dict, ctx):
-    return _build(cfg, ctx, "eigendata")
+def build_eigendata(opts: O.ReflectOptions, ctx):
+    return _build(opts, ctx, "eigendata")
 
 
 @strategy("reflect", "sea", options=O.ReflectOptions, help="AReaL-SEA Reflect: improve synthesis plan (task failures) and evaluation rules (improve items)")
-def build_sea(cfg: dict, ctx):
-    return _build(cfg, ctx, "sea")
+def build_sea(opts: O.ReflectOptions, ctx):
+    return _build(opts, ctx, "sea")

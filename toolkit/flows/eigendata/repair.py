@@ -32,11 +32,13 @@ from toolkit.flows.eigendata.user_intent import primary_objective
 from toolkit.io import StageError, add_provenance, log
 from toolkit.roles.structured import Malformed, RoleRejected, ask_structured, need_enum, parse_json_object
 from toolkit.schema import Record
-from toolkit.stages.registry import strategy
+from toolkit.stages.registry import StageContext, strategy
 from toolkit.flows.eigendata import options as O
+from toolkit.flows.eigendata.validate_task import task_text
+from toolkit.roles.env_simulator import render_history
 
 MODES = ("TASK", "TRAJECTORY", "COMBINED")
-MAX_ROUNDS = 3
+MAX_ROUNDS = O.MAX_ROUNDS
 KEEP_FRACTION = 0.8
 SCENARIO_FIELDS = {"context": "persona", "reason_for_call": "reason_for_call", "known_info": "known_info",
                    "unknown_info": "unknown_info", "task_instructions": "instructions", "instructions": "instructions"}
@@ -194,9 +196,9 @@ def apply_scenario(task: dict, sc: dict) -> None:
 
 
 @strategy("repair", "eigendata", options=O.RepairOptions, help="EigenData ModifyAgent: TASK/TRAJECTORY/COMBINED, ≤3 rounds, preservation checked, tool calls re-executed")
-def build(cfg: dict, ctx):
-    max_rounds = min(MAX_ROUNDS, int(cfg.get("max_rounds") or MAX_ROUNDS))
-    attempts = int(cfg.get("attempts") or 3)
+def build(opts: O.RepairOptions, ctx: StageContext):
+    max_rounds = min(MAX_ROUNDS, opts.max_rounds)
+    attempts = opts.attempts
 
     async def fn(record: Record):
         mode, fails = choose_mode(record)
@@ -219,8 +221,6 @@ def build(cfg: dict, ctx):
                     record.trajectories[0] if record.trajectories else None)
                 if traj is None:
                     raise StageError(f"{mode} repair needs the failed trajectory", field="trajectories")
-            from toolkit.roles.env_simulator import render_history
-            from toolkit.flows.eigendata.validate_task import task_text
 
             fail_text = "\n".join(f"- [{v.stage}/{v.name}] attribution={v.attribution}: " + "; ".join(v.reasons)[:1500]
                                   + (f" categories={v.scores.get('failure_categories') or v.scores.get('critical')}"
@@ -270,7 +270,7 @@ def build(cfg: dict, ctx):
                              repairs_applied=v["repairs_applied"], original_failure=v.get("original_failure"),
                              dropped_tool_results=v.get("dropped_tool_results", 0), repair_history=hist)
         out = Record.model_validate(data)
-        add_provenance(out, "repair", strategy="eigendata", model=got.model, recipe_hash=cfg.get("recipe_hash"),
+        add_provenance(out, "repair", strategy="eigendata", model=got.model, recipe_hash=opts.recipe_hash,
                        usage=got.usage)
         return out
 

@@ -30,7 +30,7 @@ from toolkit.roles.structured import (Malformed, RoleRejected, add_usage, need_e
 from toolkit.roles.judge import improve_items
 from toolkit.roles.reply import MalformedJudgeOutput
 from toolkit.schema import Record, Verdict
-from toolkit.stages.registry import strategy
+from toolkit.stages.registry import StageContext, strategy
 from toolkit.flows.eigendata import options as O
 
 STAGE = "validate-task"
@@ -160,26 +160,18 @@ def _replace(record: Record, names: set[str]) -> None:
     record.verdicts = [v for v in record.verdicts if not (v.stage == STAGE and v.name in names)]
 
 
-def _opts(cfg: dict) -> dict:
-    from toolkit.options import typed_options
-
-    o = typed_options(O.ValidateTaskOptions, cfg)
-    return {"attempts": o.attempts, "max_calls": o.validate_max_calls, "min_calls": o.validate_min_calls,
-            "mode": o.validate_mode, "recipe_hash": o.recipe_hash}
-
-
 def _task_of(record: Record) -> None:
     if record.task is None:
         raise StageError("record has no task to validate", field="task")
 
 
-async def _validator_loop(ctx, o: dict, text: str, env, tools: list, parse, role: str, verdict: str, **kw):
+async def _validator_loop(ctx: StageContext, o: O.ValidateTaskOptions, text: str, env, tools: list, parse, role: str, verdict: str, **kw):
     """The validator's tool-executing loop on the task prompt; no valid reply → reject naming the verdict."""
     try:
         return await tool_loop(ctx.llm("validator"), [{"role": "system", "content": SYSTEM},
                                                      {"role": "user", "content": text}],
-                               env, tools, parse, role=role, attempts=o["attempts"], max_calls=o["max_calls"],
-                               mode=o["mode"], **kw)
+                               env, tools, parse, role=role, attempts=o.attempts, max_calls=o.validate_max_calls,
+                               mode=o.validate_mode, **kw)
     except RoleRejected as e:
         raise StageError(str(e), field=f"verdicts.{verdict}") from None
 
@@ -195,8 +187,7 @@ def _claimed_not_run(claimed: list, transcript: list[dict]) -> list[str]:
 
 
 @strategy("validate-task", "eigendata", options=O.ValidateTaskOptions, help="EigenData TaskValidationAgent: mechanical checks + tool-executing FEASIBLE/INFEASIBLE agent")
-def build_eigendata(cfg: dict, ctx):
-    o = _opts(cfg)
+def build_eigendata(o: O.ValidateTaskOptions, ctx: StageContext):
 
     async def fn(record: Record) -> Record:
         _task_of(record)
@@ -214,7 +205,7 @@ def build_eigendata(cfg: dict, ctx):
                             guidance=C.guidance(record, "task_validation"))
             env.reset()
             h0 = C.safe_hash(env)
-            res = await _validator_loop(ctx, o, text, env, tools, make_feasibility_parser(o["min_calls"]),
+            res = await _validator_loop(ctx, o, text, env, tools, make_feasibility_parser(o.validate_min_calls),
                                         "task_validation", "task_feasibility")
             add_usage(usage, res.usage)
             h1 = C.safe_hash(env)
@@ -234,7 +225,7 @@ def build_eigendata(cfg: dict, ctx):
               "failure_categories": [r["category"] for r in v.get("failure_reasons") or []],
               "suggested_fixes": v.get("suggested_fixes") or [], "tool_calls": res.transcript,
               "n_executed": len(res.transcript), "writes": sum(1 for t in res.transcript if t.get("state_changed")),
-              "mode": o["mode"], "state_hash_before": h0, "state_hash_after": h1,
+              "mode": o.validate_mode, "state_hash_before": h0, "state_hash_after": h1,
               "attempts": res.attempts, "prompt": C.prompt_id(record, "task_validation")}
         record.verdicts.append(Verdict(stage=STAGE, kind="llm", name="task_feasibility", passed=feasible,
                                        score=1.0 if feasible else 0.0, scores=sc, reasons=vreasons,
@@ -242,7 +233,7 @@ def build_eigendata(cfg: dict, ctx):
         if feasible:
             record.task.extra["feasibility"] = {"solution_plan": v.get("solution_plan"),
                                                 "verification_results": v.get("verification_results")}
-        add_provenance(record, STAGE, strategy="eigendata", model=res.model, recipe_hash=o["recipe_hash"],
+        add_provenance(record, STAGE, strategy="eigendata", model=res.model, recipe_hash=o.recipe_hash,
                        usage=usage)
         return record
 
@@ -250,8 +241,7 @@ def build_eigendata(cfg: dict, ctx):
 
 
 @strategy("validate-task", "sea", options=O.ValidateTaskOptions, help="AReaL-SEA Task Verification: tool loop (≤1 call/response) → TASK QUALITY VERDICT ACCEPT/REJECT")
-def build_sea(cfg: dict, ctx):
-    o = _opts(cfg)
+def build_sea(o: O.ValidateTaskOptions, ctx: StageContext):
 
     async def fn(record: Record) -> Record:
         _task_of(record)
@@ -266,7 +256,7 @@ def build_sea(cfg: dict, ctx):
                             env_tools=tools_text(tools, "signatures", limit=12000), guidance=C.guidance(record, "task_quality"))
 
             def parse(t, tr):
-                return parse_sea_report(t, tr, o["min_calls"])
+                return parse_sea_report(t, tr, o.validate_min_calls)
 
             res = await _validator_loop(ctx, o, text, env, tools, parse, "task_quality", "task_quality",
                                         calls_per_turn=1)
@@ -282,7 +272,7 @@ def build_sea(cfg: dict, ctx):
                                                "tool_calls": res.transcript, "n_executed": len(res.transcript),
                                                "attempts": res.attempts, "prompt": C.prompt_id(record, "task_quality")},
                                        reasons=[C.short(v["eval_report"], 2000)], attribution=None if ok else "task"))
-        add_provenance(record, STAGE, strategy="sea", model=res.model, recipe_hash=o["recipe_hash"], usage=usage)
+        add_provenance(record, STAGE, strategy="sea", model=res.model, recipe_hash=o.recipe_hash, usage=usage)
         return record
 
     return fn

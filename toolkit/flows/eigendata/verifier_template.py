@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from toolkit.flows.eigendata.perturb import key_indices
 
 SEMANTIC_KEYS = ("description", "message", "note", "notes", "content", "comment", "reason", "text")
 SKIP_SUFFIXES = ("_at", "_time", "timestamp", "uuid", "token")
@@ -60,8 +61,6 @@ def spec_from_reference(initial: dict | None, final: dict | None, calls: list[di
     """`policy_codes`: whether the environment refuses policy-violating calls with a
     POLICY_VIOLATION error (sqlite domains with triggers, python envs). Where it never does (τ²,
     simulated) Part 3 cannot observe anything and is reported "not applicable", never a pass."""
-    from toolkit.flows.eigendata.perturb import key_indices
-
     keys = key_indices(calls, must_have)
     key_calls = []
     for i in keys:

@@ -20,6 +20,9 @@ import re
 from typing import Any
 
 from toolkit.flows.simia import transcript as T
+from toolkit.formats.chat import chat_messages
+from toolkit.formats.hermes import hermes_messages
+from toolkit.formats.tools import prepare_tools
 
 _RESPONSE_RE = re.compile(r"<tool_response(?:\s[^>]*)?>\s*(.*?)\s*</tool_response>", re.DOTALL)
 
@@ -87,8 +90,4 @@ def to_hermes(messages: list[dict], tools: list[dict] | None = None) -> list[dic
     the turns `sft --export hermes` and the toolkit chat template write), after
     `toolkit.formats.chat.chat_messages` (JSON-string arguments decoded to dicts, once).
     Raises toolkit.io.StageError when a call's arguments are not a JSON object."""
-    from toolkit.formats.chat import chat_messages
-    from toolkit.formats.tools import prepare_tools
-    from toolkit.formats.hermes import hermes_messages
-
     return hermes_messages(chat_messages(messages), prepare_tools(tools) if tools else None)

@@ -27,10 +27,14 @@ passed when share >= `grounding_threshold` (default 1.0).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from toolkit.io import StageError
 from toolkit.stages.verify import Outcome, Scoring, scorer, trajectory_calls
+
+from toolkit.envs import load_env
+from toolkit.options import VerifyOptions
 
 MATCH_MODES = ("exact", "subset")
 
@@ -113,8 +117,6 @@ def real_env_ref(record: Any) -> Any:
 
 def ground(record: Any, traj: Any, mode: str = "exact") -> dict:
     """Replay `traj`'s calls in the record's real environment; {"share", "matched", "total", "mismatches"}."""
-    from toolkit.envs import load_env
-
     if mode not in MATCH_MODES:
         raise StageError(f"grounding_match must be one of {', '.join(MATCH_MODES)} (got {mode!r})")
     ref = real_env_ref(record)
@@ -153,13 +155,12 @@ def score_grounding(s: Scoring) -> Outcome:
     return run_grounding(s.record, s.traj, s.cfg)
 
 
-def run_grounding(record: Any, traj: Any, cfg_or_opts: Any = None):
-    """verify's strategy entry: an Outcome for one trajectory."""
-    get = (cfg_or_opts.get if isinstance(cfg_or_opts, dict) else (lambda k, d=None: getattr(cfg_or_opts, k, d)))
-    mode = str(get("grounding_match", None) or "exact")
-    thr = get("grounding_threshold", None)
-    thr = 1.0 if thr is None else float(thr)
-    g = ground(record, traj, mode)
+def run_grounding(record: Any, traj: Any, opts: VerifyOptions | Mapping[str, Any]):
+    """verify's strategy entry: an Outcome for one trajectory (opts: verify's typed options, or a
+    mapping of their keys from a library caller, converted once here)."""
+    o = VerifyOptions.of(opts)
+    thr = o.grounding_threshold
+    g = ground(record, traj, o.grounding_match)
     reasons = [f"call {m['i']} ({m['name']}): {m['why']}" for m in g["mismatches"]]
     if not g["total"]:
         reasons.append("no tool calls to ground")

@@ -38,6 +38,11 @@ from toolkit.schema import Record, Verdict
 from toolkit.formats.tools import tools_text
 from toolkit.stages.registry import StageContext, strategy
 from toolkit.flows.simia import options as O
+from toolkit import prompts
+from toolkit.envs import load_env
+from toolkit.flows.simia.format import messages_to_turns as to_turns
+from toolkit.io import note_fallback
+from toolkit.roles.structured import RoleRejected, ask_structured, need_enum, parse_json_object
 
 CHECKS = ("roles_alternate", "tool_call_parses", "tool_is_listed", "tool_result_present", "task_finishes")
 COMPLETENESS = ("tool_result_present", "task_finishes")
@@ -46,8 +51,6 @@ FORMAT = ("roles_alternate", "tool_call_parses", "tool_is_listed")
 
 def messages_to_turns(messages: list[dict]) -> list[T.Turn]:
     """Our messages as transcript turns (Hermes text recognised; see `format.messages_to_turns`)."""
-    from toolkit.flows.simia.format import messages_to_turns as to_turns
-
     return to_turns(messages)[0]
 
 
@@ -110,11 +113,9 @@ def seed_of(record: Record, index: int = 0) -> tuple[list[T.Turn], list[dict], l
 def env_tools(record: Record) -> list[dict]:
     if record.env is None:
         return []
-    cfg = record.env.config or {}
-    if cfg.get("tools"):
-        return list(cfg["tools"])
-    from toolkit.envs import load_env
-    from toolkit.io import StageError
+    env_config = record.env.config or {}  # the record's environment (data, not options)
+    if env_config.get("tools"):
+        return list(env_config["tools"])
 
     try:
         with load_env(record.env) as env:
@@ -131,9 +132,6 @@ def env_policy(record: Record, messages: list[dict]) -> str:
         if m.get("role") == "system" and m.get("content"):
             return str(m["content"])
     if record.env is not None and record.env.backend != "simulated":
-        from toolkit.envs import load_env
-        from toolkit.io import note_fallback
-
         try:
             with load_env(record.env) as env:
                 return env.policy()
@@ -143,13 +141,12 @@ def env_policy(record: Record, messages: list[dict]) -> str:
     return ""
 
 
-def prompt_tools(tools: list[dict], cfg: dict | O.PrefilterOptions) -> str:
+def prompt_tools(tools: list[dict], compact: O.CompactTools | None) -> str:
     """The tool list for a prompt: full OpenAI function schemas, or compact ones
     (`toolkit.formats.tools.compact_tool`: first sentence, parameter types, enums, required) when
     `compact_tools` is true, or "auto" (default) and the full list is over 12,000 characters — the
     bundled airline domain's 11 tools are 35 KB in full, more than a small model's context."""
-    m = O.PrefilterOptions.of(cfg).compact_tools
-    mode = "auto" if m is None else str(m).lower()
+    mode = "auto" if compact is None else str(compact).lower()
     return tools_text(tools, compact=True if mode == "true" else "auto" if mode == "auto" else False)
 
 
@@ -218,8 +215,6 @@ def run_checks(turns: list[T.Turn], tools: list[dict]) -> dict[str, list[str]]:
 
 
 def parse_grade(text: str | None) -> dict:
-    from toolkit.roles.structured import need_enum, parse_json_object
-
     obj = parse_json_object(text, required=("completeness", "logic", "format"))
     return {k: need_enum(obj, k, ("PASS", "FAIL")) == "PASS" for k in ("completeness", "logic", "format")} | {
         "reason": str(obj.get("reason") or "")}
@@ -227,8 +222,7 @@ def parse_grade(text: str | None) -> dict:
 
 @strategy("validate-task", "simia", options=O.PrefilterOptions, help="Simia seed pre-filter: rule checks (roles, call JSON, listed tools, "
                                          "results, ending) + LLM completeness/logic/format")
-def build(cfg: dict, ctx: StageContext):
-    o = O.PrefilterOptions.of(cfg)
+def build(o: O.PrefilterOptions, ctx: StageContext):
     use_llm = o.prefilter_llm
     attempts = o.attempts
     index = o.seed_trajectory
@@ -251,14 +245,11 @@ def build(cfg: dict, ctx: StageContext):
         usage: dict = {}
         model = None
         if not reasons and use_llm:
-            from toolkit import prompts
-            from toolkit.roles.structured import RoleRejected, ask_structured
-
             p = prompts.load("simia/prefilter")
             policy = env_policy(record, msgs or [{"role": "system", "content": t.text}
                                                  for t in turns if t.role == T.SYSTEM])
             text = p.render(policy=policy or "(none)",
-                            tools=prompt_tools(tools, cfg),
+                            tools=prompt_tools(tools, o.compact_tools),
                             trajectory=T.render(T.to_messages(turns).messages))
             try:
                 res = await ask_structured(ctx.llm("judge"), [

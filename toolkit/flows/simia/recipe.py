@@ -30,6 +30,9 @@ from collections import Counter
 from pathlib import Path
 
 import click
+from toolkit import yieldtable
+from toolkit.flows.simia.prefilter import CHECKS
+from toolkit.io import parse_jsonl
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -65,8 +68,6 @@ def _run(name: str, args: list[str], log: Path, label: str | None = None) -> int
                    "small to write the JSON grade (the embedded SmolLM2-135M) fails every seed with it.")
 def main(seeds: str, n: int, out_dir: str, recipe: str, limit: int | None, model: str | None,
          base_url: str | None, prefilter_llm: bool | None) -> None:
-    from toolkit import yieldtable
-
     if prefilter_llm is not None:  # a recipe key: reaches validate-task through its TOOLKIT_ variable
         os.environ["TOOLKIT_PREFILTER_LLM"] = "true" if prefilter_llm else "false"
     out = Path(out_dir)
@@ -117,8 +118,6 @@ def main(seeds: str, n: int, out_dir: str, recipe: str, limit: int | None, model
 
 
 def _lines(path: str) -> list[dict]:
-    from toolkit.io import parse_jsonl
-
     return parse_jsonl(Path(path).read_text(encoding="utf-8"), path) if Path(path).exists() else []
 
 
@@ -129,8 +128,6 @@ def _rule(error: str) -> str:
 
 def notes(validated: str, simulated: str, cleaned: str, rule_rejects: str, grounded: str) -> dict[str, dict]:
     """Simia's own counts per step (the notes column of the yield table), from the step outputs."""
-    from toolkit.flows.simia.prefilter import CHECKS
-
     kept, failed = 0, Counter()
     for r in _lines(validated):
         vs = {v["name"]: v for v in r.get("verdicts") or [] if v.get("stage") == "validate-task"}

@@ -21,12 +21,11 @@ from toolkit.io import StageError, add_provenance
 from toolkit.schema import EnvRef, Record, Task, UserScenario
 from toolkit.stages.registry import StageContext, strategy
 from toolkit.flows.simia import options as O
+from toolkit.flows.simia.prefilter import env_policy, seed_of
 
 
-def rl_task(record: Record, cfg: dict | None = None, index: int = 0) -> Record:
-    from toolkit.flows.simia.prefilter import env_policy, seed_of
-
-    cfg = cfg or {}
+def rl_task(record: Record, opts: O.RLOptions) -> Record:
+    index = opts.seed_trajectory
     turns, tools, msgs = seed_of(record, index)
     conv = T.to_messages(turns)
     if conv.problems:
@@ -42,9 +41,10 @@ def rl_task(record: Record, cfg: dict | None = None, index: int = 0) -> Record:
               "reference_trajectory_id": record.trajectories[index].id if record.trajectories else None}
     if record.env is not None and record.env.backend != "simulated":
         config["grounding_env"] = record.env.model_dump(mode="json", exclude_none=True)
-    for src, dst in (("simulator_model", "model"), ("simulator_base_url", "base_url"), ("fault_rate", "fault_rate")):
-        if cfg.get(src) is not None:
-            config[dst] = cfg[src]
+    for dst, value in (("model", opts.simulator_model), ("base_url", opts.simulator_base_url),
+                       ("fault_rate", opts.fault_rate)):
+        if value is not None:
+            config[dst] = value
     return Record(
         id=f"{record.id}-rl", parent_id=record.id, flow="simia", tags=list(dict.fromkeys(list(record.tags) + ["simia-rl"])),
         env=EnvRef(backend="simulated", id=record.env.id if record.env else None, config=config),
@@ -55,12 +55,10 @@ def rl_task(record: Record, cfg: dict | None = None, index: int = 0) -> Record:
 
 @strategy("gen-task", "simia", options=O.RLOptions, help="Simia-RL: one task per seed on the LLM-simulated environment "
                                     "(tool feedback + simulated human + [TERMINATE]); reward = judge --judge-rubric simia")
-def build(cfg: dict, ctx: StageContext):
-    index = int(cfg.get("seed_trajectory") or 0)
-
+def build(opts: O.RLOptions, ctx: StageContext):
     def fn(record: Record) -> Record:
-        out = rl_task(record, cfg, index)
-        add_provenance(out, "gen-task", strategy="simia", recipe_hash=cfg.get("recipe_hash"))
+        out = rl_task(record, opts)
+        add_provenance(out, "gen-task", strategy="simia", recipe_hash=opts.recipe_hash)
         return out
 
     return fn

@@ -39,6 +39,9 @@ from toolkit.io import StageError, UsageError, add_provenance
 from toolkit.schema import Message, Record, Trajectory, Verdict
 from toolkit.stages.registry import StageContext, strategy
 from toolkit.flows.simia import options as O
+from toolkit.envs.python import validate_arguments
+from toolkit.flows.simia.format import messages_to_turns
+from toolkit.flows.simia.prefilter import env_tools
 
 _MESSAGES = TypeAdapter(list[Message])
 
@@ -65,9 +68,6 @@ def tool_index(tools: list[dict]) -> dict[str, dict]:
 def clean_messages(traj: dict, tools: dict[str, dict], system_prompt: str | None = None) -> tuple[list[dict], list[str]]:
     """The rule post-process of one trajectory (a dict in record JSON shape): (messages, fixes) or
     raises Dropped(rule, detail). Pure and deterministic."""
-    from toolkit.envs.python import validate_arguments
-    from toolkit.flows.simia.format import messages_to_turns
-
     sim = (traj.get("extra") or {}).get("simia") or {}
     fixes: list[str] = []
     system: str | None
@@ -119,10 +119,10 @@ def clean_messages(traj: dict, tools: dict[str, dict], system_prompt: str | None
     return ([{"role": "system", "content": system}] if system else []) + messages, fixes
 
 
-def load_system_prompt(cfg: dict) -> str | None:
-    if cfg.get("system_prompt") is not None:
-        return str(cfg["system_prompt"])
-    path = cfg.get("system_prompt_file")
+def load_system_prompt(opts: O.RulesOptions) -> str | None:
+    if opts.system_prompt is not None:
+        return opts.system_prompt
+    path = opts.system_prompt_file
     if path:
         try:
             return Path(path).read_text(encoding="utf-8")
@@ -132,16 +132,14 @@ def load_system_prompt(cfg: dict) -> str | None:
 
 
 def _env_tools(record: Record) -> list[dict]:
-    from toolkit.flows.simia.prefilter import env_tools
-
     return env_tools(record)
 
 
 @strategy("repair", "rules", options=O.RulesOptions, help="Simia rule post-process: repair call JSON / <function> tags, drop SYSTEM "
                                   "turns, unknown tools, schema violations; native tool_calls; system swap")
-def build(cfg: dict, ctx: StageContext):
-    system_prompt = load_system_prompt(cfg)
-    keep_raw = bool(cfg.get("keep_raw"))
+def build(opts: O.RulesOptions, ctx: StageContext):
+    system_prompt = load_system_prompt(opts)
+    keep_raw = opts.keep_raw
 
     def fn(record: Record) -> Record:
         if not record.trajectories:
@@ -187,7 +185,7 @@ def build(cfg: dict, ctx: StageContext):
             i, d = drops[0]
             raise StageError(str(d), field=f"trajectories.{i}")
         record.trajectories = kept
-        add_provenance(record, "repair", strategy="rules", recipe_hash=cfg.get("recipe_hash"))
+        add_provenance(record, "repair", strategy="rules", recipe_hash=opts.recipe_hash)
         return record
 
     return fn

@@ -26,20 +26,26 @@ import asyncio
 from typing import Any
 
 from toolkit.flows.simia import transcript as T
-from toolkit.io import StageError, UsageError, add_provenance, note_warning
+from toolkit.io import StageError, add_provenance, note_warning
 from toolkit.schema import Message, Provenance, Record, Task, Trajectory, Usage
 from toolkit.stages.registry import StageContext, strategy
+from toolkit import prompts
+from toolkit.flows.simia.prefilter import env_policy, prompt_tools, seed_of
+from toolkit.llm import LLMError, get_client, llm_config
+from toolkit.options import SimulateEnvOptions
+from toolkit.roles.structured import add_usage, new_usage
 
 FAMILIES = {"apigen": "ASSISTANT", "officebench": "GPT"}
+TOP_TEMPERATURE = 1.0  # the top of the spread when the (LLM) key `temperature` is unset
 
 
-def temperatures(cfg: dict, n: int) -> list[float]:
-    given = cfg.get("temperatures")
-    if given:
-        ts = [float(x) for x in (given if isinstance(given, list) else str(given).split(","))]
-        return [ts[k % len(ts)] for k in range(n)]
-    top = float(cfg["temperature"]) if cfg.get("temperature") is not None else 1.0
-    spread = float(cfg["temperature_spread"]) if cfg.get("temperature_spread") is not None else 0.3
+def temperatures(opts: SimulateEnvOptions, n: int) -> list[float]:
+    """The passes' temperatures: `temperatures` cycled, else n spread evenly over
+    [temperature - temperature_spread, temperature] (temperature unset: TOP_TEMPERATURE)."""
+    if opts.temperatures:
+        return [opts.temperatures[k % len(opts.temperatures)] for k in range(n)]
+    top = opts.temperature if opts.temperature is not None else TOP_TEMPERATURE
+    spread = opts.temperature_spread
     if n == 1:
         return [top]
     lo = max(0.0, top - spread)
@@ -48,26 +54,14 @@ def temperatures(cfg: dict, n: int) -> list[float]:
 
 @strategy("simulate-env:mode", "trajectory",
           help="Simia appendix C: -n whole new trajectories per seed record in one call each")
-def build_mode(cfg: dict, ctx: StageContext):
-    return build(cfg, ctx.meter)
+def build_mode(opts: SimulateEnvOptions, ctx: StageContext):
+    return build(opts, ctx.meter)
 
 
-def build(cfg: dict, meter: Any):
-    from toolkit import prompts
-    from toolkit.llm import llm_config
-    from toolkit.flows.simia.prefilter import env_policy, prompt_tools, seed_of
-    from toolkit.llm import LLMError, get_client
-    from toolkit.roles.structured import add_usage, new_usage
-
-    family = str(cfg.get("prompt_family") or "apigen").lower()
-    if family not in FAMILIES:
-        raise UsageError(f"prompt_family must be one of {', '.join(FAMILIES)} (got {family!r})")
-    n = int(cfg.get("n") or 1)
-    if n < 1:
-        raise UsageError("-n must be >= 1")
-    temps = temperatures(cfg, n)
-    index = int(cfg.get("seed_trajectory") or 0)
-    lcfg = llm_config(cfg, role="env")
+def build(opts: SimulateEnvOptions, meter: Any):
+    family, n, index = opts.prompt_family, opts.n, opts.seed_trajectory
+    temps = temperatures(opts, n)
+    lcfg = llm_config(opts, role="env")
     model = lcfg.model or "embedded"
     client = get_client(lcfg, meter)
     prompt = prompts.load(f"simia/synth_{family}")
@@ -106,7 +100,7 @@ def build(cfg: dict, meter: Any):
                      trajectories=[traj],
                      provenance=[Provenance.model_validate(p.model_dump()) for p in record.provenance])
         add_provenance(out, "simulate-env", strategy="simia:trajectory", model=res.model or model,
-                       recipe_hash=cfg.get("recipe_hash"), usage=usage.model_dump())
+                       recipe_hash=opts.recipe_hash, usage=usage.model_dump())
         return out
 
     async def fn(record: Record) -> list[Record]:
@@ -122,7 +116,7 @@ def build(cfg: dict, meter: Any):
         policy = env_policy(record, msgs or ([{"role": "system", "content": system}] if system else []))
         text_prompt = prompt.render(
             sample_text=T.render(conv.messages, assistant_label=FAMILIES[family]),
-            available_tools=prompt_tools(tools, cfg),
+            available_tools=prompt_tools(tools, opts.compact_tools),
             policy=policy or "(none)")
         results = await asyncio.gather(*(one(record, k, text_prompt, system, tools) for k in range(n)),
                                        return_exceptions=True)

@@ -40,6 +40,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
+from toolkit.llm.toolcalls import call_pairs, decoded_call, parse_tool_calls, repair_json
 
 # canonical turn roles
 HUMAN, ASSISTANT, CALL, OBS, SYSTEM = "HUMAN", "ASSISTANT", "FUNCTION_CALL", "OBSERVATION", "SYSTEM"
@@ -190,8 +191,6 @@ class _CallError(ValueError):
 
 
 def _call_objs(obj: Any) -> list[tuple[Any, Any]]:
-    from toolkit.llm.toolcalls import call_pairs
-
     try:
         return call_pairs(obj)
     except ValueError as e:
@@ -204,7 +203,6 @@ def _load(s: str, repair: bool, fixes: list[str]) -> Any:
     except ValueError as e:
         if not repair:
             raise _CallError("unparseable_call", f"invalid JSON ({e.msg} at char {e.pos}): {s[:120]!r}") from None
-    from toolkit.llm.toolcalls import repair_json
 
     try:
         out = repair_json(s)
@@ -222,7 +220,6 @@ def _parse_call_body(body: str, repair: bool, fixes: list[str]) -> list[tuple[st
     if "<function" in body and _FUNCTION_TAG_RE.search(body):
         if not repair:
             raise _CallError("function_tag", "tool call wrapped in <function> tags instead of <tool_call>")
-        from toolkit.llm.toolcalls import parse_tool_calls
 
         _, calls, err = parse_tool_calls(body)
         if err or not calls:
@@ -340,8 +337,6 @@ def parse(text: str | None, *, repair: bool = False, id_prefix: str = "call") ->
 
 def render(messages: list[dict], *, assistant_label: str = "ASSISTANT") -> str:
     """Our messages as a transcript (system messages left out: Simia keeps them separately)."""
-    from toolkit.llm.toolcalls import decoded_call
-
     lines: list[str] = []
     for m in messages:
         role = m.get("role")

@@ -13,13 +13,14 @@ from toolkit.flows.astra.tooldocs.schema import (
     Note,
     ToolDocError,
 )
+from toolkit.domains import domain_path
+from toolkit.envs import load_env, tau2 as T
+from toolkit.flows.astra.tooldocs.servers import Pending, finish, openai_items
 
 
 def import_env(spec: str, *, min_tools: int = MIN_TOOLS, min_description_words: int = MIN_DESCRIPTION_WORDS,
                result: ImportResult | None = None) -> ImportResult:
     """`tau2:<domain>` or `sqlite:<domain>`: the real environment's agent tools as one server."""
-    from toolkit.envs import load_env
-
     res = result or ImportResult()
     kind, _, dom = spec.partition(":")
     if kind not in ("tau2", "sqlite") or not dom:
@@ -33,7 +34,6 @@ def import_env(spec: str, *, min_tools: int = MIN_TOOLS, min_description_words: 
         close = getattr(env, "close", None)
         if close:
             close()
-    from toolkit.flows.astra.tooldocs import Pending, finish, openai_items
 
     problems: list[str] = []
     hint = tau2_output_fields(dom, problems) if kind == "tau2" else sqlite_output_fields(dom, problems)
@@ -51,8 +51,6 @@ def tau2_output_fields(domain: str, problems: list[str] | None = None) -> dict[s
     the τ² toolkit cannot be read, {} and the reason appended to `problems` (the caller reports it:
     every output reference to these tools is then only 'unverified')."""
     try:
-        from toolkit.envs import tau2 as T
-
         env = T.new_tau2_environment(domain)
         tk = getattr(env, "tools", None)
         funcs = tk.get_tools() if tk is not None and hasattr(tk, "get_tools") else {}
@@ -97,8 +95,6 @@ def _model_fields(t: Any, depth: int = 0) -> list[str]:
 def sqlite_output_fields(domain: str, problems: list[str] | None = None) -> dict[str, list[str]]:
     """A bundled sqlite domain's query/insert/update tools return rows of their table: the
     table's columns are the tool's output fields."""
-    from toolkit.domains import domain_path
-
     try:
         schema = (domain_path(domain) / "schema.sql").read_text(encoding="utf-8")
     except (KeyError, OSError) as e:
