@@ -39,6 +39,7 @@ from typing import Any
 
 from toolkit.flows.logigen import options as O
 from toolkit.flows.logigen.llm_explorer import LLM_MAX_WRITES
+from toolkit.envs import backend_capabilities
 from toolkit.io import StageError, add_provenance, log
 from toolkit.schema import Action, GroundTruth, Record, Task, UserScenario, Verifier
 from toolkit.stages.registry import StageContext, strategy
@@ -72,7 +73,7 @@ def load_sqlite_env(record: Record):
 
     if record.env is None:
         raise StageError("the record has no `env`: logigen gen-task needs a sqlite domain", field="env")
-    if record.env.backend != "sqlite":
+    if not backend_capabilities(record.env.backend).relational:
         raise StageError(f"logigen gen-task explores sqlite domains, got backend {record.env.backend!r}",
                          field="env.backend")
     try:

@@ -28,6 +28,7 @@ import threading
 from typing import Any
 
 from toolkit.flows.logigen import options as O
+from toolkit.envs import backend_capabilities
 from toolkit.io import StageError, add_provenance
 from toolkit.schema import Record, Verdict
 from toolkit.stages.registry import StageContext, strategy
@@ -62,7 +63,7 @@ def check_record(record: Record, seen: dict, lock: threading.Lock, cache: Any) -
     from toolkit.flows.logigen import projection as P
     from toolkit.flows.logigen.explorer import DomainView, boundary_check
     from toolkit.flows.logigen.set_designer import TAGS
-    from toolkit.stages.verify import EnvContext, Options
+    from toolkit.scorers import EnvContext
 
     if record.env is None:
         raise StageError("no `env`: validate-task --strategy logigen needs the task's sqlite domain", field="env")
@@ -75,7 +76,7 @@ def check_record(record: Record, seen: dict, lock: threading.Lock, cache: Any) -
     probe = record.model_copy(deep=True)
     stored = probe.task.ground_truth.target_state
     probe.task.ground_truth.target_state = None
-    ctx = EnvContext(probe, Options.from_config({}), cache)
+    ctx = EnvContext(probe, None, cache)
     try:
         try:
             info = ctx.target()
@@ -257,7 +258,7 @@ def target_rule_violations(env: Any, origin: dict, target: dict, target_bytes: b
           help="LOGIGEN: replay reaches the target (DIFF 0), Δ0 > 0, no leaks in the user view, "
                "no duplicates, boundary holds, tags filled")
 def build(cfg: dict, ctx: StageContext):
-    from toolkit.stages.verify import TargetCache
+    from toolkit.scorers import TargetCache
 
     seen: dict = {}
     lock = threading.Lock()
@@ -268,7 +269,7 @@ def build(cfg: dict, ctx: StageContext):
 
     def fn(record: Record) -> Record:
         verdicts = check_record(record, seen, lock, cache)
-        if run_domain_check and record.env is not None and record.env.backend == "sqlite":
+        if run_domain_check and record.env is not None and backend_capabilities(record.env.backend).relational:
             dv = domain_verdict(record, reports, lock)
             if dv is not None:
                 verdicts.append(dv)

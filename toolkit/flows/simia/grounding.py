@@ -29,8 +29,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from toolkit.envs import backend_capabilities
 from toolkit.io import StageError
-from toolkit.stages.verify import Outcome, Scoring, scorer, trajectory_calls
+from toolkit.scorers import Outcome, Scoring, scorer, trajectory_calls
 
 MATCH_MODES = ("exact", "subset")
 
@@ -102,7 +103,7 @@ def real_env_ref(record: Any) -> Any:
     env = record.env
     if env is None:
         raise StageError("grounding needs record.env (a real environment to replay the calls in)", field="env")
-    if env.backend == "simulated":
+    if backend_capabilities(env.backend).simulated:
         real = (env.config or {}).get("grounding_env")
         if not real:
             raise StageError("env backend 'simulated' has no real counterpart: set env.config.grounding_env to the "
@@ -150,7 +151,7 @@ def ground(record: Any, traj: Any, mode: str = "exact") -> dict:
 @scorer("grounding", verdict_kind="rule",
         help="Simia: replay the calls in the real env, share of simulated observations that match")
 def score_grounding(s: Scoring) -> Outcome:
-    return run_grounding(s.record, s.traj, s.cfg)
+    return run_grounding(s.record, s.traj, s.opts)
 
 
 def run_grounding(record: Any, traj: Any, cfg_or_opts: Any = None):
