@@ -11,7 +11,7 @@ from toolkit.envs import Environment, ToolResult, register_backend
 from toolkit.llm import Meter
 from toolkit.llm.testserver import ScriptedServer
 from toolkit.schema import Record
-from toolkit import episodes
+from toolkit.episodes import text as episodes
 from toolkit.stages import rollout
 
 

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from toolkit import domains, registry
 from toolkit.envs import load_env
 from toolkit.io import UsageError
-from toolkit.options import RolloutOptions
 from toolkit.schema import Record
 
 
@@ -21,11 +20,6 @@ class DistractorSettings:
     pool: tuple = ()
     embed_base_url: str | None = None
     embed_model: str | None = None
-
-    @classmethod
-    def of(cls, opts: RolloutOptions) -> "DistractorSettings":
-        return cls(pool=tuple(opts.distractor_pool or ()), embed_base_url=opts.embed_base_url,
-                   embed_model=opts.embed_model)
 
 
 def distractor_source(name: str, help: str = "", flow: str | None = None):

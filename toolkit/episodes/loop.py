@@ -16,16 +16,50 @@ A crash inside one episode marks that trajectory failed (termination "error", th
 
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import dataclass
 from typing import Any
 
 from toolkit.envs import Environment, ToolResult
 from toolkit.episodes.agents import ReplayAgent
-from toolkit.episodes.text import (GREETING, OUT_OF_SCOPE, STOP, TERMINATE, TRANSFER, _approx_chars, _wire_tools,
+from toolkit.episodes.text import (GREETING, OUT_OF_SCOPE, STOP, TERMINATE, TRANSFER, _approx_chars,
                                    agent_system_prompt, agent_view, opening_message)
+from toolkit.llm.transport import ToolSchemas
 from toolkit.episodes.users import LLMUser
 from toolkit.schema import Message, Record, Step, Trajectory, Usage
+
+
+# The tool schemas offered to the agent, interned per distinct tool set: every episode of a domain
+# sends the same schemas (~35 KB of JSON for airline) with every agent turn, and one shared
+# ToolSchemas lets the LLM client JSON-encode them once per process instead of once per request.
+# The interned copy is private (a deep copy, never put in records); each episode's own list still
+# goes into its Trajectory.
+_TOOLSETS: dict[tuple, list] = {}
+
+
+
+def _wire_tools(offered: list[dict]) -> list[dict]:
+    if not offered:
+        return offered
+    try:
+        key = tuple((t.get("function") or {}).get("name") for t in offered)
+    except AttributeError:
+        return offered
+    bucket = _TOOLSETS.get(key)
+    if bucket is None:
+        if len(_TOOLSETS) >= 256:
+            _TOOLSETS.clear()
+        bucket = _TOOLSETS[key] = []
+    for ts in bucket:
+        if ts == offered:
+            return ts
+    if len(bucket) >= 8:
+        bucket.pop(0)
+    ts = ToolSchemas(copy.deepcopy(offered))
+    bucket.append(ts)
+    return ts
+
 
 
 @dataclass

@@ -77,7 +77,8 @@ class EpisodeRunner:
         if registry.lookup("users", o.user_simulator) is None:
             raise UsageError(f"unknown --user-simulator {o.user_simulator!r}; "
                              f"choose from {', '.join(registry.names('users'))}")
-        self.distractors = DistractorSettings.of(o)
+        self.distractors = DistractorSettings(pool=tuple(o.distractor_pool or ()), embed_base_url=o.embed_base_url,
+                                              embed_model=o.embed_model)
         self.first_message = "instruction" if o.first_message == "auto" else o.first_message
         self.agent_llm: LLMConfig | None = None
         self.agent_client: Any = None

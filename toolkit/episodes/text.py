@@ -4,13 +4,11 @@ scenario text and prompt, the agent's view of a dual-control dialogue)."""
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any
 
 from toolkit import prompts
 from toolkit.envs import Environment
-from toolkit.llm.transport import ToolSchemas
 from toolkit.schema import Record, Usage
 
 STOP, TRANSFER, OUT_OF_SCOPE = "###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###"
@@ -44,37 +42,6 @@ def approx_tokens(messages: list[dict]) -> int:
 
 def _approx_chars(m: dict) -> int:
     return len(json.dumps(m, ensure_ascii=False))
-
-
-# The tool schemas offered to the agent, interned per distinct tool set: every episode of a domain
-# sends the same schemas (~35 KB of JSON for airline) with every agent turn, and one shared
-# ToolSchemas lets the LLM client JSON-encode them once per process instead of once per request.
-# The interned copy is private (a deep copy, never put in records); each episode's own list still
-# goes into its Trajectory.
-_TOOLSETS: dict[tuple, list] = {}
-
-
-
-def _wire_tools(offered: list[dict]) -> list[dict]:
-    if not offered:
-        return offered
-    try:
-        key = tuple((t.get("function") or {}).get("name") for t in offered)
-    except AttributeError:
-        return offered
-    bucket = _TOOLSETS.get(key)
-    if bucket is None:
-        if len(_TOOLSETS) >= 256:
-            _TOOLSETS.clear()
-        bucket = _TOOLSETS[key] = []
-    for ts in bucket:
-        if ts == offered:
-            return ts
-    if len(bucket) >= 8:
-        bucket.pop(0)
-    ts = ToolSchemas(copy.deepcopy(offered))
-    bucket.append(ts)
-    return ts
 
 
 def _add_usage(u: Usage, res: Any) -> None:

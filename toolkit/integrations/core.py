@@ -22,11 +22,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
 from toolkit.envs import Environment, ToolResult, backend_capabilities, load_env
-from toolkit.episodes import agent_system_prompt, opening_message, tool_step, unknown_tool
+from toolkit.episodes.loop import tool_step, unknown_tool
+from toolkit.episodes.text import agent_system_prompt, opening_message
 from toolkit.io import IOOptions, RecordStream, StageError
 from toolkit.options import VerifyOptions
 from toolkit.schema import Record, Step, Trajectory
-from toolkit.scorers import Verifier
+from toolkit.scorers.engine import Verifier
 from toolkit.stages import make_meter
 
 DEFAULT_STRATEGIES = ("state_diff",)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from toolkit.episodes import ENV_FAIL, EpisodeRunner
+from toolkit.episodes.runner import ENV_FAIL, EpisodeRunner
 from toolkit.io import StageError, add_provenance
 from toolkit.options import RolloutOptions
 from toolkit.schema import Record, Usage

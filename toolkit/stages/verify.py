@@ -96,7 +96,7 @@ from typing import Any
 
 from toolkit.options import VerifyOptions
 from toolkit.schema import Record
-from toolkit.scorers import Verifier
+from toolkit.scorers.engine import Verifier
 from toolkit.stages.base import FnStage, StageParts, keep
 
 

@@ -25,7 +25,7 @@ import random
 import threading
 from typing import Any, Iterable
 
-from toolkit.episodes import DistractorSettings, distractor_source
+from toolkit.episodes.distractors import DistractorSettings, distractor_source
 
 HIGH, LOW = 0.85, 0.4
 BANDS = ("high", "medium", "low")

@@ -10,7 +10,7 @@ calls, a policy-violating attempt included (replayed later with `expect_error`):
   of the state and classified (ok / POLICY_VIOLATION <rule> / other error). Goals, violating
   attempts and their one-argument corrections, and numeric boundaries are picked from those probes.
   Nothing here knows a domain: it works on any compiled sqlite domain.
-- `llm` (`explore_llm`): a Client x Consultant episode through toolkit.episodes.run_episode.
+- `llm` (`explore_llm`): a Client x Consultant episode through toolkit.episodes.loop.run_episode.
 
 A `Draft` is what the Set Designer and the projection turn into a task record.
 """

@@ -6,7 +6,7 @@ the wanted kind (a plain goal chain, a violation-first chain, a boundary chain a
 executed from its s_origin, so every option is reachable; options whose insert picks from an
 option menu of its own ("the one with the lowest price that can be used") come first. The Client
 commits to one of them (a seeded choice, recorded with the menu in `task.extra.exploration`).
-The episode then runs through toolkit.episodes.run_episode: the Client is the user
+The episode then runs through toolkit.episodes.loop.run_episode: the Client is the user
 simulator (prompt logigen/client, given the goal's steps and what the user knows), the
 Consultant is the agent (the policy plus prompt logigen/consultant) over the real sqlite
 environment. Afterwards:
@@ -192,7 +192,9 @@ async def explore_once(gd: Any, i: int, kind: str, record: Any, ctx: Any, cfg: d
     from toolkit.flows.logigen import projection as P
     from toolkit.flows.logigen.explorer import probe_goals
     from toolkit.schema import Record
-    from toolkit.episodes import EpisodeLimits, LLMAgent, LLMUser, run_episode
+    from toolkit.episodes.agents import LLMAgent
+    from toolkit.episodes.loop import EpisodeLimits, run_episode
+    from toolkit.episodes.users import LLMUser
     from toolkit.scorers import trajectory_calls
 
     rng = random.Random(f"{gd.seed}:llm:{i}")

@@ -7,10 +7,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolkit.envs import load_env
-from toolkit.episodes import DistractorSettings, EpisodeLimits, LLMUser, distractor_tools, run_episode, scenario_text
+from toolkit.episodes.distractors import DistractorSettings, distractor_tools
+from toolkit.episodes.loop import EpisodeLimits, run_episode
+from toolkit.episodes.text import scenario_text
+from toolkit.episodes.users import LLMUser
 from toolkit.llm import get_client, llm_config
 from toolkit.schema import Record, Trajectory
-from toolkit.scorers import Verifier
+from toolkit.scorers.engine import Verifier
 from toolkit.train import advantages as ADV
 from toolkit.train.grpo.agent import PolicyAgent
 from toolkit.train.grpo.options import GRPOOptions
