@@ -36,7 +36,7 @@ def test_planted_function_local_upward_import_fails(tmp_path):
                    "def _planted():\n    from toolkit.train import sft  # noqa: F401\n") + 1
     errors = layering.check(pkg)
     assert errors == [f"upward import: toolkit.scoring.rewards:{line} function-local import of "
-                      "toolkit.train.sft (layer 0 core → layer 4 train)"]
+                      "toolkit.train.sft (layer 0 core → layer 5 train)"]
 
 
 def test_planted_relative_upward_import_and_cycle_fail(tmp_path):
@@ -47,7 +47,7 @@ def test_planted_relative_upward_import_and_cycle_fail(tmp_path):
     _append(pkg / "schema.py", "def _planted():\n    import toolkit.io  # noqa: F401\n")
     errors = layering.check(pkg)
     assert f"upward import: toolkit.stages.registry:{line} import of toolkit.flows.astra.mixing " \
-           "(layer 2 stages → layer 3 flows)" in errors
+           "(layer 3 stages → layer 4 flows)" in errors
     assert any(e.startswith("import cycle: ") and "toolkit.io" in e and "toolkit.schema" in e for e in errors)
     assert len(errors) == 2, errors
 
@@ -64,3 +64,29 @@ def test_unlisted_package_is_reported(tmp_path):
     pkg = _copy(tmp_path)
     (pkg / "newthing.py").write_text("from toolkit import schema  # noqa: F401\n", encoding="utf-8")
     assert layering.check(pkg) == ["toolkit.newthing is in no layer (add it to tests/layering.py LAYERS)"]
+
+
+def test_flows_or_train_importing_a_command_module_fails(tmp_path):
+    """flows / train / integrations use the engines (toolkit.episodes, toolkit.scorers), never a
+    command's module: an import of toolkit.stages.rollout or .verify from them is reported, from the
+    CLI it is not."""
+    pkg = _copy(tmp_path)
+    line = _append(pkg / "flows" / "astra" / "mixing.py", "from toolkit.stages.rollout import build  # noqa\n")
+    line2 = _append(pkg / "train" / "grpo" / "episodes.py",
+                    "def _planted():\n    from toolkit.stages import verify  # noqa: F401\n") + 1
+    _append(pkg / "cli" / "commands.py", "def _fine():\n    from toolkit.stages.verify import Verify  # noqa: F401\n")
+    errors = layering.check(pkg)
+    assert errors == [
+        f"command module import: toolkit.flows.astra.mixing:{line} import of toolkit.stages.rollout (use "
+        "toolkit.episodes / toolkit.scorers, the engines below the commands)",
+        f"command module import: toolkit.train.grpo.episodes:{line2} function-local import of toolkit.stages.verify "
+        "(use toolkit.episodes / toolkit.scorers, the engines below the commands)"], errors
+
+
+def test_engines_sit_below_the_commands(tmp_path):
+    """toolkit.episodes / toolkit.scorers are below toolkit.stages: an engine importing a command is upward."""
+    pkg = _copy(tmp_path)
+    line = _append(pkg / "scorers" / "engine.py", "from toolkit.stages import base  # noqa: F401,E402\n")
+    errors = layering.check(pkg)
+    assert errors == [f"upward import: toolkit.scorers.engine:{line} import of toolkit.stages.base "
+                      "(layer 2 episodes → layer 3 stages)"], errors

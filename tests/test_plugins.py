@@ -86,12 +86,12 @@ def test_help_reads_the_registry_and_names_the_flow():
 
 
 def test_a_registered_scorer_runs_in_verify_and_unknown_names_list_the_registered():
+    from toolkit import scorers
     from toolkit.io import UsageError
-    from toolkit.stages import verify
 
-    @verify.scorer("test-always", verdict_kind="actions", help="always passes")
+    @scorers.scorer("test-always", verdict_kind="actions", help="always passes")
     def always(s):
-        return verify.Outcome(passed=True, score=0.5, scores={"n_calls": len(s.calls)})
+        return scorers.Outcome(passed=True, score=0.5, scores={"n_calls": len(s.calls)})
 
     try:
         rec = {"id": "r1", "trajectories": [{"id": "t0", "messages": [{"role": "user", "content": "hi"}]}]}
@@ -102,11 +102,11 @@ def test_a_registered_scorer_runs_in_verify_and_unknown_names_list_the_registere
         assert (v["name"], v["kind"], v["score"]) == ("test-always", "actions", 0.5)
         assert out["trajectories"][0]["scores"]["test-always"] == {"n_calls": 0}
         with pytest.raises(UsageError, match="test-always"):
-            verify.Options.from_config({"strategy": ["nope"]})
+            scorers.Plan.of(scorers.verify_options({"strategy": ["nope"]}))
     finally:
         registry.unregister("scorers", "test-always")
     with pytest.raises(ValueError, match="verdict_kind"):
-        verify.scorer("bad-kind", verdict_kind="nonsense")
+        scorers.scorer("bad-kind", verdict_kind="nonsense")
 
 
 def test_broken_plugin_module_is_recorded_not_raised(capsys):

@@ -13,7 +13,7 @@ Kinds (entry-point group `toolkit.<kind>`):
     distractors  distractor-tool sources (rollout --distractor-mode)
 
 How something gets registered: a module calls `register(kind, name, obj, ...)` (or a decorator
-built on it: `toolkit.stages.registry.strategy`, `toolkit.stages.verify.scorer`,
+built on it: `toolkit.stages.registry.strategy`, `toolkit.scorers.scorer`,
 `toolkit.envs.register_backend`, ...) at import. A package makes its modules known by
 declaring them as entry points, one group per kind, each value a *module* (never `module:attr`):
 
@@ -71,7 +71,7 @@ BUILTINS: tuple[tuple[str, str, str], ...] = (
     ("strategies", "astra", "toolkit.flows.astra"),
     ("strategies", "simia", "toolkit.flows.simia"),
     ("strategies", "simulate-env", "toolkit.stages.simulate_env"),
-    ("scorers", "core", "toolkit.stages.verify.scorers"),
+    ("scorers", "core", "toolkit.scorers.builtin"),
     ("scorers", "simia", "toolkit.flows.simia.grounding"),
     ("backends", "sqlite", "toolkit.envs.sqlite"),
     ("backends", "python", "toolkit.envs.python"),
@@ -83,10 +83,10 @@ BUILTINS: tuple[tuple[str, str, str], ...] = (
     ("rubrics", "core", "toolkit.roles.judge"),
     ("variants", "core", "toolkit.train.grpo.options"),
     ("exporters", "core", "toolkit.formats.rows"),
-    ("distractors", "core", "toolkit.stages.rollout"),
+    ("distractors", "core", "toolkit.episodes.distractors"),
     ("distractors", "astra", "toolkit.flows.astra.mixing"),
-    ("users", "core", "toolkit.stages.users"),
-    ("scorers", "bfcl", "toolkit.stages.verify.bfcl"),
+    ("users", "core", "toolkit.episodes.users"),
+    ("scorers", "bfcl", "toolkit.scorers.bfcl"),
 )
 
 

@@ -50,7 +50,7 @@ class ScriptedAgent:
     message; in `nothing` mode it only answers in text."""
 
     def __init__(self, recs: list[Record], mode: str = "oracle"):
-        from toolkit.stages.rollout import opening_message
+        from toolkit.episodes.text import opening_message
 
         self.by_text = {opening_message(r): r for r in recs}
         self.mode = mode

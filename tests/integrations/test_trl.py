@@ -70,7 +70,7 @@ def _train(tasks, tok, model_dir, out, mode: str, n: int):
 
     from toolkit.integrations.trl import dataset, environment_factory
 
-    from toolkit.stages.rollout import opening_message
+    from toolkit.episodes.text import opening_message
 
     cls = _scripted_trainer_cls()
     cls.script = {opening_message(r): r for r in records(tasks)}

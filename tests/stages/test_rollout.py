@@ -11,6 +11,7 @@ from toolkit.envs import Environment, ToolResult, register_backend
 from toolkit.llm import Meter
 from toolkit.llm.testserver import ScriptedServer
 from toolkit.schema import Record
+from toolkit.episodes import text as episodes
 from toolkit.stages import rollout
 
 
@@ -200,7 +201,7 @@ def test_user_simulator_gets_the_scenario_parameters_knowledge_bounds_and_turn_b
     rec = tasks()[0]
     rec.task.user_scenario.extra.update(behavioral_pattern="impatient", urgency_level="critical",
                                         emotional_state="frustrated")
-    text = rollout.scenario_text(rec)
+    text = episodes.scenario_text(rec)
     for line in ("Behaviour pattern: impatient", "Urgency: critical", "Emotional state: frustrated"):
         assert line in text
     seen = []
@@ -221,7 +222,7 @@ def test_user_simulator_gets_the_scenario_parameters_knowledge_bounds_and_turn_b
     assert "cut after 12 agent turns" in system
     # the second simulator call sees the agent's reply after its tool call (turn 1) and text (turn 2)
     assert seen[1][-1] == {"role": "user", "content": "[agent turn 2 of 12] I found your profile."}
-    assert seen[0][1]["content"] == rollout.GREETING  # the opening greeting is no agent turn
+    assert seen[0][1]["content"] == episodes.GREETING  # the opening greeting is no agent turn
     assert t.extra["user_max_turns"] == 12
     row = X.record_rows(out, role="user", filter="all")[0]
     assert row["messages"][0]["content"] == system

@@ -211,8 +211,8 @@ def test_f1_spray_scores_below_half_and_the_grounded_trajectory_1(qa):
 
 
 def test_f1_grounding_by_the_reference_arguments():
-    from toolkit.stages.verify.calls import Call
-    from toolkit.stages.verify.scorers import _grounding
+    from toolkit.scorers.builtin import _grounding
+    from toolkit.scorers.calls import Call
     from toolkit.schema import SubQuestion
 
     sq = SubQuestion(q="tier?", a="gold", tool="lookup")

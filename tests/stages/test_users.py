@@ -11,8 +11,8 @@ import pytest
 from toolkit import registry
 from toolkit.envs import load_env
 from toolkit.schema import Record, Usage
-from toolkit.stages.rollout import EpisodeLimits, run_episode
-from toolkit.stages.users import ScriptedUser, UserContext
+from toolkit.episodes.loop import EpisodeLimits, run_episode
+from toolkit.episodes.users import ScriptedUser, UserContext
 
 SRC = ("def note(state, text):\n    state.setdefault('notes', []).append(text)\n    return 'ok'\n\n"
        "def secret(state):\n    return 'the held-out tool ran'\n")

@@ -248,7 +248,7 @@ def test_bundled_domain_oracle_and_missing_action():
             assert part.scores["actions"]["n_matched"] < len(task["task"]["ground_truth"]["actions"])
             checked += 1
     assert checked >= 1
-    assert fn.cache.misses == len(recs)  # one target per task, reused for the second trajectory
+    assert fn.state.cache.misses == len(recs)  # one target per task, reused for the second trajectory
 
 
 # ---------------------------------------------------------------------------------------------

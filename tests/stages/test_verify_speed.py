@@ -46,8 +46,8 @@ def test_memo_and_pool_give_the_plain_results():
     fast, fn = _run({"strategy": ["state_diff"]}, recs)
     plain, fn2 = _run({"strategy": ["state_diff"], "replay_memo": False}, recs)
     assert fast == plain
-    assert fn.cache.replay_hits >= len(recs) * 2  # duplicates within and across records
-    assert fn2.cache.replay_hits == 0
+    assert fn.state.cache.replay_hits >= len(recs) * 2  # duplicates within and across records
+    assert fn2.state.cache.replay_hits == 0
     rewards = [t["reward"] for r in fast for t in r["trajectories"]]
     assert 0.0 in rewards and 1.0 in rewards
 
@@ -61,6 +61,6 @@ def test_memo_hit_still_checks_recorded_step_hashes():
                                 {"id": "b", "messages": _msgs(acts), "steps": bad}])
     out, fn = _run({"strategy": ["state_diff"]}, [rec])
     va, vb = [v for v in out[0]["verdicts"] if v["name"] == "state_diff"]
-    assert fn.cache.replay_hits == 1
+    assert fn.state.cache.replay_hits == 1
     assert not any("diverged" in x for x in va["reasons"])
     assert any("state hash differs" in x for x in vb["reasons"])

@@ -71,7 +71,8 @@ def test_rollout_agent_system_prompt_drop():
     test double stands in for the LLM client), the trajectory still holds the policy."""
     from toolkit.llm.base import ChatResult
     from toolkit.options import RolloutOptions
-    from toolkit.stages.rollout import LLMAgent, Usage
+    from toolkit.episodes.agents import LLMAgent
+    from toolkit.schema import Usage
 
     class RecordingClient:  # test double: records the messages it is sent
         def __init__(self):

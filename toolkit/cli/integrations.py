@@ -37,7 +37,7 @@ def task_options(f):
 def _read(tasks: str, rejects: str | None, strategies: tuple[str, ...]):
     from toolkit.integrations.core import TaskFileError, read_tasks
     from toolkit.io import UsageError, check_input
-    from toolkit.stages.verify import scorer_names
+    from toolkit.scorers import scorer_names
 
     unknown = [s for s in strategies if s not in scorer_names()]
     if unknown:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from toolkit import registry
-from toolkit.envs.base import Environment, ToolResult, backends, load_env, register_backend  # noqa: F401
+from toolkit.envs.base import (  # noqa: F401
+    BackendCapabilities, Environment, ToolResult, backend_capabilities, backends, load_env, register_backend)
 
 
 def import_builtin_backends() -> dict[str, str]:

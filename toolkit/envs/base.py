@@ -122,6 +122,31 @@ class Environment:
         self.close()
 
 
+@dataclass(frozen=True)
+class BackendCapabilities:
+    """What a backend is, declared when it registers; core code asks this, never the backend's name.
+
+    deterministic   the same calls from the same state give the same results and states (verify
+                    memoizes replays; the environment's own tool kinds decide which calls write)
+    replayable      verify can rebuild it from `record.env` and replay a trajectory's calls in it
+                    (state_diff, the code verifier's states); False for an LLM-played environment
+    simulated       an LLM writes the observations (Simia): they are no ground truth
+    policy_errors   its tools refuse policy-violating calls with a POLICY_VIOLATION error
+    relational      its state is tables of a compiled domain (LOGIGEN's SQL schema and triggers)
+    code_tools      its tools are generated code (ASTRA's python environments)
+    """
+
+    deterministic: bool = False
+    replayable: bool = True
+    simulated: bool = False
+    policy_errors: bool = False
+    relational: bool = False
+    code_tools: bool = False
+
+
+CAPABILITIES = tuple(BackendCapabilities.__dataclass_fields__)
+
+
 @dataclass
 class BackendInfo:
     name: str
@@ -130,12 +155,25 @@ class BackendInfo:
     extra: dict = field(default_factory=dict)
 
 
-def register_backend(name: str, factory: Callable[[dict], Environment], doc: str = "", **meta: Any) -> None:
-    """Register an environment backend: `load_env({"backend": name, ...})` calls `factory(ref)`.
+def register_backend(name: str, factory: Callable[[dict], Environment], doc: str = "",
+                     capabilities: BackendCapabilities | None = None, **meta: Any) -> None:
+    """Register an environment backend: `load_env({"backend": name, ...})` calls `factory(ref)`;
+    `capabilities` says what it is (BackendCapabilities; default: replayable, nothing else).
 
-    A thin spelling of `toolkit.registry.register("backends", name, factory, help=doc)`; a plugin
-    module doing this is listed under the `toolkit.backends` entry-point group."""
-    registry.register("backends", name, factory, help=doc, **meta)
+    A thin spelling of `toolkit.registry.register("backends", name, factory, help=doc, <capability>=...)`
+    (each capability lands in the entry's meta, so `toolkit plugins` lists them); a plugin module
+    doing this is listed under the `toolkit.backends` entry-point group."""
+    caps = capabilities or BackendCapabilities()
+    registry.register("backends", name, factory, help=doc, **{k: getattr(caps, k) for k in CAPABILITIES}, **meta)
+
+
+def backend_capabilities(backend: str | None) -> BackendCapabilities:
+    """The registered capabilities of `backend` (a record's `env.backend`); an unknown backend
+    has the defaults (replayable, nothing else: loading it fails with its own error)."""
+    e = registry.lookup("backends", backend) if isinstance(backend, str) else None
+    if e is None:
+        return BackendCapabilities()
+    return BackendCapabilities(**{k: bool(e.meta[k]) for k in CAPABILITIES if k in e.meta})
 
 
 def backends() -> dict[str, BackendInfo]:

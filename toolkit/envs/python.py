@@ -45,7 +45,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from toolkit.envs.base import Environment, ToolResult, register_backend
+from toolkit.envs.base import BackendCapabilities, Environment, ToolResult, register_backend
 from toolkit.sandbox import SandboxLimits, SandboxResult, limits_for_data, run_function
 
 __all__ = ["PythonEnvironment", "PythonEnvError", "validate_arguments"]
@@ -385,4 +385,5 @@ class PythonEnvironment(Environment):
 
 
 register_backend("python", PythonEnvironment.from_ref,
-                 doc="ASTRA-style code environment: generated Python tools run in the sandbox")
+                 doc="ASTRA-style code environment: generated Python tools run in the sandbox",
+                 capabilities=BackendCapabilities(policy_errors=True, code_tools=True))

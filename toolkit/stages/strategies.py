@@ -2,9 +2,10 @@
 apply `--filter` on this command's verdicts, close LLM clients at the end.
 
 Used by gen-plan, gen-task, validate-task, repair, reflect and make-verifier; the flows fill the
-registry (`toolkit.stages.registry`). A batch strategy (reflect) gives its per-record fn a
-`finish()` (async or not) returning records made from the whole input; they are written after
-the per-record outputs (toolkit.io.RecordStream calls it once the input is exhausted).
+registry (`toolkit.stages.registry`). A strategy factory returns its per-record function, or
+StageParts (toolkit.stages.base) when it has more: a batch strategy (reflect) gives a `finish()`
+(async or not) returning records made from the whole input; they are written after the
+per-record outputs (toolkit.io.RecordStream calls it once the input is exhausted).
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from toolkit import registry as _R
-from toolkit.io import UsageError, note_drop
+from toolkit.io import UsageError
 from toolkit.options import COMMAND_MODELS, model_for
 from toolkit.schema import Record
-from toolkit.stages import FnStage, make_meter  # noqa: F401  (re-exported for the CLI)
+from toolkit.stages.base import FnStage, StageParts, keep
 from toolkit.stages.registry import StageContext, get, options_models
 
 
@@ -40,34 +41,34 @@ def typed(command: str, opts: Any) -> Any:
     return with_strategy_defaults(command, opts)
 
 
-def build(command: str, opts: Any, meter: Any):
-    """The per-record function of `command --strategy <opts.strategy>` (opts: the command's options
-    model, or a mapping of its keys), wrapped with `--filter` and the client closer."""
+def build(command: str, opts: Any, meter: Any) -> StageParts:
+    """The StageParts of `command --strategy <opts.strategy>` (opts: the command's options model, or
+    a mapping of its keys): the strategy's per-record function wrapped with `--filter`, its batch
+    `finish` (a factory returning StageParts has one: reflect), a plain-function twin `sync` when
+    the strategy is synchronous (rule-only, no LLM: simia rules ...: RecordStream then takes its
+    synchronous path instead of one asyncio task per record, which costs ~50 us a record, about
+    the simia rules' own cost: bench/simia_rules_bench.py), and the closer."""
     opts = typed(command, opts)
     info = get(command, opts.strategy)
     if opts.strategy != info.name:  # the only registered strategy, chosen by default
         opts = with_strategy_defaults(command, opts.model_copy(update={"strategy": info.name}))
     ctx = StageContext(command=command, opts=opts, meter=meter)
-    fn = info.factory(info.options.of(opts) if info.options is not None else opts, ctx)
+    inner = StageParts.of(info.factory(info.options.of(opts) if info.options is not None else opts, ctx))
+    fn = inner.process
     filt = getattr(opts, "filter", None) or "all"
 
-    def keep(rec: Record) -> bool:
+    def kept(rec: Record) -> bool:
         if filt == "all":
             return True
-        ok = passed_here(rec, command)
-        kept = bool(ok) if filt == "passed" else ok is False
-        if not kept:
-            failing = [v.name or v.kind for v in rec.verdicts if v.stage == command and not v.passed]
-            note_drop(f"{command} {failing[0]}: failed" if failing else f"{command}: no verdict" if ok is None
-                      else f"{command}: passed (--filter failed)")
-        return kept
+        failing = next((v.name or v.kind for v in rec.verdicts if v.stage == command and not v.passed), None)
+        return keep(command, filt, passed_here(rec, command), failing)
 
     def filtered(out):
         if out is None or filt == "all":
             return out
         if isinstance(out, list):
-            return [r for r in out if keep(r)] or None
-        return out if keep(out) else None
+            return [r for r in out if kept(r)] or None
+        return out if kept(out) else None
 
     async def run(record: Record):
         out = fn(record)
@@ -75,8 +76,9 @@ def build(command: str, opts: Any, meter: Any):
             out = await out
         return filtered(out)
 
-    if inspect.isfunction(fn) and not inspect.iscoroutinefunction(fn) and getattr(fn, "finish", None) is None:
-        def run_sync(record: Record):
+    sync = None
+    if inspect.isfunction(fn) and not inspect.iscoroutinefunction(fn) and inner.finish is None:
+        def sync(record: Record):
             out = fn(record)
             if hasattr(out, "__await__"):
                 if hasattr(out, "close"):
@@ -85,30 +87,14 @@ def build(command: str, opts: Any, meter: Any):
                                 "declare it `async def`")
             return filtered(out)
 
-        run.sync = run_sync  # type: ignore[attr-defined]
+    async def close() -> None:
+        if inner.close is not None:
+            res = inner.close()
+            if inspect.isawaitable(res):
+                await res
 
-    async def aclose() -> None:
-        closer = getattr(fn, "aclose", None)
-        if closer is not None:
-            await closer()
-
-    run.aclose = aclose  # type: ignore[attr-defined]
-    if getattr(fn, "finish", None) is not None:  # a batch strategy: `async finish() -> list[Record]`
-        run.finish = fn.finish  # type: ignore[attr-defined]
-    return run
-
-
-def stream_fn(run):
-    """What RecordStream should run for a `build` result: its plain-function twin `run.sync` when the
-    strategy is synchronous (rule-only, no LLM: simia rules, ...), so the stream takes its
-    synchronous path instead of one asyncio task per record (that machinery costs ~50 us a record,
-    about the simia rules' own cost: bench/simia_rules_bench.py); else `run`. `build` keeps
-    returning the async fn (callers that `await fn(record)`)."""
-    sync = getattr(run, "sync", None)
-    if sync is None:
-        return run
-    sync.aclose = run.aclose  # type: ignore[attr-defined]
-    return sync
+    return StageParts(process=run, sync=sync, finish=inner.finish, close=close, counts=inner.counts,
+                      state=inner.state)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -166,8 +152,8 @@ class StrategyStage(FnStage):
                 return m
         return self.options_model()
 
-    def build(self) -> Any:
-        return stream_fn(build(self.command, self.opts, self.meter))
+    def build(self) -> StageParts:
+        return build(self.command, self.opts, self.meter)
 
 
 class GenPlan(StrategyStage):

@@ -9,7 +9,7 @@ stringified arguments). `tools` is the trajectory's offered tool list — the sa
 schemas `grpo` passes to the chat template when it renders the policy prompt.
 
 Agent rows (`role="assistant"`, the default): the conversation as the agent saw it
-(`toolkit.stages.rollout.agent_view`: the user simulator's own tool traffic in dual-control
+(`toolkit.episodes.text.agent_view`: the user simulator's own tool traffic in dual-control
 domains — assistant messages named "user" and their tool results — is dropped).
 
 User rows (`role="user"`, EigenData's user-model SFT): the conversation as the user simulator saw
@@ -29,7 +29,7 @@ from toolkit.formats.chat import arguments_dict, chat_messages, plain_message
 from toolkit.formats.tools import prepare_tools
 from toolkit.io import StageError
 from toolkit.schema import Record, Trajectory
-from toolkit.stages.rollout import GREETING, agent_view, scenario_text, turn_prefix, user_system_prompt
+from toolkit.episodes.text import GREETING, agent_view, scenario_text, turn_prefix, user_system_prompt
 
 ROLES = ("assistant", "user")
 FILTERS = ("all", "passed", "failed")

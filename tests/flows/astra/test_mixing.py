@@ -161,7 +161,8 @@ def test_auto_distractors_use_the_bands_for_astra_records(monkeypatch):
     """`--distractor-mode auto` (the default, and what GRPO's call without a mode gets): an ASTRA
     record's distractors come from the similarity bands, any other record's from random domains."""
     from toolkit.schema import Record
-    from toolkit.stages.rollout import (
+    from toolkit.episodes.distractors import (
+        DistractorSettings,
         auto_distractor_mode,
         distractor_tools,
         random_distractors,
@@ -174,9 +175,9 @@ def test_auto_distractors_use_the_bands_for_astra_records(monkeypatch):
     other = Record.model_validate({"id": "x-1", "flow": "logigen", "env": {"backend": "sqlite", "id": "airline"}})
     assert auto_distractor_mode(astra) == "bands" and auto_distractor_mode(other) == "random"
     got = distractor_tools(astra, own, 2, seed=5)            # GRPO's call: no mode → auto
-    want = M.band_distractors(astra, own, 2, 5, {})
+    want = M.band_distractors(astra, own, 2, 5, DistractorSettings())
     assert [t["function"]["name"] for t in got] == [t["function"]["name"] for t in want]
     assert 1 <= len(got) <= 6                                   # up to 2 per band
     assert distractor_tools(astra, own, 0, seed=5) == []        # none asked, none added
     names = [t["function"]["name"] for t in distractor_tools(other, [], 3, seed=5)]
-    assert names == [t["function"]["name"] for t in random_distractors(other, [], 3, 5, {})]
+    assert names == [t["function"]["name"] for t in random_distractors(other, [], 3, 5, DistractorSettings())]

@@ -62,7 +62,7 @@ def test_reflect_writes_v2_prompt_files_and_gen_task_sends_them(tmp_path, monkey
     assert {f["from"] for f in ref["prompt_files"]} == {"eigendata/user_intent.v1", "eigendata/trajectory_validation.v1"}
     assert ref["evidence"]["categories"] == {"missing_resource": 6}
     assert EVAL_RULE in p.evaluation_rules  # what verify --strategy judge reads
-    from toolkit.stages.verify import _evaluation_rules
+    from toolkit.scorers.builtin import _evaluation_rules
     assert EVAL_RULE in _evaluation_rules(out)
 
     # the next gen-task run with that plan sends the v2 prompt

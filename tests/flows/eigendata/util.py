@@ -21,7 +21,7 @@ def run_strategy(command: str, cfg: dict, record, strategy: str):
         try:
             return await fn(record)
         finally:
-            await fn.aclose()
+            await fn.close()
             from toolkit.llm.client import close_all_clients
 
             await close_all_clients()

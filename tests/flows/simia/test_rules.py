@@ -249,10 +249,13 @@ def test_the_cli_runs_the_rule_strategy_as_a_plain_function():
 
     from toolkit.stages import strategies
 
-    run = strategies.build("repair", {"strategy": "rules"}, None)
+    parts = strategies.build("repair", {"strategy": "rules"}, None)
+    run = parts.process
     assert inspect.iscoroutinefunction(run)  # the registry contract for callers that await
-    sync = strategies.stream_fn(run)
-    assert not inspect.iscoroutinefunction(sync) and sync.aclose is run.aclose
+    sync = parts.sync
+    assert sync is not None and not inspect.iscoroutinefunction(sync)
+    cli_fn = strategies.Repair({"strategy": "rules"}).process  # what the CLI hands RecordStream
+    assert inspect.isfunction(cli_fn) and not inspect.iscoroutinefunction(cli_fn)
     rec = {"id": "m", "trajectories": [{"id": "t", "messages": [], "tools": TOOLS, "extra": {"simia": {"raw": GOOD, "system": POLICY}}}]}
     a, b = sync(Record.model_validate(rec)), asyncio.run(run(Record.model_validate(rec)))
     for x in (a, b):
@@ -262,4 +265,4 @@ def test_the_cli_runs_the_rule_strategy_as_a_plain_function():
         sync(Record.model_validate({"id": "e", "trajectories": [dict(rec["trajectories"][0], extra={
             "simia": {"raw": REPLIES["UNKNOWN_TOOL"]}})]}))
     prefilter = strategies.build("validate-task", {"strategy": "simia", "model": "scripted"}, None)
-    assert strategies.stream_fn(prefilter) is prefilter  # an LLM strategy stays async
+    assert prefilter.sync is None  # an LLM strategy stays async

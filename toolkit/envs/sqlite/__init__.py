@@ -51,7 +51,7 @@ Modules (each one idea; this package re-exports what callers import and register
 
 from __future__ import annotations
 
-from toolkit.envs.base import register_backend
+from toolkit.envs.base import BackendCapabilities, register_backend
 from toolkit.envs.sqlite.compiler import build_domain, state_keys_for
 from toolkit.envs.sqlite.domain import (
     Column,
@@ -98,4 +98,5 @@ def _factory(ref: dict) -> SqliteEnvironment:
     return SqliteEnvironment.from_ref(ref)
 
 
-register_backend("sqlite", _factory, doc="LOGIGEN hard-compiled policy environment (SQLite tables + triggers)")
+register_backend("sqlite", _factory, doc="LOGIGEN hard-compiled policy environment (SQLite tables + triggers)",
+                 capabilities=BackendCapabilities(deterministic=True, policy_errors=True, relational=True))

@@ -42,6 +42,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from toolkit.envs import backend_capabilities
 from toolkit.io import StageError, add_provenance
 from toolkit.schema import Action, EnvRef, Record, SubQuestion, Verdict, Verifier
 from toolkit.stages.registry import StageContext, strategy
@@ -373,7 +374,7 @@ def build(o: O.EnvSynthOptions, ctx: StageContext):
                                            reasons=log[-8:], scores={"attempt_log": log}))
         else:
             _finish(record, tools, sqs, need, limits, log, n_merged)
-            if out_dir and record.env is not None and record.env.backend == "python":
+            if out_dir and record.env is not None and backend_capabilities(record.env.backend).code_tools:
                 write_env_dir(record, out_dir)
         add_provenance(record, "make-verifier", strategy="astra", model=ctx.model_name(),
                        recipe_hash=o.recipe_hash, usage=usage)

@@ -25,7 +25,7 @@ import random
 import threading
 from typing import Any, Iterable
 
-from toolkit.stages.rollout import distractor_source
+from toolkit.episodes.distractors import DistractorSettings, distractor_source
 
 from toolkit import domains
 from toolkit.envs import load_env
@@ -244,23 +244,24 @@ def _pool(specs: tuple) -> list:
     return _POOLS[specs]
 
 
-def _context(record: Any, cfg: dict) -> tuple[list, str]:
-    pool = _pool(tuple(cfg.get("distractor_pool") or ()))
+def _context(record: Any, settings: DistractorSettings) -> tuple[list, str]:
+    pool = _pool(tuple(settings.pool))
     astra = (record.extra or {}).get("astra") or {}
     return pool, astra.get("domain") or (record.env.id if record.env else None) or ""
 
 
 @distractor_source("astra-random", help="ASTRA's Random baseline: 5-9 tools from other domains")
-def astra_random_distractors(record: Any, own: list[dict], n: int, seed: int, cfg: dict) -> list[dict]:
-    pool, domain = _context(record, cfg)
+def astra_random_distractors(record: Any, own: list[dict], n: int, seed: int,
+                             settings: DistractorSettings) -> list[dict]:
+    pool, domain = _context(record, settings)
     return random_mix(own, domain, pool, seed=f"{record.id}:{seed}")
 
 
 @distractor_source("bands", help="ASTRA similarity bands >0.85 / 0.4-0.85 / <0.4, up to N per band "
                                  "(--embed-base-url, else offline all-MiniLM-L6-v2)")
-def band_distractors(record: Any, own: list[dict], n: int, seed: int, cfg: dict) -> list[dict]:
-    pool, domain = _context(record, cfg)
-    emb = get_embedder(cfg.get("embed_base_url"), cfg.get("embed_model"))
+def band_distractors(record: Any, own: list[dict], n: int, seed: int, settings: DistractorSettings) -> list[dict]:
+    pool, domain = _context(record, settings)
+    emb = get_embedder(settings.embed_base_url, settings.embed_model)
     try:
         return mix_by_band(own, domain, pool, emb, k=max(1, n), seed=f"{record.id}:{seed}")["tools"]
     except EmbedderUnavailable as e:

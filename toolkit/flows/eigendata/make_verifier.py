@@ -31,6 +31,7 @@ from typing import Any
 from toolkit.flows.eigendata import common as C
 from toolkit.flows.eigendata import verifier_template as VT
 from toolkit.flows.eigendata.perturb import perturbations
+from toolkit.envs import backend_capabilities
 from toolkit.io import StageError, add_provenance, log
 from toolkit.roles.structured import Malformed, RoleRejected, add_usage, ask_structured, new_usage
 from toolkit.schema import Record, Verdict, Verifier
@@ -48,7 +49,7 @@ STAGE = "make-verifier"
 
 
 def reference_calls(record: Record) -> tuple[list[dict], str]:
-    from toolkit.stages.verify import trajectory_calls
+    from toolkit.scorers import trajectory_calls
 
     for t in record.trajectories:
         vs = [v for v in record.verdicts if v.stage == "verify" and v.trajectory_id == t.id]
@@ -94,17 +95,17 @@ def build_eval(env: Any, calls: list[dict], tid: str, unchanged_state: bool = Fa
 
 def policy_codes(env: Any) -> bool:
     """Whether the environment refuses policy-violating calls with a POLICY_VIOLATION error (so a
-    verifier's Part 3 can observe refusals): sqlite domains with policy triggers, python envs; not
+    verifier's Part 3 can observe refusals): backends registered with `policy_errors` (sqlite domains
+    with policy triggers, python envs); not
     τ² (its tools never emit the code) nor simulated environments. An env may say so itself with
     `emits_policy_violations`."""
     v = getattr(env, "emits_policy_violations", None)
     if isinstance(v, bool):
         return v
-    backend = getattr(env, "backend", None)
-    if backend == "sqlite":
-        dom = getattr(env, "domain", None)
-        return dom is None or bool(getattr(dom, "rules", None) or getattr(dom, "triggers", None))
-    return backend == "python"
+    if not backend_capabilities(getattr(env, "backend", None)).policy_errors:
+        return False
+    dom = getattr(env, "domain", None)  # a compiled domain refuses only where it has rules / triggers
+    return dom is None or bool(getattr(dom, "rules", None) or getattr(dom, "triggers", None))
 
 
 def self_test_cases(env: Any, ref_calls: list[dict], must_have: list[str],

@@ -46,6 +46,7 @@ from toolkit.roles.structured import (Malformed, RoleRejected, add_usage, ask_st
                                       tagged_text)
 from toolkit.roles.judge import improve_items
 from toolkit.schema import Record
+from toolkit.stages.base import StageParts
 from toolkit.stages.registry import strategy
 from toolkit.flows.eigendata import options as O
 from toolkit import prompts
@@ -294,8 +295,7 @@ def _build(opts: O.ReflectOptions, ctx, flavour: str):
         add_provenance(rec, "reflect", strategy=flavour, model=model, recipe_hash=opts.recipe_hash, usage=usage)
         return rec
 
-    fn.finish = finish  # type: ignore[attr-defined]
-    return fn
+    return StageParts(process=fn, finish=finish)
 
 
 @strategy("reflect", "eigendata", options=O.ReflectOptions, help="EigenData prompt evolution: failure categories per prompt set/version → new versioned guidance")

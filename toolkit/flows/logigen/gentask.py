@@ -45,6 +45,7 @@ from toolkit.flows.logigen.set_designer import complexity
 from toolkit.flows.logigen.synth import GoalDesigner
 from toolkit.io import StageError, UsageError, add_provenance, log
 from toolkit.roles.structured import RoleRejected, new_usage
+from toolkit.envs import backend_capabilities
 from toolkit.schema import Action, GroundTruth, Record, Task, UserScenario, Verifier
 from toolkit.stages.registry import StageContext, strategy
 
@@ -67,7 +68,7 @@ def _missing_boundary(cov: dict) -> str:
 def load_sqlite_env(record: Record):
     if record.env is None:
         raise StageError("the record has no `env`: logigen gen-task needs a sqlite domain", field="env")
-    if record.env.backend != "sqlite":
+    if not backend_capabilities(record.env.backend).relational:
         raise StageError(f"logigen gen-task explores sqlite domains, got backend {record.env.backend!r}",
                          field="env.backend")
     try:

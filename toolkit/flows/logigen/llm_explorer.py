@@ -6,7 +6,7 @@ the wanted kind (a plain goal chain, a violation-first chain, a boundary chain a
 executed from its s_origin, so every option is reachable; options whose insert picks from an
 option menu of its own ("the one with the lowest price that can be used") come first. The Client
 commits to one of them (a seeded choice, recorded with the menu in `task.extra.exploration`).
-The episode then runs through toolkit.stages.rollout.run_episode: the Client is the user
+The episode then runs through toolkit.episodes.loop.run_episode: the Client is the user
 simulator (prompt logigen/client, given the goal's steps and what the user knows), the
 Consultant is the agent (the policy plus prompt logigen/consultant) over the real sqlite
 environment. Afterwards:
@@ -193,8 +193,10 @@ def follow_episode(gx: Any, goal: Draft, origin: dict, actions: list[dict], rng:
 
 async def explore_once(gd: Any, i: int, kind: str, record: Any, ctx: Any, opts: O.GenTaskOptions,
                        llm_edges: list | None = None) -> Draft | None:
-    from toolkit.stages.rollout import EpisodeLimits, LLMAgent, LLMUser, run_episode
-    from toolkit.stages.verify import trajectory_calls
+    from toolkit.episodes.agents import LLMAgent
+    from toolkit.episodes.loop import EpisodeLimits, run_episode
+    from toolkit.episodes.users import LLMUser
+    from toolkit.scorers import trajectory_calls
 
     rng = random.Random(f"{gd.seed}:llm:{i}")
     menu = option_menu(gd, kind, rng, opts.menu_size, llm_edges)

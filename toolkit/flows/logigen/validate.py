@@ -35,6 +35,7 @@ from toolkit.flows.logigen.domain_check import check_domain
 from toolkit.flows.logigen.explorer import DomainView, boundary_check
 from toolkit.flows.logigen.labels import compare, record_labels
 from toolkit.flows.logigen.set_designer import TAGS
+from toolkit.envs import backend_capabilities
 from toolkit.io import StageError, add_provenance
 from toolkit.schema import Record, Verdict
 from toolkit.stages.registry import StageContext, strategy
@@ -62,7 +63,7 @@ def domain_verdict(record: Record, reports: dict, lock: threading.Lock) -> Verdi
 
 
 def check_record(record: Record, seen: dict, lock: threading.Lock, cache: Any) -> list[Verdict]:
-    from toolkit.stages.verify import EnvContext, Options
+    from toolkit.scorers import EnvContext
 
     if record.env is None:
         raise StageError("no `env`: validate-task --strategy logigen needs the task's sqlite domain", field="env")
@@ -75,7 +76,7 @@ def check_record(record: Record, seen: dict, lock: threading.Lock, cache: Any) -
     probe = record.model_copy(deep=True)
     stored = probe.task.ground_truth.target_state
     probe.task.ground_truth.target_state = None
-    ctx = EnvContext(probe, Options.from_config({}), cache)
+    ctx = EnvContext(probe, None, cache)
     try:
         try:
             info = ctx.target()
@@ -251,7 +252,7 @@ def target_rule_violations(env: Any, origin: dict, target: dict, target_bytes: b
           help="LOGIGEN: replay reaches the target (DIFF 0), Δ0 > 0, no leaks in the user view, "
                "no duplicates, boundary holds, tags filled")
 def build(opts: O.ValidateTaskOptions, ctx: StageContext):
-    from toolkit.stages.verify import TargetCache
+    from toolkit.scorers import TargetCache
 
     seen: dict = {}
     lock = threading.Lock()
@@ -260,7 +261,7 @@ def build(opts: O.ValidateTaskOptions, ctx: StageContext):
 
     def fn(record: Record) -> Record:
         verdicts = check_record(record, seen, lock, cache)
-        if opts.domain_check and record.env is not None and record.env.backend == "sqlite":
+        if opts.domain_check and record.env is not None and backend_capabilities(record.env.backend).relational:
             dv = domain_verdict(record, reports, lock)
             if dv is not None:
                 verdicts.append(dv)

@@ -30,8 +30,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from toolkit.envs import backend_capabilities
 from toolkit.io import StageError
-from toolkit.stages.verify import Outcome, Scoring, scorer, trajectory_calls
+from toolkit.scorers import Outcome, Scoring, scorer, trajectory_calls
 
 from toolkit.envs import load_env
 from toolkit.options import VerifyOptions
@@ -106,7 +107,7 @@ def real_env_ref(record: Any) -> Any:
     env = record.env
     if env is None:
         raise StageError("grounding needs record.env (a real environment to replay the calls in)", field="env")
-    if env.backend == "simulated":
+    if backend_capabilities(env.backend).simulated:
         real = (env.config or {}).get("grounding_env")
         if not real:
             raise StageError("env backend 'simulated' has no real counterpart: set env.config.grounding_env to the "
@@ -152,7 +153,7 @@ def ground(record: Any, traj: Any, mode: str = "exact") -> dict:
 @scorer("grounding", verdict_kind="rule",
         help="Simia: replay the calls in the real env, share of simulated observations that match")
 def score_grounding(s: Scoring) -> Outcome:
-    return run_grounding(s.record, s.traj, s.cfg)
+    return run_grounding(s.record, s.traj, s.opts)
 
 
 def run_grounding(record: Any, traj: Any, opts: VerifyOptions | Mapping[str, Any]):

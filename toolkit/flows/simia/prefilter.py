@@ -33,6 +33,7 @@ import json
 from typing import Any
 
 from toolkit.flows.simia import transcript as T
+from toolkit.envs import backend_capabilities
 from toolkit.io import StageError, add_provenance
 from toolkit.schema import Record, Verdict
 from toolkit.formats.tools import tools_text
@@ -131,7 +132,7 @@ def env_policy(record: Record, messages: list[dict]) -> str:
     for m in messages:
         if m.get("role") == "system" and m.get("content"):
             return str(m["content"])
-    if record.env is not None and record.env.backend != "simulated":
+    if record.env is not None and not backend_capabilities(record.env.backend).simulated:
         try:
             with load_env(record.env) as env:
                 return env.policy()

@@ -17,6 +17,7 @@ else the rollout's user model serves the simulator), `fault_rate`.
 from __future__ import annotations
 
 from toolkit.flows.simia import transcript as T
+from toolkit.envs import backend_capabilities
 from toolkit.io import StageError, add_provenance
 from toolkit.schema import EnvRef, Record, Task, UserScenario
 from toolkit.stages.registry import StageContext, strategy
@@ -39,7 +40,7 @@ def rl_task(record: Record, opts: O.RLOptions) -> Record:
     policy = env_policy(record, msgs or ([{"role": "system", "content": system}] if system else []))
     config = {"policy": policy, "tools": tools, "reference": T.render(conv.messages), "human": True,
               "reference_trajectory_id": record.trajectories[index].id if record.trajectories else None}
-    if record.env is not None and record.env.backend != "simulated":
+    if record.env is not None and not backend_capabilities(record.env.backend).simulated:
         config["grounding_env"] = record.env.model_dump(mode="json", exclude_none=True)
     for dst, value in (("model", opts.simulator_model), ("base_url", opts.simulator_base_url),
                        ("fault_rate", opts.fault_rate)):

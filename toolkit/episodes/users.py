@@ -1,4 +1,4 @@
-"""User simulators of `rollout --user-simulator` (registry kind `users`).
+"""User simulators (`rollout --user-simulator`, registry kind `users`) and the LLM user simulator.
 
 A user simulator factory is `factory(ctx: UserContext) -> user | None` (None: no user, the episode
 ends when the agent replies in text). A user has `async respond(history, user_tools, usage) ->
@@ -16,10 +16,48 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from toolkit import registry
+from toolkit import prompts, registry
+from toolkit.episodes.text import GREETING, STOP, _add_usage, clean, turn_prefix, user_system_prompt
 from toolkit.schema import Record, Usage
 
-STOP = "###STOP###"
+
+@dataclass
+class LLMUser:
+    client: Any
+    scenario: str
+    sample_index: int = 0
+    overrides: dict = field(default_factory=dict)
+    system_prompt: str | None = None  # e.g. τ²'s own user-simulator prompt for tau2 tasks
+    max_turns: int | None = None  # the episode's turn budget (run_episode fills it from its limits)
+
+    async def respond(self, history: list[dict], user_tools: list[dict], usage: Usage) -> dict:
+        """history: the dialogue so far as the agent sees it; flipped so the simulator is `assistant`."""
+        sys_prompt = self.system_prompt
+        budget = None if sys_prompt else self.max_turns  # τ²'s own prompt has no turn budget
+        if not sys_prompt:
+            tpl = prompts.cached("user_simulator")
+            cached = self.__dict__.get("_rendered")
+            if cached is None or cached[0] is not tpl or cached[2] != budget:
+                tpl, text = user_system_prompt(self.scenario, budget)
+                cached = self.__dict__["_rendered"] = (tpl, text, budget)
+            sys_prompt = cached[1]
+        flipped: list[dict] = [{"role": "system", "content": sys_prompt}]
+        t = 0
+        for m in history:
+            if m["role"] == "assistant" and m.get("name") != "user" and m.get("content") != GREETING:
+                t += 1  # an agent turn (a message or a tool call), as run_episode counts them
+            if m["role"] == "assistant" and m.get("content") and not m.get("tool_calls"):
+                flipped.append({"role": "user", "content": turn_prefix(t, budget) + m["content"]})
+            elif m["role"] == "user":
+                flipped.append({"role": "assistant", "content": m.get("content") or ""})
+            elif m["role"] == "_user_tool":  # the simulator's own tool exchanges
+                flipped.append(m["payload"])
+        if len(flipped) == 1:
+            flipped.append({"role": "user", "content": GREETING})
+        res = await self.client.chat([clean(m) for m in flipped], tools=user_tools or None,
+                                     sample_index=self.sample_index, **self.overrides)
+        _add_usage(usage, res)
+        return dict(res.message)
 
 
 def user_simulator(name: str, help: str = "", flow: str | None = None) -> Callable:

@@ -1,5 +1,6 @@
-"""verify's core types: the scorer registry decorator, the resolved Options, what a scorer gets
-(Scoring) and returns (Outcome), and the JSON helpers its results go through."""
+"""The scoring engine's core types: the scorer registry decorator, the run's Plan (resolved from the
+typed VerifyOptions), what a scorer gets (Scoring) and returns (Outcome), and the JSON helpers its
+results go through."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any, Callable
 
 from toolkit import registry
 from toolkit.io import UsageError
-from toolkit.options import VerifyOptions, as_list, typed_options
+from toolkit.options import VerifyOptions, model_for, typed_options
 from toolkit.schema import Record, Trajectory, Verdict
 from toolkit.scoring import rewards as R
 
@@ -34,50 +35,26 @@ def scorer_names() -> list[str]:
 
 
 POLICY_VIOLATION = "POLICY_VIOLATION"
-NOT_REPLAYABLE = ("simulated",)
-DETERMINISTIC = ("sqlite", "tau2")  # backends whose replays are memoized (python envs run user code)
 
 
 # ----------------------------------------------------------------------------------------------
-# options
-
-
-def _as_list(v: Any) -> list[str]:
-    return as_list(v) or []
+# the run's plan
 
 
 @dataclass
-class Options:
-    """verify's resolved options: built from the typed `VerifyOptions` (toolkit.options), where
-    every default lives."""
+class Plan:
+    """What a verify run resolves from its typed `VerifyOptions` (toolkit.options, where every
+    option and its default lives) and the registry: the strategies run and required, their
+    verdict kinds, the epsilons in effect. Never a second copy of an option."""
 
     strategies: list[str]
     required: list[str]
-    filter: str
-    lambda_err: float
-    epsilon: float
-    diff_exclude: list[str]
-    sandbox: str
-    code_cpu_seconds: float
-    code_wall_seconds: float
-    code_memory_mb: int
-    judge_rubric: str
-    judge_attempts: int
-    judge_threshold: float
-    f1_threshold: float | None
-    f1_epsilon: float
-    recipe_hash: str | None
-    replay_memo: bool
-    penalize_invalid_calls: bool
-    no_write_basis: bool = True
-    grounding_match: str | None = None
-    grounding_threshold: float | None = None
-    code_reward: str = "binary"
-    actions_mode: str = "strict"  # strict | subset (tau2's rule)
-    verdict_kinds: dict = field(default_factory=dict)  # strategy -> Verdict.kind (from the registry)
+    verdict_kinds: dict[str, str]
+    epsilon: float       # proximity ε (LOGIGEN §4.2): --proximity-epsilon, else rewards.DEFAULT_EPSILON
+    f1_epsilon: float    # ASTRA's ε in p = n̂/(c+ε): --f1-epsilon, else rewards.DEFAULT_EPSILON
 
     @classmethod
-    def from_options(cls, o: VerifyOptions) -> "Options":
+    def of(cls, o: VerifyOptions) -> "Plan":
         strategies = list(o.strategy) or ["state_diff"]
         known = scorer_names()
         unknown = [s for s in strategies if s not in known]
@@ -92,24 +69,17 @@ class Options:
         rubrics = registry.names("rubrics")
         if "judge" in strategies and o.judge_rubric not in rubrics:
             raise UsageError(f"judge_rubric {o.judge_rubric!r} is unknown; choose from {', '.join(rubrics)}")
-        return cls(strategies=strategies, required=required or list(strategies), filter=o.filter,
-                   lambda_err=o.lambda_err,
+        kinds = {s: registry.get("scorers", s).meta.get("verdict_kind") or "rule" for s in strategies}
+        return cls(strategies=strategies, required=required or list(strategies), verdict_kinds=kinds,
                    epsilon=R.DEFAULT_EPSILON if o.proximity_epsilon is None else o.proximity_epsilon,
-                   diff_exclude=list(o.diff_exclude or []), sandbox=o.sandbox,
-                   code_cpu_seconds=o.code_cpu_seconds, code_wall_seconds=o.code_wall_seconds,
-                   code_memory_mb=o.code_memory_mb, judge_rubric=o.judge_rubric, judge_attempts=o.judge_attempts,
-                   judge_threshold=o.judge_threshold, f1_threshold=o.f1_threshold,
-                   f1_epsilon=R.DEFAULT_EPSILON if o.f1_epsilon is None else o.f1_epsilon,
-                   recipe_hash=o.recipe_hash, replay_memo=o.replay_memo,
-                   penalize_invalid_calls=o.penalize_invalid_calls, no_write_basis=o.no_write_basis,
-                   grounding_match=o.grounding_match, grounding_threshold=o.grounding_threshold,
-                   code_reward=o.code_reward, actions_mode=o.actions_mode)
+                   f1_epsilon=R.DEFAULT_EPSILON if o.f1_epsilon is None else o.f1_epsilon)
 
-    @classmethod
-    def from_config(cls, cfg: dict | VerifyOptions) -> "Options":
-        """From a merged config dict (library callers; keys verify does not read are ignored) or
-        the typed options."""
-        return cls.from_options(typed_options(VerifyOptions, cfg))
+
+def verify_options(src: Any = None) -> VerifyOptions:
+    """verify's typed options from itself, another options model or, for library callers, a
+    mapping of its keys (keys verify does not read are ignored; role-prefixed LLM keys such as
+    judge_model are kept)."""
+    return typed_options(model_for("verify"), src or {})
 
 
 # ----------------------------------------------------------------------------------------------
@@ -134,8 +104,8 @@ class Scoring:
     traj: Trajectory
     calls: list  # [Call]: the trajectory's tool calls in execution order
     env: Any  # replay.EnvContext: replay / target state of record.env (shared by the record's trajectories)
-    opts: Options
-    cfg: dict
+    opts: VerifyOptions  # the run's typed options (toolkit.options; a flow's scorer reads its keys here)
+    plan: Plan
     llm: Callable[[str], Any]  # role -> LLM client (built once per run)
 
 

@@ -10,11 +10,14 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
+from toolkit.envs import backend_capabilities, load_env
 from toolkit.io import StageError
+from toolkit.options import VerifyOptions
 from toolkit.schema import Record, Trajectory
+from toolkit.scorers.calls import Call
+from toolkit.scorers.core import _canon_json
 from toolkit.scoring import rewards as R
-from toolkit.stages.verify.calls import Call
-from toolkit.stages.verify.core import DETERMINISTIC, NOT_REPLAYABLE, Options, _canon_json
+from toolkit.scoring.state import StateKeys, legacy_state_hash, state_hash
 
 
 def _env_hash(env: Any) -> str | None:
@@ -26,14 +29,10 @@ def _env_hash(env: Any) -> str | None:
 
 
 def _legacy_hash(state: dict) -> str:
-    from toolkit.scoring.state import legacy_state_hash
-
     return legacy_state_hash(state)
 
 
 def _plain_hash(state: dict) -> str:
-    from toolkit.scoring.state import state_hash
-
     return state_hash(state)
 
 
@@ -120,10 +119,11 @@ class TargetCache:
 class EnvContext:
     """One rebuilt environment per record (built lazily), shared by the strategies that need it."""
 
-    def __init__(self, record: Record, opts: Options, cache: TargetCache):
+    def __init__(self, record: Record, opts: VerifyOptions | None = None, cache: TargetCache | None = None):
         self.record = record
-        self.opts = opts
-        self.cache = cache
+        self.opts = opts if opts is not None else VerifyOptions()
+        self.diff_exclude = list(self.opts.diff_exclude or [])
+        self.cache = cache if cache is not None else TargetCache()
         self._env: Any = None
         self._error: str | None = None
         self._finals: dict[str, tuple[dict, dict]] = {}  # trajectory id -> (initial, final)
@@ -141,15 +141,13 @@ class EnvContext:
             rec = self.record
             if rec.env is None:
                 raise StageError("record has no `env`: state_diff needs an environment to replay", field="env")
-            if rec.env.backend in NOT_REPLAYABLE:
+            if not backend_capabilities(rec.env.backend).replayable:
                 raise StageError(f"env backend {rec.env.backend!r} is not deterministic and cannot be replayed "
                                  "for state_diff; use --strategy judge (or actions/f1)", field="env.backend")
             pooled = self.cache.take_env(self._env_key())
             if pooled is not None:
                 self._env = pooled
                 return pooled
-            from toolkit.envs import load_env
-
             try:
                 self._env = load_env(rec.env)
             except Exception as e:
@@ -173,7 +171,7 @@ class EnvContext:
         env = self.env()
         keys = list(R.DEFAULT_EXCLUDE_KEYS) + list(getattr(env, "exclude_keys", ()) or ())
         keys += [str(k) for k in ((self.record.env.config or {}).get("exclude_keys") or [])]
-        keys += self.opts.diff_exclude
+        keys += self.diff_exclude
         return tuple(dict.fromkeys(keys))
 
     def state_keys(self) -> Any:
@@ -184,8 +182,6 @@ class EnvContext:
         base = env.state_keys() if hasattr(env, "state_keys") else None
         extra = [k for k in self.exclude_keys() if base is None or k not in base.exclude]
         if base is None:
-            from toolkit.scoring.state import StateKeys
-
             return StateKeys(extra)
         return base.with_exclude(extra) if extra else base
 
@@ -197,7 +193,7 @@ class EnvContext:
             gt = rec.task.ground_truth if rec.task else None
             gt_part = (gt.model_dump_json(include={"actions", "target_state", "target_state_ref"})
                        if gt else "")
-            blob = "\n".join([self._env_key(), gt_part, _canon_json(self.opts.diff_exclude)])
+            blob = "\n".join([self._env_key(), gt_part, _canon_json(self.diff_exclude)])
             self._tkey = hashlib.sha256(blob.encode("utf-8")).hexdigest()
         return self._tkey
 
@@ -296,12 +292,12 @@ class EnvContext:
 
         Without `need_final`, the outcome (DIFFs, results, state hashes, DIFF detail) is memoized
         per (target, exact call sequence) for the run (`replay_memo`, default on) on the
-        deterministic backends (sqlite, tau2), so a trajectory whose calls equal an earlier one's (a
+        deterministic backends (sqlite, tau2: BackendCapabilities.deterministic), so a trajectory whose calls equal an earlier one's (a
         GRPO group's duplicates, a re-verified file) is not executed again."""
         info = self.target() if with_target else None
         backend = self.record.env.backend if self.record.env is not None else None
         mkey = (self._memo_key(calls) if (info is not None and not need_final and self.opts.replay_memo
-                                          and backend in DETERMINISTIC) else None)
+                                          and backend_capabilities(backend).deterministic) else None)
         if mkey is not None:
             hit = self.cache.replay_get(mkey)
             if hit is not None:
