@@ -20,7 +20,10 @@ import json
 import uuid
 from typing import Any
 
+from toolkit import prompts
 from toolkit.envs.base import Environment, ToolResult, register_backend
+from toolkit.llm import LLMConfig, get_client
+from toolkit.roles.env_simulator import simulate_call
 
 
 class SimulatedEnvironment(Environment):
@@ -45,8 +48,6 @@ class SimulatedEnvironment(Environment):
 
     def _client(self) -> Any:
         if self.client is None:
-            from toolkit.llm import LLMConfig, get_client
-
             self.client = get_client(LLMConfig(**self._llm_cfg))
         return self.client
 
@@ -62,8 +63,6 @@ class SimulatedEnvironment(Environment):
         it like ###STOP###). None otherwise: rollout's own user-simulator prompt is used."""
         if not self.human:
             return None
-        from toolkit import prompts
-
         return prompts.load("simia/env_human").render(policy=self._policy or "(none)",
                                                       reference=self.reference or "(none)")
 
@@ -85,8 +84,6 @@ class SimulatedEnvironment(Environment):
         return asyncio.run(self.acall(name, args, side))
 
     async def acall(self, name: str, args: dict, side: str = "agent") -> ToolResult:
-        from toolkit.roles.env_simulator import simulate_call
-
         call_id = f"sim_{len(self.history) // 2}_{uuid.uuid5(uuid.NAMESPACE_OID, self.episode).hex[:6]}"
         tc = {"id": call_id, "type": "function",
               "function": {"name": name, "arguments": json.dumps(args, ensure_ascii=False, sort_keys=True)}}
