@@ -313,7 +313,7 @@ Example:
 def sft(opts: Any) -> int:
     from toolkit.train import sft as stage
 
-    return stage.main(_resolved_model(opts.cfg()))
+    return stage.main(_resolved_model(opts))
 
 
 @cli_command("grpo", """GRPO on live multi-turn episodes against our environments, rewards from verify.
@@ -358,20 +358,20 @@ Example:
 def grpo(opts: Any) -> int:
     from toolkit.train import grpo as stage
 
-    return stage.main(_resolved_model(opts.cfg()))
+    return stage.main(_resolved_model(opts).cfg())  # grpo's trainer still reads a dict (GRPORun)
 
 
-def _resolved_model(cfg: dict) -> dict:
+def _resolved_model(opts: Any) -> Any:
     """--model NAME (a known model, e.g. smollm2-135m-instruct) → its materialized checkpoint."""
-    if cfg.get("model") and not cfg.get("export"):
+    if opts.model and not getattr(opts, "export", None):
         from toolkit.cli.run import log
         from toolkit.llm.models import ModelError, resolve_model
 
         try:
-            cfg["model"] = resolve_model(cfg["model"], log=log)
+            return opts.model_copy(update={"model": resolve_model(opts.model, log=log)})
         except ModelError as e:
             raise click.UsageError(f"--model: {e}") from None
-    return cfg
+    return opts
 
 
 COMMANDS: dict[str, click.Command] = {

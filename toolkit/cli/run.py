@@ -144,6 +144,7 @@ def invoke(ctx: click.Context, fn: Callable[[Any], int]) -> None:
 
 def run_stage(command: str, opts: Any, stage: Any) -> int:
     """Standard streaming command: run the stage object over the stream; the exit code."""
-    stream = RecordStream(IOOptions.from_config(opts.cfg()), command, meter=stage.meter)
+    stream = RecordStream(opts if isinstance(opts, IOOptions) else IOOptions.for_reading(opts), command,
+                          meter=stage.meter)
     stream.run_stage(stage, concurrency=opts.concurrency)
     return stream.exit_code()

@@ -32,7 +32,6 @@ this module is the `grpo` command.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import sys
 
@@ -71,7 +70,7 @@ __all__ = [
 
 
 def read_tasks(cfg: dict) -> tuple[list[Record], RecordStream]:
-    opts = dataclasses.replace(IOOptions.from_config(cfg), output=None, resume=False)
+    opts = IOOptions.for_reading(cfg)
     recs: list[Record] = []
 
     def fn(record: Record):

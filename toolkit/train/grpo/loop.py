@@ -104,12 +104,12 @@ class GRPORun:
             # for its KV cache, and refuse to start when less is free: give it an explicit size (GiB)
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         # model_dtype float32 with `trl: {bf16: true}`: fp32 weights and optimizer, bf16 autocast (as sft)
-        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=model_dtype(cfg, args))
+        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=model_dtype(cfg.get("model_dtype"), args))
         # the dataloader only paces TRL's loop; tasks come from our own seeded stream (exact resume)
         n_rows = max(8, len(records)) * args.world_size * o.gradient_accumulation_steps
         ds = Dataset.from_dict({"prompt": [str(i) for i in range(n_rows)]})
         self.trainer = ToolkitGRPOTrainer(model=model, reward_funcs=[verify_reward], args=args, train_dataset=ds,
-                                          processing_class=self.tok, peft_config=lora_config(cfg), run=self)
+                                          processing_class=self.tok, peft_config=lora_config(cfg.get("lora")), run=self)
         acc = self.trainer.accelerator
         self.unwrapped = self.trainer.model
         # fp32 weights under bf16 mixed precision: generation autocasts too (training's forward does)
