@@ -26,6 +26,7 @@ from typing import Any, ClassVar, Literal, Optional, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
+from toolkit import registry
 from toolkit.io.base import UsageError
 from toolkit.io.options import IOOptions
 
@@ -546,8 +547,6 @@ def typed_options(model: type[Options], src: Any) -> Any:
     try:
         return model.of(src)
     except ValidationError as e:
-        from toolkit.io import UsageError
-
         err = e.errors()[0]
         key = ".".join(str(x) for x in err.get("loc", ())) or "?"
         raise UsageError(f"{key}: {err['msg']} (got {err.get('input')!r})") from None
@@ -556,8 +555,6 @@ def typed_options(model: type[Options], src: Any) -> Any:
 def preset_values(model: type[Options], name: Any) -> dict:
     """The registered preset (registry kind `model.preset[1]`) that `name` names, restricted to the
     model's keys. Unknown name: ValueError naming the registered ones."""
-    from toolkit import registry
-
     field_name, kind = model.preset or ("", "")
     e = registry.lookup(kind, str(name))
     if e is None:

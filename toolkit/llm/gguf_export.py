@@ -25,6 +25,7 @@ import json
 import os
 import sys
 import time
+from toolkit.llm.models import KNOWN_MODELS, MARKER, ModelError, _gguf_path, known_model
 
 CFG_KEYS = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
             "intermediate_size", "vocab_size")
@@ -46,14 +47,6 @@ def _config(ckpt: str) -> dict:
 def find_template(ckpt: str) -> str:
     """The GGUF whose metadata describes `ckpt`: its materialization source, else a known model's
     GGUF with the same architecture sizes (the checkpoint was trained from it)."""
-    from toolkit.llm.models import (
-        KNOWN_MODELS,
-        MARKER,
-        ModelError,
-        _gguf_path,
-        known_model,
-    )
-
     try:
         with open(os.path.join(ckpt, MARKER)) as f:
             src = json.load(f).get("source")

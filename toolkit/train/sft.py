@@ -39,6 +39,8 @@ from toolkit.formats.rows import export_row
 from toolkit.io import IOOptions, RecordStream, UsageError, log
 from toolkit.options import SFTOptions
 from toolkit.train import export as X
+from toolkit.formats.hermes import CHAT_TEMPLATE
+from toolkit.train.prefix import prefix_len, shared_forward
 
 # our CLI / stream keys that are never trainer settings
 _OURS = {"input", "output", "rejects", "resume", "shard", "limit", "unordered", "progress", "concurrency",
@@ -89,8 +91,6 @@ def load_tokenizer(model_path: str, chat_template: str | None = None):
 def apply_template(tok, chat_template: str | None) -> None:
     """chat_template: None/"model" = the model's (patched by TRL for assistant masks when it has no
     generation markers), "toolkit" = toolkit.formats.hermes, or a path to a Jinja file."""
-    from toolkit.formats.hermes import CHAT_TEMPLATE
-
     if chat_template in (None, "", "model"):
         if not getattr(tok, "chat_template", None):
             tok.chat_template = CHAT_TEMPLATE
@@ -436,8 +436,6 @@ def prefix_sharing(base: type) -> type:
     schemas) once (toolkit.train.prefix: exact; with `per_device_train_batch_size` > 1 a step costs
     about the prefix once plus each row's rest). `shared_prefix`: None = auto (one process, no
     DeepSpeed / FSDP / gradient checkpointing, TRL's default loss), False = off."""
-    from toolkit.train.prefix import prefix_len, shared_forward
-
     class _Proxy:
         def __init__(self, model, P):
             self._model, self._P = model, P

@@ -55,6 +55,8 @@ from toolkit.envs.mcp.session import McpSession, McpUnavailable
 from toolkit.sandbox.commands import ConfinedCommands, read_status
 
 from toolkit.formats.tools import NAME_RE, sanitize_names  # noqa: F401  (the same rule as tools import)
+from toolkit.io import log
+from toolkit.sandbox import operator_limits, parse_limits
 _LOGGED: set[str] = set()
 # what the server process may see of the toolkit's environment (plus the entry's own env)
 INHERITED_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "TERM", "SYSTEMROOT")
@@ -89,8 +91,6 @@ def state_command_env(env: dict[str, str]) -> dict[str, str]:
 def _log_once(msg: str) -> None:
     if msg not in _LOGGED:
         _LOGGED.add(msg)
-        from toolkit.io import log
-
         log(msg)
 
 
@@ -153,8 +153,6 @@ class McpEnvironment(Environment):
     # -- limits
     def _limits(self) -> dict:
         """The operator's sandbox limits with the server entry's own (also the operator's) on top."""
-        from toolkit.sandbox import operator_limits, parse_limits
-
         lim = operator_limits()
         if self.entry.limits:
             lim = parse_limits(self.entry.limits, base=lim)

@@ -47,6 +47,7 @@ from toolkit.train.grpo.generators import (
 from toolkit.train.grpo.loop import GRPORun
 from toolkit.train.grpo.loss import sequence_advantages
 from toolkit.train.grpo.options import GRPOOptions, variant_preset
+from toolkit.llm.serve_hf import vllm_build
 
 __all__ = [
     "Episode",
@@ -97,8 +98,6 @@ def check_generation(o: GRPOOptions) -> None:
     import importlib.util
 
     import torch
-
-    from toolkit.llm.serve_hf import vllm_build
 
     here = importlib.util.find_spec("vllm") is not None
     cpu_build = here and vllm_build(sys.executable) == "cpu"
