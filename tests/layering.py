@@ -35,8 +35,11 @@ IGNORED: dict[tuple[str, str], str] = {
 # with its reason, keyed by (importing module, imported module); and, while issue 33's parallel
 # branches land, at most MAX_FUNCTION_LOCAL others (the lead lowers it to 0 after the merge).
 FUNCTION_LOCAL_ALLOWED: dict[tuple[str, str], str] = {
+    ("toolkit.train.grpo.loop", "toolkit.train.grpo.trainer"):
+        "ToolkitGRPOTrainer subclasses trl.GRPOTrainer, so importing it loads trl, transformers and torch: "
+        "loaded when a run starts, so that `toolkit.train.grpo` (its variants, read for --variant) stays light",
 }
-MAX_FUNCTION_LOCAL = 400
+MAX_FUNCTION_LOCAL = 241  # after i33-base; the lead sets it after merging i33-engine, -logigen, -flows
 
 
 @dataclass(frozen=True)

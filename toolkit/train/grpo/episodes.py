@@ -9,6 +9,8 @@ from typing import Any
 from toolkit.schema import Record, Trajectory
 from toolkit.train import advantages as ADV
 from toolkit.train.grpo.agent import PolicyAgent
+from toolkit.envs import load_env
+from toolkit.llm import get_client, llm_config
 from toolkit.train.grpo.options import GRPOOptions
 
 # ----------------------------------------------------------------------------------------------
@@ -54,13 +56,10 @@ class Rollouts:
 
     def user_client(self):
         if self._user_client is None:
-            from toolkit.llm import get_client, llm_config
-
             self._user_client = get_client(llm_config(self.side_cfg, role="user"), self.meter)
         return self._user_client
 
     async def episode(self, record: Record, k: int, step: int) -> Episode:
-        from toolkit.envs import load_env
         from toolkit.stages.rollout import (
             EpisodeLimits,
             LLMUser,
@@ -75,8 +74,6 @@ class Rollouts:
         try:
             env.reset(record.env.state if record.env and record.env.state else None)
             if hasattr(env, "bind_llm"):
-                from toolkit.llm import get_client, llm_config
-
                 env.bind_llm(get_client(llm_config(self.side_cfg, role="env"), self.meter))
             user = None
             if record.task and record.task.user_scenario:

@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from toolkit.io import UsageError, log
+from toolkit.stages import make_meter
 from toolkit.schema import Record
 from toolkit.train import advantages as ADV
 from toolkit.train.grpo.batch import Selection, Selector
@@ -24,6 +25,7 @@ from toolkit.train.grpo.generators import (
     TRLVLLMGenerator,
 )
 from toolkit.train.grpo.options import GRPOOptions
+from toolkit.train.sft import apply_template, cpu_defaults, lora_config, model_dtype, resolve_resume
 
 # GRPOOptions fields that are ours (never forwarded to GRPOConfig under the same name)
 _TRL_MAP = {"learning_rate", "lr_scheduler_type", "weight_decay", "max_grad_norm", "seed",
@@ -43,8 +45,6 @@ def grpo_config(cfg: dict, o: GRPOOptions, out_dir: str):
     """The `trl.GRPOConfig` of a run: our options mapped onto its fields, CPU defaults, and any
     field of the recipe's `trl:` mapping (deepspeed, fsdp, ds3_gather_for_generation, bf16, ...)."""
     from trl import GRPOConfig
-
-    from toolkit.train.sft import cpu_defaults
 
     cpu = cpu_defaults()
     if cfg.get("use_cpu"):
@@ -87,9 +87,7 @@ class GRPORun:
         from datasets import Dataset
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from toolkit.stages import make_meter
         from toolkit.train.grpo.trainer import ToolkitGRPOTrainer
-        from toolkit.train.sft import apply_template, lora_config, model_dtype
 
         self.cfg, self.records, self.out_dir = cfg, records, out_dir
         self.opts = o = GRPOOptions.from_config(cfg)
@@ -284,8 +282,6 @@ class GRPORun:
 
     # -- run -------------------------------------------------------------------------------------
     def train(self) -> dict:
-        from toolkit.train.sft import resolve_resume
-
         t0 = time.time()
         resume = resolve_resume(self.cfg.get("resume_from_checkpoint"), self.out_dir)
         if resume:
