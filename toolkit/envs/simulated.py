@@ -30,14 +30,14 @@ class SimulatedEnvironment(Environment):
     backend = "simulated"
 
     def __init__(self, ref: dict):
-        cfg = dict(ref.get("config") or {})
-        self._policy = cfg.get("policy") or ""
-        self._tools = list(cfg.get("tools") or [])
-        self.reference = cfg.get("reference") or ""
-        self.fault_rate = float(cfg.get("fault_rate") or 0.0)
-        self.human = bool(cfg.get("human"))
-        self.episode = str(cfg.get("episode") or ref.get("id") or "episode")
-        self._llm_cfg = {k: cfg[k] for k in ("model", "base_url", "temperature", "seed", "cache") if cfg.get(k) is not None}
+        config = dict(ref.get("config") or {})
+        self._policy = config.get("policy") or ""
+        self._tools = list(config.get("tools") or [])
+        self.reference = config.get("reference") or ""
+        self.fault_rate = float(config.get("fault_rate") or 0.0)
+        self.human = bool(config.get("human"))
+        self.episode = str(config.get("episode") or ref.get("id") or "episode")
+        self._llm_cfg = {k: config[k] for k in ("model", "base_url", "temperature", "seed", "cache") if config.get(k) is not None}
         self.client: Any = None
         self.history: list[dict] = []
         self._initial = ref.get("state") or {}

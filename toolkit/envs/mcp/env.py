@@ -139,16 +139,16 @@ class McpEnvironment(Environment):
         ref = dict(ref or {})
         check_record_ref(ref)
         entry = server(ref.get("id"))
-        cfg = ref.get("config") or {}
+        config = ref.get("config") or {}
         if ref.get("state"):
             raise McpConfigError("env.state: an mcp environment's initial state is its workdir "
                                  "(env.config.workdir), not an inline state")
-        field = "env.config.workdir" if cfg.get("workdir") is not None else "env.path"
-        workdir = cfg.get("workdir") if cfg.get("workdir") is not None else ref.get("path")
+        field = "env.config.workdir" if config.get("workdir") is not None else "env.path"
+        workdir = config.get("workdir") if config.get("workdir") is not None else ref.get("path")
         if workdir is not None:  # a host path: only under a root the operator registered
             workdir = resolve_workdir(entry, workdir, field)
-        return cls(entry, workdir=workdir, policy=str(cfg.get("policy") or ""),
-                   exclude_keys=[str(k) for k in cfg.get("exclude_keys") or []])
+        return cls(entry, workdir=workdir, policy=str(config.get("policy") or ""),
+                   exclude_keys=[str(k) for k in config.get("exclude_keys") or []])
 
     # -- limits
     def _limits(self) -> dict:
