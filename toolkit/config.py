@@ -153,8 +153,9 @@ def resolve(command: str, model: type, recipe: dict, flags: dict, *, known_anywh
         raise ConfigError(f"{command}: {e} (from {source.get(model.preset[0], 'defaults')})") from None
 
 
-def dump(cfg: dict) -> str:
+def dump(values: dict) -> str:
+    """--print-config's YAML of the effective values (`cli.run.printable(opts)`)."""
     import yaml  # (as load_recipe: only --print-config writes YAML)
 
-    printable = {k: v for k, v in sorted(cfg.items()) if k not in ("print_config",)}
+    printable = {k: v for k, v in sorted(values.items()) if k not in ("print_config",)}
     return yaml.safe_dump(json.loads(json.dumps(printable, default=str)), sort_keys=True)

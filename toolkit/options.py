@@ -12,8 +12,8 @@ The CLI merges defaults < recipe `defaults:` + `<command>:` < `TOOLKIT_<KEY>` en
 
 A registered strategy may declare its own model (`@strategy(..., options=Model)`): its keys join the
 command's valid keys (as optional fields: several strategies may share a key with different
-defaults); the chosen strategy's defaults are filled in after the merge. Strategy code reads
-`Model.of(cfg)` — typed attributes from the dict view or a model.
+defaults); the chosen strategy's defaults are filled in after the merge. A strategy's factory gets
+its own model, typed, with those defaults (`toolkit.stages.strategies.build`).
 
 Library use: `VerifyOptions(strategy=["state_diff"], lambda_err=0.2)` and the stage objects of
 `toolkit.pipeline` take these models.
@@ -75,8 +75,9 @@ class Options(BaseModel):
     preset: ClassVar[Optional[tuple[str, str]]] = None
 
     def cfg(self) -> dict:
-        """The flat dict view (`cfg.get(...)`) for code not converted to typed attributes yet;
-        unset (None) keys are left out, so `cfg.get(key, default)` keeps its default."""
+        """The flat dict view for code not converted to typed attributes yet (eval-tau2's and grpo's
+        trainer's `main`, which read a mapping); unset (None) keys are left out, so a mapping
+        read with a default keeps it. Goes once nothing calls it."""
         d = self.model_dump()
         d.update(self.__pydantic_extra__ or {})
         return {k: v for k, v in d.items() if v is not None}
