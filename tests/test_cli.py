@@ -208,3 +208,27 @@ def test_verify_help_names_every_registered_scorer():
     scorers = p.stdout.split("Scorers (--strategy):", 1)[1]
     for n in names:
         assert re.search(rf"^\s+{re.escape(n)}\s", scorers, re.M), n
+
+
+def test_lazy_table_entries_exist_and_help_loads_none_of_them():
+    """A command's implementation is loaded through toolkit.cli.lazy when it runs: every entry of the
+    table names a real module / attribute, and `--help` of every streaming command imports none of
+    the run-time modules (the stages, the config merge, the trainers)."""
+    from toolkit.cli import lazy
+
+    for key in lazy.IMPLEMENTATIONS:
+        assert lazy.load(key) is not None, key
+    code = (
+        "import sys, click\n"
+        "from toolkit.cli import lazy\n"
+        "from toolkit.cli.commands import COMMANDS\n"
+        "for name, cmd in COMMANDS.items():\n"
+        "    try:\n"
+        "        cmd.main(['--help'], prog_name=name, standalone_mode=False)\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "mods = {v.partition(':')[0] for v in lazy.IMPLEMENTATIONS.values()}\n"
+        "print(sorted(m for m in mods if m in sys.modules))\n")
+    r = run_cmd([sys.executable, "-c", code])
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip().splitlines()[-1] == "[]", r.stdout[-2000:]

@@ -28,6 +28,8 @@ import hashlib
 import json
 import os
 from typing import Any, Mapping
+from toolkit.options import nearest
+from toolkit.options import NON_OPTION_ENV, NON_OPTION_ENV_PREFIXES, env_field_value, with_preset
 
 ENV_PREFIX = "TOOLKIT_"
 SECRET_KEYS = ("api_key", "openai_api_key", "agent_api_key", "user_api_key", "judge_api_key")
@@ -73,8 +75,6 @@ def _norm_key(k: str) -> str:
 
 
 def _unknown(what: str, key: str, valid: set[str]) -> ConfigError:
-    from toolkit.options import nearest
-
     near = nearest(key, valid)
     return ConfigError(f"{what}: unknown key {key!r}" + (f" (did you mean {near!r}?)" if near else ""))
 
@@ -92,8 +92,6 @@ def resolve(command: str, model: type, recipe: dict, flags: dict, *, known_anywh
     (and that are not in options.NON_OPTION_ENV) are reported through `warn`, not rejected.
     Raises ConfigError (a usage error) naming the key, the nearest valid one and the layer."""
     from pydantic import ValidationError
-
-    from toolkit.options import NON_OPTION_ENV, NON_OPTION_ENV_PREFIXES, env_field_value, nearest, with_preset
 
     environ = os.environ if environ is None else environ
     valid = set(model.model_fields)
@@ -155,8 +153,9 @@ def resolve(command: str, model: type, recipe: dict, flags: dict, *, known_anywh
         raise ConfigError(f"{command}: {e} (from {source.get(model.preset[0], 'defaults')})") from None
 
 
-def dump(cfg: dict) -> str:
+def dump(values: dict) -> str:
+    """--print-config's YAML of the effective values (`cli.run.printable(opts)`)."""
     import yaml  # (as load_recipe: only --print-config writes YAML)
 
-    printable = {k: v for k, v in sorted(cfg.items()) if k not in ("print_config",)}
+    printable = {k: v for k, v in sorted(values.items()) if k not in ("print_config",)}
     return yaml.safe_dump(json.loads(json.dumps(printable, default=str)), sort_keys=True)

@@ -6,6 +6,10 @@ import importlib.util
 import platform
 import shutil
 import sys
+from toolkit import __version__
+from toolkit.envs import backends, import_builtin_backends
+from toolkit.llm import embedded
+from toolkit.sandbox import isolation_report
 
 
 def _has(mod: str) -> bool:
@@ -13,20 +17,14 @@ def _has(mod: str) -> bool:
 
 
 def report() -> dict:
-    from toolkit import __version__
-    from toolkit.envs import backends, import_builtin_backends
 
     rep: dict = {"toolkit": __version__, "python": sys.version.split()[0], "platform": platform.platform()}
     rep["env_backends"] = {"import": import_builtin_backends(), "registered": sorted(backends())}
     try:
-        from toolkit.llm import embedded
-
         rep["embedded_llm"] = embedded.embedded_status()
     except Exception as e:  # pragma: no cover
         rep["embedded_llm"] = {"available": False, "error": f"{type(e).__name__}: {e}"}
     try:
-        from toolkit.sandbox import isolation_report
-
         rep["sandbox"] = isolation_report()
     except Exception as e:  # pragma: no cover
         rep["sandbox"] = {"error": f"{type(e).__name__}: {e}"}

@@ -12,8 +12,8 @@ The CLI merges defaults < recipe `defaults:` + `<command>:` < `TOOLKIT_<KEY>` en
 
 A registered strategy may declare its own model (`@strategy(..., options=Model)`): its keys join the
 command's valid keys (as optional fields: several strategies may share a key with different
-defaults); the chosen strategy's defaults are filled in after the merge. Strategy code reads
-`Model.of(cfg)` — typed attributes from the dict view or a model.
+defaults); the chosen strategy's defaults are filled in after the merge. A strategy's factory gets
+its own model, typed, with those defaults (`toolkit.stages.strategies.build`).
 
 Library use: `VerifyOptions(strategy=["state_diff"], lambda_err=0.2)` and the stage objects of
 `toolkit.pipeline` take these models.
@@ -26,7 +26,9 @@ from typing import Any, ClassVar, Literal, Optional, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
+from toolkit import registry
 from toolkit.io.base import UsageError
+from toolkit.io.options import IOOptions
 
 # TOOLKIT_* environment variables that are not option keys (read directly by their modules).
 NON_OPTION_ENV = ("HOME", "STAGE_LOG", "STAGE_LABEL", "STAGE_GROUP", "PROMPTS", "SANDBOX", "SANDBOX_CGROUP",
@@ -73,8 +75,9 @@ class Options(BaseModel):
     preset: ClassVar[Optional[tuple[str, str]]] = None
 
     def cfg(self) -> dict:
-        """The flat dict view (`cfg.get(...)`) for code not converted to typed attributes yet;
-        unset (None) keys are left out, so `cfg.get(key, default)` keeps its default."""
+        """The flat dict view for code not converted to typed attributes yet (eval-tau2's and grpo's
+        trainer's `main`, which read a mapping); unset (None) keys are left out, so a mapping
+        read with a default keeps it. Goes once nothing calls it."""
         d = self.model_dump()
         d.update(self.__pydantic_extra__ or {})
         return {k: v for k, v in d.items() if v is not None}
@@ -108,20 +111,6 @@ class Options(BaseModel):
 
 # ----------------------------------------------------------------------------------------------
 # shared groups
-
-
-class IOOpts(Options):
-    input: Optional[str] = None
-    output: Optional[str] = None
-    rejects: Optional[str] = None
-    resume: bool = False
-    shard: Optional[str] = None
-    limit: Optional[int] = None
-    unordered: bool = False
-    progress: Optional[bool] = None
-    concurrency: int = 8
-    max_line_bytes: int = Field(64 << 20, ge=1)
-    heartbeat: float = Field(30.0, ge=0)  # seconds between stderr heartbeat lines when progress is off
 
 
 class ConfigOpts(Options):
@@ -165,7 +154,7 @@ ROLE_LLM_TYPES = {f: LLMOpts.model_fields[f].annotation for f in LLM_KEYS}
 ROLE_LLM_TYPES["concurrency"] = Optional[int]
 
 
-class StreamOpts(IOOpts, ConfigOpts, LLMOpts):
+class StreamOpts(IOOptions, ConfigOpts, LLMOpts):
     pass
 
 
@@ -370,13 +359,17 @@ class SFTOptions(TrainOptions):
     # forward a batch's common prefix (system prompt, tools) once (exact; toolkit.train.prefix);
     # None = auto: one process, no DeepSpeed / FSDP / gradient checkpointing
     shared_prefix: Optional[bool] = None
+    # train on the assistant (or user) turns only (false: every token); the mask is built here, in
+    # the dataset, from the chat template's {% generation %} markers
+    assistant_only_loss: bool = True
+    max_length: Optional[int] = Field(None, ge=1)  # tokens per example (longer ones are cut); None = no cut
 
 
 GRPO_LOSS_TYPES = ("grpo", "bnpo", "dapo", "group_token", "dr_grpo", "turn")  # toolkit.train.advantages.LOSS_TYPES
 
 
-class GRPOOpts(Options):
-    """grpo's own keys and their defaults (the trainer reads them as toolkit.train.grpo.GRPOOptions).
+class GRPOOptions(Options):
+    """grpo's own keys and their defaults, the one model the trainer reads (toolkit.train.grpo).
     The chosen `variant` (registry kind "variants") presets some of them: the effective value of a
     key is model default < variant preset < recipe < `TOOLKIT_<KEY>` env < flag (`with_preset`), and
     `grpo --print-config` prints exactly that."""
@@ -452,8 +445,31 @@ class GRPOOpts(Options):
     def _lists(cls, v: Any) -> Any:
         return as_list(v) or ["state_diff"]
 
+    @classmethod
+    def from_config(cls, cfg: Any) -> "GRPOOptions":
+        """The trainer's options from the CLI's merged options or a plain mapping (library use, tests):
+        keys it does not declare are ignored, None means unset; the variant's preset filled in; the
+        combinations that cannot run are usage errors."""
+        if isinstance(cfg, BaseModel):
+            cfg = {k: getattr(cfg, k) for k in cfg.model_fields_set if k in cls.model_fields}
+        try:
+            o = with_preset(typed_options(cls, cfg))
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+        assert isinstance(o, GRPOOptions)
+        if o.generation == "scripted" and not o.scripted_completions:
+            raise UsageError("generation scripted needs scripted_completions (a JSON file)")
+        if o.max_staleness and o.generation == "vllm" and o.vllm_mode == "colocate":
+            raise UsageError("max_staleness > 0 needs generation on other devices than training: use vllm_mode "
+                             "server, or max_staleness 0 with colocate")
+        return o
 
-class GRPOCommandOptions(GRPOOpts, TrainOptions, LLMOpts):
+    @property
+    def eps_high(self) -> float:
+        return self.epsilon if self.epsilon_high is None else float(self.epsilon_high)
+
+
+class GRPOCommandOptions(GRPOOptions, TrainOptions, LLMOpts):
     model_config = ConfigDict(extra="allow", protected_namespaces=(), defer_build=True)
     command: ClassVar[str] = "grpo"
     llm_roles: ClassVar[tuple[str, ...]] = CORE_ROLES["grpo"]
@@ -537,8 +553,6 @@ def typed_options(model: type[Options], src: Any) -> Any:
     try:
         return model.of(src)
     except ValidationError as e:
-        from toolkit.io import UsageError
-
         err = e.errors()[0]
         key = ".".join(str(x) for x in err.get("loc", ())) or "?"
         raise UsageError(f"{key}: {err['msg']} (got {err.get('input')!r})") from None
@@ -547,8 +561,6 @@ def typed_options(model: type[Options], src: Any) -> Any:
 def preset_values(model: type[Options], name: Any) -> dict:
     """The registered preset (registry kind `model.preset[1]`) that `name` names, restricted to the
     model's keys. Unknown name: ValueError naming the registered ones."""
-    from toolkit import registry
-
     field_name, kind = model.preset or ("", "")
     e = registry.lookup(kind, str(name))
     if e is None:

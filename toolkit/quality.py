@@ -37,6 +37,8 @@ from typing import Any
 
 from toolkit.scoring.rewards import looks_like_read
 from toolkit.stats import Dataset
+from toolkit.envs import load_env
+from toolkit.envs.sqlite.vocab import domain_words
 
 LOWER_IS_BETTER = ("leak_rate", "near_duplicate_share")
 
@@ -90,8 +92,6 @@ def domain_columns(env: Any) -> dict | None:
         return _COLS[ref]
     out = None
     try:
-        from toolkit.envs import load_env
-        from toolkit.envs.sqlite.vocab import domain_words
 
         e = load_env({k: v for k, v in env.items() if k in ("backend", "id", "path")})
         try:

@@ -44,6 +44,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from toolkit import __version__, home
+
 DISTRIBUTION = "tooluse-toolkit"
 GROUP_PREFIX = "toolkit."
 
@@ -415,8 +417,6 @@ def _manifest_path() -> str:
     if "path" not in _manifest_state:
         import hashlib
 
-        from toolkit import home
-
         here = os.path.dirname(os.path.abspath(__file__))
         key = hashlib.sha256(f"{sys.prefix}\0{os.path.realpath(sys.executable)}\0{here}".encode()).hexdigest()[:20]
         _manifest_state["path"] = os.path.join(home(), "registry", f"{key}.json")
@@ -434,8 +434,6 @@ def _installed_signature() -> str:
     """Python, the toolkit's version and location, and every distribution on sys.path that could
     declare entry points: its metadata directory's name (name and version) and its
     entry_points.txt's size and mtime. Stat only: nothing is parsed or imported."""
-    from toolkit import __version__
-
     parts: list = [MANIFEST_FORMAT, sys.version, __version__, os.path.dirname(os.path.abspath(__file__))]
     for d in sys.path:
         try:

@@ -33,14 +33,13 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from toolkit.io import parse_jsonl
 
 COLUMNS = ("stage", "in", "out", "yield", "rejected", "filtered", "fallbacks", "pass", "llm_requests", "tokens", "cost",
            "seconds", "reasons")
 
 
 def load(path: str | Path) -> list[dict]:
-    from toolkit.io import parse_jsonl
-
     return parse_jsonl(Path(path).read_text(encoding="utf-8"), str(path))
 
 

@@ -41,7 +41,7 @@ def kpool():
 
 
 def _worker_uids(p: SandboxPool) -> set[int]:
-    return {w.cfg["uid"] for ws in p._idle.values() for w in ws if w.cfg.get("uid") is not None}
+    return {w.cfg.uid for ws in p._idle.values() for w in ws if w.cfg.uid is not None}
 
 
 def _host_procs_with_uid(uids: set[int]) -> list[int]:
@@ -539,7 +539,7 @@ def test_fails_closed_when_namespaces_are_unavailable(monkeypatch):
     for iso in (None, "auto", "namespaces"):
         p = SandboxPool(size=1, isolation=iso)
         assert p.isolation == "namespaces"
-        p._extra_cfg = {"_test_fail_unshare": True}  # simulate: unshare(2) -> EPERM
+        p._test_confinement = {"test_fail_unshare": True}  # simulate: unshare(2) -> EPERM
         with pytest.raises(SandboxUnavailable, match="none-unsafe") as ei:
             p.run_function("def f():\n    return 1", "f")
         assert "namespace isolation is unavailable" in str(ei.value)
@@ -560,7 +560,7 @@ def test_none_unsafe_never_runs_untrusted_code_as_root():
     if os.geteuid() == 0:
         # the uid drop cannot happen (simulated: no uid to drop to) -> refuse, never run as root
         p = _unsafe_pool()
-        p._extra_cfg = {"uid": None}
+        p._test_confinement = {"uid": None}
         with pytest.raises(SandboxUnavailable, match="refusing to run untrusted code as root"):
             p.run_function("import os\ndef f():\n    return os.geteuid()", "f")
         p.shutdown()
@@ -591,9 +591,9 @@ before = leftovers()
 from toolkit.sandbox import SandboxPool, SandboxUnavailable
 refused = []
 for iso, extra in (("none-unsafe", {"uid": None}), ("none-unsafe", {}),
-                   ("namespaces", {"_test_fail_unshare": True})):
+                   ("namespaces", {"test_fail_unshare": True})):
     p = SandboxPool(size=1, isolation=iso)
-    p._extra_cfg = extra
+    p._test_confinement = extra
     try:
         p.run_function("def f():\\n    return 1", "f")
     except SandboxUnavailable as e:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from toolkit.bfcl.data import call_string
+from toolkit.sandbox import run_function
 
 CHECK_SOURCE = '''
 def check(decoded, ground_truth, entry, category):
@@ -55,8 +56,6 @@ def decode_turns(messages: list[dict]) -> list[list[list[str]]]:
 
 def check(messages: list[dict], bfcl: dict, initial_config: dict, limits: Any = None) -> dict:
     """{"valid", "error_type", "error_message", ...} from bfcl-eval's checker (in the sandbox)."""
-    from toolkit.sandbox import run_function
-
     gt = bfcl["ground_truth"]
     decoded = decode_turns(messages)
     if len(decoded) != len(gt):

@@ -11,6 +11,7 @@ import inspect
 import json
 from pathlib import Path
 from typing import Any
+from toolkit.bfcl.env import env_source
 
 CATEGORIES = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context")
 # BFCL's own type map (bfcl_eval.constants.type_mappings.GORILLA_TO_OPENAPI), used when importable
@@ -189,8 +190,6 @@ def call_string(name: str, args: dict) -> str:
 
 
 def task_records(category: str, limit: int | None = None) -> list[dict]:
-    from toolkit.bfcl.env import env_source
-
     cat = category if category.startswith("multi_turn_") else f"multi_turn_{category}"
     out = []
     for entry, gt in load_entries(cat)[:limit]:

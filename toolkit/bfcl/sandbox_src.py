@@ -12,17 +12,17 @@ BFCL_MODULES = {"GorillaFileSystem": "gorilla_file_system", "MathAPI": "math_api
 BFCL_STATELESS = ("MathAPI",)
 
 
-def _bfcl_build(cfg):
+def _bfcl_build(scenario):
     import copy
     import importlib
 
     inst = {}
-    for cls in cfg["classes"]:
+    for cls in scenario["classes"]:
         mod = importlib.import_module(BFCL_PREFIX + BFCL_MODULES[cls])
         obj = getattr(mod, cls)()
         if cls not in BFCL_STATELESS:
-            obj._load_scenario(copy.deepcopy((cfg.get("initial_config") or {}).get(cls, {})),
-                               long_context=bool(cfg.get("long_context")))
+            obj._load_scenario(copy.deepcopy((scenario.get("initial_config") or {}).get(cls, {})),
+                               long_context=bool(scenario.get("long_context")))
         inst[cls] = obj
     return inst
 
@@ -70,9 +70,9 @@ def bfcl_dump(inst):
 
 
 def _bfcl_run(state, name, args):
-    cfg = state["bfcl"]
-    inst = _bfcl_build(cfg)
-    for n, a in cfg.get("history") or []:
+    scenario = state["bfcl"]
+    inst = _bfcl_build(scenario)
+    for n, a in scenario.get("history") or []:
         o = _bfcl_owner(inst, n)
         try:
             getattr(o, n)(**a)
@@ -83,5 +83,5 @@ def _bfcl_run(state, name, args):
         raise NameError("no involved class has a method %r" % (name,))
     result = getattr(o, name)(**args)
     new = dict(bfcl_dump(inst))
-    new["bfcl"] = dict(cfg, history=list(cfg.get("history") or []) + [[name, args]])
+    new["bfcl"] = dict(scenario, history=list(scenario.get("history") or []) + [[name, args]])
     return result, new

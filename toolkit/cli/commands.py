@@ -1,6 +1,6 @@
 """The 12 commands. Each is a few lines: the shared options (common.py) → the typed options → the
-stage's library object or function; the `*_main` console-script entry points. A body imports what
-runs it (its stage, `toolkit.cli.run`) when it runs: importing this module, as every console
+stage's library object or function; the `*_main` console-script entry points. A body loads what
+runs it (its stage, `toolkit.cli.run`) when it runs, through `toolkit.cli.lazy.load`: importing this module, as every console
 script and `--help` does, loads click, the options models and nothing of the stream machinery."""
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from toolkit.cli.common import (
     stage_command,
     train_io_options,
 )
+from toolkit.cli.lazy import load
 
 
 @cli_command("simulate-env", """Simulate tool results with an LLM (Simia environment feedback; ASTRA emulator).
@@ -55,10 +56,7 @@ Example:
 @click.option("-n", "n", type=int, default=None, help="--mode trajectory: trajectories (passes) per seed.")
 @stage_command
 def simulate_env(opts: Any) -> int:
-    from toolkit.cli.run import run_stage
-    from toolkit.stages.simulate_env import SimulateEnv
-
-    return run_stage("simulate-env", opts, SimulateEnv(opts))
+    return load("run").run_stage("simulate-env", opts, load("simulate-env")(opts))
 
 
 @cli_command("verify", """Score trajectories: reward + verdicts.
@@ -95,11 +93,10 @@ Example:
               help="Exit 1 when the share of verified trajectories that pass is below this (CI gate).")
 @stage_command
 def verify(opts: Any) -> int:
-    from toolkit.cli.run import log, run_stage
-    from toolkit.stages.verify import Verify
-
-    stage = Verify(opts)
-    code = run_stage("verify", opts, stage)
+    run = load("run")
+    log = run.log
+    stage = load("verify")(opts)
+    code = run.run_stage("verify", opts, stage)
     mpr = opts.min_pass_rate
     if mpr is not None and stage.counts:
         n, ok = stage.counts["trajectories"], stage.counts["passed"]
@@ -153,10 +150,7 @@ Example:
 @click.option("--embed-model", help="Embedding model name at --embed-base-url.")
 @stage_command
 def rollout(opts: Any) -> int:
-    from toolkit.cli.run import run_stage
-    from toolkit.stages.rollout import Rollout
-
-    return run_stage("rollout", opts, Rollout(opts))
+    return load("run").run_stage("rollout", opts, load("rollout")(opts))
 
 
 @cli_command("eval-tau2", """Evaluate a model on tau2-bench (airline, retail, telecom): pass^k and pass@k.
@@ -196,9 +190,7 @@ Example:
               help="With --oracle: skip re-scoring every task with tau2's own (slow) evaluator.")
 @stage_command
 def eval_tau2(opts: Any) -> int:
-    from toolkit.stages import eval_tau2 as stage
-
-    return stage.main(opts.cfg())
+    return load("eval-tau2")(opts.cfg())  # eval-tau2's main still reads a dict
 
 
 def strategy_command(name: str, help: str, *extra: Callable, filter_help: str | None = None,
@@ -220,10 +212,7 @@ def strategy_command(name: str, help: str, *extra: Callable, filter_help: str | 
     opts += list(extra)
 
     def body(opts: Any) -> int:
-        from toolkit.cli.run import run_stage
-        from toolkit.stages.strategies import STAGES
-
-        return run_stage(name, opts, STAGES[name](opts))
+        return load("run").run_stage(name, opts, load("strategy-stages")[name](opts))
 
     body.__name__ = name.replace("-", "_")
     cmd = compose(*opts)(stage_command(body))
@@ -311,9 +300,7 @@ Example:
 @click.option("--epochs", "num_train_epochs", type=float, default=None, help="Epochs (TRL num_train_epochs).")
 @stage_command
 def sft(opts: Any) -> int:
-    from toolkit.train import sft as stage
-
-    return stage.main(_resolved_model(opts.cfg()))
+    return load("sft")(_resolved_model(opts))
 
 
 @cli_command("grpo", """GRPO on live multi-turn episodes against our environments, rewards from verify.
@@ -356,22 +343,18 @@ Example:
                    "preset; > 0 pays when generation runs on other devices, e.g. a vLLM server).")
 @stage_command
 def grpo(opts: Any) -> int:
-    from toolkit.train import grpo as stage
-
-    return stage.main(_resolved_model(opts.cfg()))
+    return load("grpo")(_resolved_model(opts).cfg())  # grpo's trainer still reads a dict (GRPORun)
 
 
-def _resolved_model(cfg: dict) -> dict:
+def _resolved_model(opts: Any) -> Any:
     """--model NAME (a known model, e.g. smollm2-135m-instruct) → its materialized checkpoint."""
-    if cfg.get("model") and not cfg.get("export"):
-        from toolkit.cli.run import log
-        from toolkit.llm.models import ModelError, resolve_model
-
+    if opts.model and not getattr(opts, "export", None):
+        models = load("models")
         try:
-            cfg["model"] = resolve_model(cfg["model"], log=log)
-        except ModelError as e:
+            return opts.model_copy(update={"model": models.resolve_model(opts.model, log=load("run").log)})
+        except models.ModelError as e:
             raise click.UsageError(f"--model: {e}") from None
-    return cfg
+    return opts
 
 
 COMMANDS: dict[str, click.Command] = {
@@ -386,10 +369,10 @@ def option_defaults() -> dict[str, dict[str, Any]]:
     options model (defaults live there only). Bound before a command's first parse
     (common.RegistryHelp.bind_defaults), read through `registry.cached` (computed again only when
     the toolkit's files change)."""
-    # imported here, not at the top: a start with a current manifest never imports pydantic or the
+    # loaded here, not at the top: a start with a current manifest never imports pydantic or the
     # models for --help (bench/startup_bench.py)
-    from toolkit.options import COMMAND_MODELS, FLAG_KEYS
-
+    options = load("options")
+    COMMAND_MODELS, FLAG_KEYS = options.COMMAND_MODELS, options.FLAG_KEYS
     out: dict[str, dict[str, Any]] = {}
     for name, cmd in COMMANDS.items():
         fields = COMMAND_MODELS[name].model_fields

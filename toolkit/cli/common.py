@@ -13,6 +13,9 @@ from typing import Any
 
 import click
 
+from toolkit import registry
+from toolkit.cli.lazy import load
+
 # ----------------------------------------------------------------------------------------------
 # shared options (defined once)
 
@@ -125,9 +128,7 @@ def stage_command(fn: Callable[[Any], int]) -> Callable:
     @functools.wraps(fn)
     def wrapper(ctx: click.Context, **_: Any) -> None:
         # the execution layer (config, streams, stages) loads when a command runs, not for --help
-        from toolkit.cli import run
-
-        run.invoke(ctx, fn)
+        load("run").invoke(ctx, fn)
 
     return wrapper
 
@@ -145,8 +146,6 @@ class RegistryChoice(click.Choice):
 
     @property  # type: ignore[override]
     def choices(self):
-        from toolkit import registry
-
         return registry.names(self.kind, self.scope)
 
     @choices.setter
@@ -184,8 +183,6 @@ class RegistryHelp(click.Command):
         return super().parse_args(ctx, args)
 
     def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        from toolkit import registry
-
         for title, kind, scope in self.sections:
             with formatter.section(title):
                 formatter.write_text("\b\n" + registry.describe(kind, scope))

@@ -9,8 +9,9 @@ import sys
 import click
 
 from toolkit.cli.common import compose
+from toolkit.cli.lazy import load
 from toolkit.cli.run import apply_operator_options
-from toolkit.io import log
+from toolkit.io import UsageError, check_input, log
 
 
 def operator_options(f):
@@ -35,10 +36,8 @@ def task_options(f):
 
 
 def _read(tasks: str, rejects: str | None, strategies: tuple[str, ...]):
-    from toolkit.integrations.core import TaskFileError, read_tasks
-    from toolkit.io import UsageError, check_input
-    from toolkit.scorers import scorer_names
-
+    core, scorer_names = load("integrations"), load("scorer-names")
+    TaskFileError, read_tasks = core.TaskFileError, core.read_tasks
     unknown = [s for s in strategies if s not in scorer_names()]
     if unknown:
         raise click.UsageError(f"--strategy {', '.join(unknown)}: unknown; choose from {', '.join(scorer_names())}")
@@ -102,8 +101,7 @@ def export_cmd(fmt: str, tasks: str, rejects: str | None, strategies: tuple[str,
     strategies = strategies or ("state_diff",)
     records = _read(tasks, rejects, strategies)
     if fmt == "verifiers":
-        from toolkit.integrations.verifiers_package import export_package
-
+        export_package = load("verifiers-package")
         pkg_name = name or os.path.basename(os.path.abspath(out).rstrip("/"))
         try:
             path = export_package(records, out, pkg_name, strategies=strategies)
@@ -112,8 +110,7 @@ def export_cmd(fmt: str, tasks: str, rejects: str | None, strategies: tuple[str,
         log(f"env export: {len(records)} task(s) → {path} (verifiers environment {pkg_name!r}; "
             f"pip install --no-deps {path})")
     else:
-        from toolkit.integrations.nemo_gym import rows
-
+        rows = load("nemo-gym-rows")
         n = 0
         with open(out, "w", encoding="utf-8") as f:
             for row in rows(records, agent_ref=agent_ref):

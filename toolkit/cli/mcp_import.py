@@ -4,13 +4,15 @@ real `mcp` backend (so gen-plan / rollout / verify run the real server)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+from toolkit.envs.mcp import list_tools, server, set_servers
+from toolkit.flows.astra import tooldocs as T
 
 
 def live_document(sid: str, workdir: str | None = None) -> tuple[dict, dict]:
     """(an MCP tools/list document with the server's original names and annotations, the env ref)."""
-    from toolkit.envs.mcp import list_tools, server
-
     entry = server(sid)
     tools, meta, info = list_tools(sid, workdir=workdir)
     raw = []
@@ -25,8 +27,6 @@ def live_document(sid: str, workdir: str | None = None) -> tuple[dict, dict]:
         raw.append(item)
     ref: dict[str, Any] = {"backend": "mcp", "id": sid}
     if workdir:
-        from pathlib import Path
-
         ref["config"] = {"workdir": str(Path(workdir).resolve())}
     desc = entry.description or (f"{info.get('name')} {info.get('version', '')}".strip() if info else "")
     return {"server": sid, "description": desc, "tools": raw}, ref
@@ -35,9 +35,6 @@ def live_document(sid: str, workdir: str | None = None) -> tuple[dict, dict]:
 def import_live(specs: list[str], res: Any, *, mcp_servers: str | None = None, workdir: str | None = None,
                 **kw: Any) -> None:
     """Adds one server per `mcp:<id>` spec to `res` (a tooldocs.ImportResult)."""
-    from toolkit.envs.mcp import set_servers
-    from toolkit.flows.astra import tooldocs as T
-
     if mcp_servers:
         set_servers(mcp_servers)
     for spec in specs:

@@ -1,7 +1,7 @@
 """What runs a command: the config merge (model defaults < recipe < TOOLKIT_<KEY> env < flags) and
 its --print-config, operator options, the stage runner. `common.stage_command` calls `invoke` when
-a command runs; command bodies (commands.py) take `run_stage` and `log` from here, as they import
-their stage, when they run: `--help` never loads this layer (bench/startup_bench.py)."""
+a command runs; command bodies (commands.py) take `run_stage` and `log` from here, as they load
+their stage, when they run (`toolkit.cli.lazy`): `--help` never loads this layer (bench/startup_bench.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from typing import Any
 import click
 
 from toolkit import config as C
+from toolkit import registry
+from toolkit.cli.lazy import load
 from toolkit.io import IOOptions, RecordStream, UsageError, log
 from toolkit.options import COMMAND_MODELS, FLAG_KEYS, STRATEGY_COMMANDS, model_for
 
@@ -31,9 +33,7 @@ def _flags_given(ctx: click.Context) -> dict:
 def options_model(command: str) -> type:
     """The typed options model of a command (toolkit.options), with its strategies' keys."""
     if command in STRATEGY_COMMANDS:
-        from toolkit.stages.strategies import options_model as strategy_model
-
-        return strategy_model(command)
+        return load("strategies").options_model(command)
     return model_for(command)
 
 
@@ -51,8 +51,6 @@ def _chosen_strategy_model(ctx: click.Context, command: str) -> type | None:
     src = ctx.get_parameter_source("strategy")
     if command not in STRATEGY_COMMANDS or not isinstance(name, str) or src is None or src.name != "COMMANDLINE":
         return None
-    from toolkit import registry
-
     e = registry.lookup("strategies", name, command)
     if e is None:
         return None
@@ -88,9 +86,7 @@ def merged_config(ctx: click.Context) -> Any:
                          known_anywhere=all_option_keys, recipe_path=path, warn=log)
     opts.recipe_hash = C.recipe_hash(path)
     if command in STRATEGY_COMMANDS:
-        from toolkit.stages.strategies import with_strategy_defaults
-
-        opts = with_strategy_defaults(command, opts)
+        opts = load("strategies").with_strategy_defaults(command, opts)
     return opts
 
 
@@ -105,22 +101,20 @@ def apply_operator_options(sandbox_isolation: Any = None, sandbox_limits: Any = 
     """--sandbox-isolation / --sandbox-limits / --mcp-servers (config_options): set for this
     process; a bad value is a usage error naming the key."""
     if sandbox_isolation:
-        from toolkit import sandbox
         try:
-            sandbox.set_default_isolation(str(sandbox_isolation))
+            load("sandbox").set_default_isolation(str(sandbox_isolation))
         except ValueError as e:
             raise click.UsageError(f"sandbox_isolation: {e}") from None
     if sandbox_limits is not None:
-        from toolkit import sandbox
         try:
-            sandbox.set_operator_limits(sandbox_limits)
+            load("sandbox").set_operator_limits(sandbox_limits)
         except ValueError as e:
             raise click.UsageError(f"sandbox_limits: {e}") from None
     if mcp_servers is not None:
-        from toolkit.envs.mcp.servers import McpConfigError, set_servers
+        servers = load("mcp-servers")
         try:
-            set_servers(mcp_servers)
-        except McpConfigError as e:
+            servers.set_servers(mcp_servers)
+        except servers.McpConfigError as e:
             raise click.UsageError(f"mcp_servers: {e}") from None
 
 
@@ -144,6 +138,7 @@ def invoke(ctx: click.Context, fn: Callable[[Any], int]) -> None:
 
 def run_stage(command: str, opts: Any, stage: Any) -> int:
     """Standard streaming command: run the stage object over the stream; the exit code."""
-    stream = RecordStream(IOOptions.from_config(opts.cfg()), command, meter=stage.meter)
+    stream = RecordStream(opts if isinstance(opts, IOOptions) else IOOptions.for_reading(opts), command,
+                          meter=stage.meter)
     stream.run_stage(stage, concurrency=opts.concurrency)
     return stream.exit_code()

@@ -8,11 +8,13 @@ import sys
 
 import click
 
-from toolkit import __version__
+from toolkit import __version__, registry
 from toolkit.cli.commands import COMMANDS
 from toolkit.cli.common import entry_point
 from toolkit.cli.integrations import env_group
-from toolkit.io import log
+from toolkit.cli.lazy import load
+from toolkit.io import UsageError, log
+from toolkit.schema import Record, json_schema
 
 
 @click.group("toolkit", help="Utilities: schema export/check, doctor, plugins, embedded server, bundled domains.")
@@ -59,11 +61,9 @@ Example:
                    "diversity of the user text, leak rate, yield per stage (toolkit/quality.py).")
 def stats_cmd(inputs: tuple, rejects: tuple, markdown_path: str | None, chart: str | None,
               baseline: str | None, max_drop: tuple, quality: bool = False, write_rejects: str | None = None) -> None:
-    from toolkit import stats as S
-
+    S = load("stats")
     if quality:
-        from toolkit import quality as Q
-
+        Q = load("quality")
         return _report(lambda: Q.compute(list(inputs)), Q, markdown_path, chart, baseline, max_drop,
                        Q.LOWER_IS_BETTER, extra="plot")
     return _report(lambda: S.compute(list(inputs), list(rejects), write_rejects), S, markdown_path, chart, baseline,
@@ -74,8 +74,7 @@ def _report(compute, mod, markdown_path: str | None, chart: str | None, baseline
             lower_is_better, extra: str) -> None:
     """stats / stats --quality: compute, compare with --baseline (--max-drop), JSON on stdout,
     markdown on stderr (or --markdown), optional PNG; exit 1 on a regression or a bad input line."""
-    from toolkit import stats as S
-
+    S = load("stats")
     try:
         limits = S.parse_max_drop(max_drop)
         if limits and not baseline:
@@ -119,8 +118,6 @@ def schema_group() -> None:
 @schema_group.command("export", help="Write schemas/record.schema.json (or --out).")
 @click.option("--out", default="schemas/record.schema.json", show_default=True)
 def schema_export(out: str) -> None:
-    from toolkit.schema import json_schema
-
     with open(out, "w", encoding="utf-8") as f:
         json.dump(json_schema(), f, indent=2, sort_keys=True)
         f.write("\n")
@@ -130,8 +127,6 @@ def schema_export(out: str) -> None:
 @schema_group.command("check", help="Exit 1 when the checked-in schema is stale.")
 @click.option("--path", default="schemas/record.schema.json", show_default=True)
 def schema_check(path: str) -> None:
-    from toolkit.schema import json_schema
-
     with open(path, encoding="utf-8") as f:
         on_disk = json.load(f)
     if on_disk != json.loads(json.dumps(json_schema())):
@@ -142,9 +137,7 @@ def schema_check(path: str) -> None:
 
 @toolkit_group.command("doctor", help="Report which backends are usable here (JSON on stdout).")
 def doctor() -> None:
-    from toolkit.doctor import report
-
-    rep = report()
+    rep = load("doctor")()
     click.echo(json.dumps(rep, indent=2, default=str))
 
 
@@ -179,12 +172,9 @@ Example:
 @click.option("--stop", is_flag=True, help="Stop the server of --model, else every server of $TOOLKIT_HOME (embedded and served).")
 @click.option("--status", "status_", is_flag=True, help="Print the server status (JSON).")
 def serve(model: str | None, backend: str, device: str | None, port: int | None, stop: bool, status_: bool) -> None:
-    from toolkit.llm import embedded
-
+    embedded, serve_hf = load("embedded"), load("serve-hf")
     if model is not None:
-        from toolkit.llm import serve_hf
-        from toolkit.llm.models import ModelError
-
+        ModelError = load("models").ModelError
         try:
             if stop:
                 gone = serve_hf.stop_served(model)
@@ -201,8 +191,6 @@ def serve(model: str | None, backend: str, device: str | None, port: int | None,
         click.echo(st["base_url"])
         return
     if stop:
-        from toolkit.llm import serve_hf
-
         embedded.stop_embedded_server()
         gone = serve_hf.stop_served(None)
         log(f"embedded server stopped; served checkpoints stopped: {', '.join(gone) or 'none was running'}")
@@ -235,9 +223,7 @@ Example:
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
 def ray_shard_cmd(nshards: int, input_: str | None, output: str | None, rejects: str | None, parts_dir: str | None,
                   address: str | None, num_cpus: int | None, cpus_per_shard: float, command: tuple[str, ...]) -> None:
-    from toolkit.cluster import ray_shard as R
-    from toolkit.io import UsageError
-
+    R = load("ray-shard")
     lines = R.read_lines(input_)
     try:
         R.init_ray(address, num_cpus)
@@ -279,11 +265,10 @@ Example: CKPT=$(toolkit models materialize smollm2-135m-instruct | tail -1)""")
 @click.argument("name")
 @click.option("--force", is_flag=True, help="Rewrite it even when it exists.")
 def models_materialize(name: str, force: bool) -> None:
-    from toolkit.llm.models import ModelError, materialize
-
+    models = load("models")
     try:
-        out = materialize(name, force=force, log=log)
-    except ModelError as e:
+        out = models.materialize(name, force=force, log=log)
+    except models.ModelError as e:
         log(f"models materialize: {e}")
         sys.exit(1)
     click.echo(out)
@@ -293,12 +278,11 @@ def models_materialize(name: str, force: bool) -> None:
 def models_list() -> None:
     import os
 
-    from toolkit.llm.models import KNOWN_MODELS, MARKER, models_dir
-
-    for name, km in KNOWN_MODELS.items():
-        d = os.path.join(models_dir(), name)
+    models = load("models")
+    for name, km in models.KNOWN_MODELS.items():
+        d = os.path.join(models.models_dir(), name)
         click.echo(json.dumps({"name": name, "gguf": km.gguf, "package": km.package, "converted_from": km.hf_name,
-                               "path": d, "materialized": os.path.isfile(os.path.join(d, MARKER))}))
+                               "path": d, "materialized": os.path.isfile(os.path.join(d, models.MARKER))}))
 
 
 @toolkit_group.command("tasks", help="""Print a bundled domain's hand-checked task records (JSONL), or
@@ -308,15 +292,13 @@ multi_turn_miss_param, multi_turn_long_context; needs the extra `bfcl`).""")
 @click.option("--list", "list_", is_flag=True, help="List bundled domains.")
 @click.option("--limit", type=int, default=None, help="At most this many records.")
 def tasks(domain: str | None, list_: bool, limit: int | None) -> None:
-    from toolkit import domains
-
+    domains = load("domains")
     if list_ or not domain:
         for d in domains.list_domains():
             click.echo(d)
         return
     if domain.startswith("bfcl:"):
-        from toolkit import bfcl
-
+        bfcl = load("bfcl")
         try:
             recs = bfcl.task_records(domain.split(":", 1)[1], limit=limit)
         except ValueError as e:
@@ -330,8 +312,6 @@ def tasks(domain: str | None, list_: bool, limit: int | None) -> None:
         return
     if domain not in domains.list_domains():
         raise click.UsageError(f"unknown domain {domain!r}; bundled: {', '.join(domains.list_domains())}")
-    from toolkit.schema import Record
-
     for rec in domains.load_tasks(domain)[:limit]:
         click.echo(Record.model_validate(rec).model_dump_json(by_alias=True))
 
@@ -345,8 +325,6 @@ Exit 1 when a plugin failed to load.
 Example: toolkit plugins --json | jq '.kinds.scorers[] | [.name, .package]'""")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout instead of the table.")
 def plugins_cmd(as_json: bool) -> None:
-    from toolkit import registry
-
     rep = registry.report()
     if as_json:
         click.echo(json.dumps(rep, ensure_ascii=False, sort_keys=True))
@@ -386,11 +364,10 @@ Example: toolkit domain check toolkit/domains/airline""")
 @click.option("--max-calls", type=int, default=None, help="Search budget: tool calls per rule (default 4000).")
 @click.option("--strict", is_flag=True, help="Unflagged writes on reference tables fail (default: warnings).")
 def domain_check(paths: tuple[str, ...], max_calls: int | None, strict: bool) -> None:
-    from toolkit.flows.logigen.domain_check import MAX_CALLS_PER_RULE, check_domain
-
+    dc = load("domain-check")
     failed = False
     for p in paths:
-        rep = check_domain(p, max_calls=max_calls or MAX_CALLS_PER_RULE, strict=strict)
+        rep = dc.check_domain(p, max_calls=max_calls or dc.MAX_CALLS_PER_RULE, strict=strict)
         click.echo(json.dumps(rep.to_dict(), ensure_ascii=False, default=str))
         log(rep.summary())
         failed = failed or not rep.ok
@@ -431,17 +408,14 @@ note. Exit 1 when nothing is kept.""")
 def tools_import(files: tuple[str, ...], min_tools: int | None, min_description_words: int, source: str,
                  fault_rate: float, notes: bool, report: str | None, mcp_servers: str | None,
                  workdir: str | None) -> None:
-    from toolkit.flows.astra import tooldocs as T
-
+    T = load("tooldocs")
     live = [f for f in files if f.startswith("mcp:")]
     try:
         res = T.import_paths([f for f in files if not f.startswith("mcp:")], min_tools=min_tools,
                              min_description_words=min_description_words,
                              source=None if source == "auto" else source)
         if live:
-            from toolkit.cli.mcp_import import import_live
-
-            import_live(live, res, mcp_servers=mcp_servers, workdir=workdir, min_tools=min_tools,
+            load("mcp-import").import_live(live, res, mcp_servers=mcp_servers, workdir=workdir, min_tools=min_tools,
                         min_description_words=min_description_words)
     except (T.ToolDocError, KeyError, ImportError, ValueError, RuntimeError) as e:
         log(f"tools import: {e}")

@@ -13,14 +13,15 @@ and TASKS.md (why each task's reference actions are the right ones under the pol
 from __future__ import annotations
 
 import json
-import re
 import sys
 from pathlib import Path
 
 from toolkit import registry
+from toolkit.envs import load_env
+from toolkit.envs.sqlite.registered import _NAME_RE, domain_path, list_domains
+from toolkit.io import parse_jsonl
 
 DOMAINS_DIR = Path(__file__).resolve().parent
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 
 
 def register_domain(name: str, path: str | Path, help: str = "", flow: str | None = None) -> Path:
@@ -46,26 +47,11 @@ for _d in sorted(DOMAINS_DIR.iterdir()):  # the bundled domains
         register_domain(_d.name, _d)
 
 
-def list_domains() -> list[str]:
-    """Names of the registered sqlite domains (the bundled ones and any a plugin registers)."""
-    return registry.names("domains", "sqlite")
-
-
-def domain_path(name: str) -> Path:
-    """Directory of a registered sqlite domain; KeyError (listing the known ones) when there is none."""
-    e = registry.lookup("domains", name, "sqlite") if isinstance(name, str) and _NAME_RE.match(name) else None
-    if e is None or not (Path(e.obj) / "schema.sql").is_file():
-        raise KeyError(f"unknown bundled sqlite domain {str(name)[:80]!r}; known: {list_domains()}")
-    return Path(e.obj)
-
-
 def load_tasks(name: str) -> list[dict]:
     """The domain's tasks.jsonl as record dicts (empty list when the domain has none)."""
     p = domain_path(name) / "tasks.jsonl"
     if not p.is_file():
         return []
-    from toolkit.io import parse_jsonl
-
     return parse_jsonl(p.read_text(encoding="utf-8"), str(p))
 
 
@@ -75,8 +61,6 @@ def replay(record: dict):
     Returns (env, results): the environment in its final state (caller closes it) and the
     ToolResult of each action.
     """
-    from toolkit.envs import load_env
-
     env = load_env(record["env"])
     gt = (record.get("task") or {}).get("ground_truth") or {}
     results = [env.call(a["name"], a.get("arguments") or {}, side=a.get("side", "agent"))

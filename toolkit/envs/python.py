@@ -47,6 +47,7 @@ from typing import Any
 
 from toolkit.envs.base import BackendCapabilities, Environment, ToolResult, register_backend
 from toolkit.sandbox import SandboxLimits, SandboxResult, limits_for_data, run_function
+from toolkit.io import note_for_provenance
 
 __all__ = ["PythonEnvironment", "PythonEnvError", "validate_arguments"]
 
@@ -217,8 +218,6 @@ def _data_backend(asked: Any) -> str:
     """The backend a record's env.config asked for: the operator's (`auto`) either way, since data
     must not pick a weaker isolation than the operator's (--sandbox / --sandbox-isolation)."""
     if asked not in (None, "auto"):
-        from toolkit.io import note_for_provenance
-
         note_for_provenance("sandbox_clamped", f"sandbox: {str(asked)[:40]!r} ignored; the operator's backend applies")
     return "auto"
 

@@ -20,21 +20,24 @@ import json
 import uuid
 from typing import Any
 
+from toolkit import prompts
 from toolkit.envs.base import BackendCapabilities, Environment, ToolResult, register_backend
+from toolkit.llm import LLMConfig, get_client
+from toolkit.roles.env_simulator import simulate_call
 
 
 class SimulatedEnvironment(Environment):
     backend = "simulated"
 
     def __init__(self, ref: dict):
-        cfg = dict(ref.get("config") or {})
-        self._policy = cfg.get("policy") or ""
-        self._tools = list(cfg.get("tools") or [])
-        self.reference = cfg.get("reference") or ""
-        self.fault_rate = float(cfg.get("fault_rate") or 0.0)
-        self.human = bool(cfg.get("human"))
-        self.episode = str(cfg.get("episode") or ref.get("id") or "episode")
-        self._llm_cfg = {k: cfg[k] for k in ("model", "base_url", "temperature", "seed", "cache") if cfg.get(k) is not None}
+        config = dict(ref.get("config") or {})
+        self._policy = config.get("policy") or ""
+        self._tools = list(config.get("tools") or [])
+        self.reference = config.get("reference") or ""
+        self.fault_rate = float(config.get("fault_rate") or 0.0)
+        self.human = bool(config.get("human"))
+        self.episode = str(config.get("episode") or ref.get("id") or "episode")
+        self._llm_cfg = {k: config[k] for k in ("model", "base_url", "temperature", "seed", "cache") if config.get(k) is not None}
         self.client: Any = None
         self.history: list[dict] = []
         self._initial = ref.get("state") or {}
@@ -45,8 +48,6 @@ class SimulatedEnvironment(Environment):
 
     def _client(self) -> Any:
         if self.client is None:
-            from toolkit.llm import LLMConfig, get_client
-
             self.client = get_client(LLMConfig(**self._llm_cfg))
         return self.client
 
@@ -62,8 +63,6 @@ class SimulatedEnvironment(Environment):
         it like ###STOP###). None otherwise: rollout's own user-simulator prompt is used."""
         if not self.human:
             return None
-        from toolkit import prompts
-
         return prompts.load("simia/env_human").render(policy=self._policy or "(none)",
                                                       reference=self.reference or "(none)")
 
@@ -85,8 +84,6 @@ class SimulatedEnvironment(Environment):
         return asyncio.run(self.acall(name, args, side))
 
     async def acall(self, name: str, args: dict, side: str = "agent") -> ToolResult:
-        from toolkit.roles.env_simulator import simulate_call
-
         call_id = f"sim_{len(self.history) // 2}_{uuid.uuid5(uuid.NAMESPACE_OID, self.episode).hex[:6]}"
         tc = {"id": call_id, "type": "function",
               "function": {"name": name, "arguments": json.dumps(args, ensure_ascii=False, sort_keys=True)}}

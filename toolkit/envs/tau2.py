@@ -648,13 +648,13 @@ def _key_field(table: dict) -> str:
 
 
 def _factory(ref: dict) -> Tau2Environment:
-    cfg = dict(ref.get("config") or {})
+    config = dict(ref.get("config") or {})
     return Tau2Environment(
-        ref.get("id") or cfg.get("domain"),
-        task_id=cfg.get("task_id"),
-        task=cfg.get("task"),
-        solo_mode=bool(cfg.get("solo_mode", False)),
-        task_set=cfg.get("task_set"),
+        ref.get("id") or config.get("domain"),
+        task_id=config.get("task_id"),
+        task=config.get("task"),
+        solo_mode=bool(config.get("solo_mode", False)),
+        task_set=config.get("task_set"),
     )
 
 

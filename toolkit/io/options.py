@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from typing import Any, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from toolkit.io.base import UsageError
 from toolkit.io.lines import DEFAULT_MAX_LINE_BYTES
@@ -26,32 +28,45 @@ def shard_of(record_id: str, n: int) -> int:
     return int.from_bytes(h, "big") % n
 
 
-@dataclass
-class IOOptions:
-    input: str | None = None  # None or "-" = stdin
-    output: str | None = None  # None or "-" = stdout
-    rejects: str | None = None
+class IOOptions(BaseModel):
+    """The stream options of every JSONL command (`RecordStream`): the one model of these keys; the
+    commands' options models (`toolkit.options.StreamOpts`) inherit it, library code builds it."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+
+    input: Optional[str] = None  # None or "-" = stdin
+    output: Optional[str] = None  # None or "-" = stdout
+    rejects: Optional[str] = None
     resume: bool = False
-    shard: tuple[int, int] | None = None
-    limit: int | None = None
+    shard: Optional[str] = Field(None, description="i/n: this process's part of a stable partition by record id")
+    limit: Optional[int] = None
     unordered: bool = False
-    progress: bool | None = None  # None = auto (TTY)
+    progress: Optional[bool] = None  # None = auto (TTY)
     concurrency: int = 8
-    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES  # longer lines are rejected unread (bounded memory)
-    heartbeat: float = 30.0  # seconds between heartbeat lines when progress is off (0 = none)
+    # longer lines are rejected unread (bounded memory)
+    max_line_bytes: int = Field(DEFAULT_MAX_LINE_BYTES, ge=1)
+    heartbeat: float = Field(30.0, ge=0)  # seconds between stderr heartbeat lines when progress is off (0 = none)
+
+    @field_validator("shard", mode="before")
+    @classmethod
+    def _shard(cls, v: Any) -> Any:
+        if isinstance(v, (tuple, list)) and len(v) == 2:  # (i, n) from library code
+            v = f"{v[0]}/{v[1]}"
+        if v not in (None, ""):
+            parse_shard(v)  # a usage error naming --shard
+        return v or None
 
     @classmethod
-    def from_config(cls, cfg: dict) -> "IOOptions":
-        return cls(
-            input=cfg.get("input"),
-            output=cfg.get("output"),
-            rejects=cfg.get("rejects"),
-            resume=bool(cfg.get("resume")),
-            shard=parse_shard(cfg.get("shard")),
-            limit=cfg.get("limit"),
-            unordered=bool(cfg.get("unordered")),
-            progress=cfg.get("progress"),
-            concurrency=int(cfg.get("concurrency") or 8),
-            max_line_bytes=int(cfg.get("max_line_bytes") or DEFAULT_MAX_LINE_BYTES),
-            heartbeat=float(30.0 if cfg.get("heartbeat") is None else cfg["heartbeat"]),
-        )
+    def for_reading(cls, src: Any) -> "IOOptions":
+        """The stream options of a command that reads records and writes none to stdout (sft, grpo):
+        the IO keys of `src` (an options model, extra keys included, or a mapping; None = unset),
+        with no output and no resume."""
+        if isinstance(src, BaseModel):
+            src = {**src.model_dump(), **(src.__pydantic_extra__ or {})}
+        keys = set(cls.model_fields) - {"output", "resume"}
+        return cls.model_validate({k: v for k, v in (src or {}).items() if k in keys and v is not None})
+
+    @property
+    def shard_range(self) -> tuple[int, int] | None:
+        """(i, n) of --shard, or None."""
+        return parse_shard(self.shard)

@@ -143,6 +143,7 @@ class RecordStream:
         self._done = None
         seen = IdSet()
         taken = 0
+        shard = opts.shard_range
         check_input(opts.input)
         lineno = 0
         try:
@@ -173,7 +174,7 @@ class RecordStream:
                     continue
                 if base_dir is not None:
                     resolve_env_path(rec, base_dir)
-                if opts.shard and shard_of(rec.id, opts.shard[1]) != opts.shard[0]:
+                if shard and shard_of(rec.id, shard[1]) != shard[0]:
                     self.summary.skipped_shard += 1
                     continue
                 if not seen.add(rec.id):

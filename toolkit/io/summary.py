@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolkit.io.base import log
+from toolkit.io.provenance import note_for_provenance
 
 
 @dataclass
@@ -110,8 +111,6 @@ def note_fallback(reason: str, n: int = 1) -> None:
     if _ACTIVE:
         d = _ACTIVE[-1].fallback_reasons
         d[reason] = d.get(reason, 0) + n
-    from toolkit.io.provenance import note_for_provenance
-
     note_for_provenance("fallbacks", reason)
 
 

@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
+from toolkit.llm.embedded import slot_for_role
 
 
 
@@ -159,7 +160,5 @@ def llm_config(opts: Any, role: str | None = None):
         if role and value(f"{role}_{name}") is not None:
             vals[name] = value(f"{role}_{name}")
     if "embedded_slot" not in vals:
-        from .embedded import slot_for_role
-
         vals["embedded_slot"] = slot_for_role(role)
     return LLMConfig(**vals)

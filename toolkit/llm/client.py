@@ -76,6 +76,11 @@ from .transport import (
     _retry_after,
 )
 from .vllm_inproc import _VLLMInProcess
+from toolkit.llm.embedded import EmbeddedServerError, ensure_embedded_server
+from toolkit.io import log
+from toolkit.llm.context import _text_of
+from toolkit.formats.tools import compact_tool
+from toolkit.io import note_fallback
 
 __all__ = ["LLMClient", "close_all_clients", "get_client"]
 
@@ -149,8 +154,6 @@ class LLMClient:
         if self._vllm is not None:
             return
         if self._embedded and self._base_url is None:
-            from .embedded import EmbeddedServerError, ensure_embedded_server
-
             def start() -> str:
                 with self._ready_lock:
                     if self._base_url is None:
@@ -330,8 +333,6 @@ class LLMClient:
                     return int(v)
         except errors as exc:
             tried.append(f"/props: {type(exc).__name__}")
-        from toolkit.io import log
-
         log(f"LLM endpoint {self.endpoint}: context size unknown (no max_model_len in /models, no /props n_ctx"
             + (f"; {', '.join(tried)}" if tried else "") + "): prompts are sent unfitted until a context-length "
             "error names it; set context_tokens (--context-tokens) to fit them beforehand")
@@ -365,8 +366,6 @@ class LLMClient:
                     n = data.get("count") if isinstance(data.get("count"), int) else len(data["tokens"])
                 else:
                     if text is None:
-                        from .context import _text_of
-
                         text, _ = _text_of(messages, tools)
                     if k == "llama-server":
                         data = await self._get_json(f"{root}/tokenize", {"content": text})
@@ -405,8 +404,6 @@ class LLMClient:
                     wm = json_reply_instruction(wm)
                 return wm, None
             if compact and tls:
-                from toolkit.formats.tools import compact_tool
-
                 tls = [{"type": "function", "function": compact_tool(t)} for t in tls]
             return _normalize_native(msgs), tls
 
@@ -421,8 +418,6 @@ class LLMClient:
         fitted = await fit_request(messages, tools, max_tokens=send.get("max_tokens"), context_tokens=ctx,
                                    render=render, count=self.count_tokens, endpoint=self.endpoint)
         if fitted.notes:
-            from toolkit.io import note_fallback
-
             for note in fitted.notes:  # counted by kind ("tools compacted", "max_tokens lowered" ...)
                 kind = re.match(r"[A-Za-z_ ]*[A-Za-z]", note)
                 note_fallback("context: " + (kind.group(0) if kind else note))
@@ -520,8 +515,6 @@ class LLMClient:
                 break
             self.meter.record_retry()
             if status in ("timeout", "connection error"):  # slow ones are said; 429/5xx storms are counted only
-                from toolkit.io import log
-
                 log(f"LLM request to {self.endpoint}: {status} ({message[:120]}); retry {attempt + 1}/{cfg.max_retries}")
             delay = random.uniform(0.0, min(cfg.backoff_max, cfg.backoff_base * (2 ** attempt)))
             if retry_after is not None:

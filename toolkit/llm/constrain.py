@@ -32,6 +32,7 @@ import json
 from typing import Any
 
 from toolkit.formats.tools import tool_function
+from toolkit.io import note_fallback
 
 MODES = ("off", "grammar", "json_schema", "strict")
 TEXT_MODES = ("grammar", "json_schema")
@@ -221,8 +222,6 @@ def request_extras(mode: str, tools: list[dict] | None, embedded: bool) -> dict:
     if mode == "grammar":
         g, how = _grammar(json.dumps(list(tools), sort_keys=True, default=str), True)
         if how != "schema":
-            from toolkit.io import note_fallback
-
             note_fallback("constrained decoding: some tools' arguments unconstrained (names only)")
         return {"grammar": g} if embedded else {"grammar": g, "structured_outputs": {"grammar": g}}
     schema = _plain_schema(call_schema(tools))  # no annotations/bounds: llama.cpp's converter chokes on both

@@ -25,6 +25,7 @@ import json
 import os
 import sys
 import time
+from toolkit.llm.models import KNOWN_MODELS, MARKER, ModelError, _gguf_path, known_model
 
 CFG_KEYS = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
             "intermediate_size", "vocab_size")
@@ -46,14 +47,6 @@ def _config(ckpt: str) -> dict:
 def find_template(ckpt: str) -> str:
     """The GGUF whose metadata describes `ckpt`: its materialization source, else a known model's
     GGUF with the same architecture sizes (the checkpoint was trained from it)."""
-    from toolkit.llm.models import (
-        KNOWN_MODELS,
-        MARKER,
-        ModelError,
-        _gguf_path,
-        known_model,
-    )
-
     try:
         with open(os.path.join(ckpt, MARKER)) as f:
             src = json.load(f).get("source")
@@ -61,16 +54,16 @@ def find_template(ckpt: str) -> str:
             return src
     except (OSError, ValueError):
         pass
-    cfg = _config(ckpt)
+    hf_config = _config(ckpt)
     for name in KNOWN_MODELS:
         try:
             path = _gguf_path(known_model(name))
         except ModelError:
             continue
-        if _template_sizes(path) == {k: cfg.get(k) for k in CFG_KEYS}:
+        if _template_sizes(path) == {k: hf_config.get(k) for k in CFG_KEYS}:
             return path
     raise ExportError(f"{ckpt}: no template GGUF: not materialized by `toolkit models` and its sizes "
-                      f"({ {k: cfg.get(k) for k in CFG_KEYS} }) match no known model")
+                      f"({ {k: hf_config.get(k) for k in CFG_KEYS} }) match no known model")
 
 
 def _template_sizes(path: str) -> dict:
@@ -117,11 +110,11 @@ _LAYER = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn
           "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"}
 
 
-def gguf_tensors(sd: dict, cfg: dict) -> dict:
+def gguf_tensors(sd: dict, hf_config: dict) -> dict:
     """{gguf tensor name: numpy array} from an HF llama state dict (any float dtype)."""
     import numpy as np
 
-    n_head, n_kv = int(cfg["num_attention_heads"]), int(cfg.get("num_key_value_heads") or cfg["num_attention_heads"])
+    n_head, n_kv = int(hf_config["num_attention_heads"]), int(hf_config.get("num_key_value_heads") or hf_config["num_attention_heads"])
     out = {}
     for name, w in sd.items():
         w = np.asarray(w, dtype=np.float32) if w.dtype != np.float32 else w
@@ -158,9 +151,9 @@ def export_gguf(ckpt: str, out: str | None = None, template: str | None = None, 
     import numpy as np
 
     ckpt = os.path.abspath(ckpt)
-    cfg = _config(ckpt)
-    if cfg.get("model_type") != "llama":
-        raise ExportError(f"{ckpt}: model_type {cfg.get('model_type')!r}: only llama checkpoints are exported "
+    hf_config = _config(ckpt)
+    if hf_config.get("model_type") != "llama":
+        raise ExportError(f"{ckpt}: model_type {hf_config.get('model_type')!r}: only llama checkpoints are exported "
                           "(serve others with --backend transformers)")
     gguf_type = (gguf_type or os.environ.get("TOOLKIT_SERVE_GGUF_TYPE") or "f16").lower()
     if gguf_type not in GGUF_TYPES:
@@ -171,14 +164,14 @@ def export_gguf(ckpt: str, out: str | None = None, template: str | None = None, 
         return out
     template = template or find_template(ckpt)
     sizes = _template_sizes(template)
-    want = {k: cfg.get(k) for k in CFG_KEYS}
+    want = {k: hf_config.get(k) for k in CFG_KEYS}
     if sizes != want:
         raise ExportError(f"template {template} has sizes {sizes}, the checkpoint {want}")
     t0 = time.monotonic()
     reader = gguf.GGUFReader(template)
-    tensors = gguf_tensors(_state_dict(ckpt), cfg)
+    tensors = gguf_tensors(_state_dict(ckpt), hf_config)
     names = [t.name for t in reader.tensors]
-    if cfg.get("tie_word_embeddings") and "output.weight" not in names:
+    if hf_config.get("tie_word_embeddings") and "output.weight" not in names:
         tensors.pop("output.weight", None)
     missing, extra = sorted(set(names) - set(tensors)), sorted(set(tensors) - set(names))
     if missing or extra:

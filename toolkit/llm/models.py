@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass
 
 from toolkit.llm.embedded import EmbeddedServerError, embedded_model_path, toolkit_home
+from toolkit.llm.embedded import file_lock
 
 __all__ = [
     "KNOWN_MODELS",
@@ -112,8 +113,6 @@ def gguf_sha256(path: str) -> str:
 
 
 def _lock(path: str, timeout: float = 1800.0):
-    from toolkit.llm.embedded import file_lock
-
     return file_lock(path, timeout, lambda: ModelError(
         f"timed out waiting for {path} (another process is materializing)"), poll=0.5)
 

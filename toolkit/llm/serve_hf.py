@@ -39,6 +39,10 @@ from toolkit.llm.embedded import (
     toolkit_home,
 )
 from toolkit.llm.models import resolve_model
+from toolkit.formats.hermes import CHAT_TEMPLATE
+from toolkit.llm.embedded import _BOOTSTRAP
+from toolkit.llm.gguf_export import ExportError, export_gguf
+from toolkit.llm.models import known_model, models_dir
 
 __all__ = ["ServeError", "pick_backend", "serve_model", "served_status", "stop_served", "vllm_build", "vllm_python"]
 
@@ -256,8 +260,6 @@ def _vllm_command(path: str, port: int, log=None) -> tuple[list[str], dict[str, 
            "--host", "127.0.0.1", "--port", str(port), "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
     extra: dict = {"build": build}
     if not _renders_tools(path):
-        from toolkit.formats.hermes import CHAT_TEMPLATE
-
         tpl = os.path.join(_dir(), _key(path) + ".jinja")
         with open(tpl, "w", encoding="utf-8") as f:
             f.write(CHAT_TEMPLATE)
@@ -281,8 +283,6 @@ def _vllm_command(path: str, port: int, log=None) -> tuple[list[str], dict[str, 
 
 def _command(backend: str, path: str, port: int, device: str | None, log=None) -> list[str]:
     if backend == "llamacpp":
-        from toolkit.llm.embedded import _BOOTSTRAP
-        from toolkit.llm.gguf_export import ExportError, export_gguf
 
         try:
             gguf_path = export_gguf(path, log=log)
@@ -365,8 +365,6 @@ def serve_model(model: str, backend: str = "auto", port: int | None = None, devi
 
 def _path_of(model: str) -> str:
     """The checkpoint path a server of `model` was started for, without materializing anything."""
-    from toolkit.llm.models import known_model, models_dir
-
     if not os.path.exists(model) and known_model(model):
         return os.path.join(models_dir(), known_model(model).name)
     return os.path.abspath(model)

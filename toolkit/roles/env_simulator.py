@@ -14,9 +14,9 @@ import random
 from typing import Any
 
 from toolkit import prompts
-from toolkit.envs.base import ToolResult
 from toolkit.llm.toolcalls import repair_json
 from toolkit.roles.structured import RoleRejected, ask_structured, new_usage
+from toolkit.toolresult import ToolResult
 
 FAULTS = (
     ("TIMEOUT", "The request timed out after 30 seconds. Please try again later."),

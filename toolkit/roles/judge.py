@@ -38,6 +38,7 @@ from toolkit.io import note_fallback
 from toolkit.roles.env_simulator import render_history
 from toolkit.roles.reply import MalformedJudgeOutput, extract_json_object
 from toolkit.roles.structured import RoleRejected, ask_structured
+from toolkit.llm.context import estimate_tokens
 
 RUBRICS = ("simia", "sea", "astra", "eigendata")  # the built-in ones; registry.names("rubrics") has all
 ATTRIBUTIONS = ("task", "trajectory", "user_simulator", "infrastructure")
@@ -415,8 +416,6 @@ async def fit_judge_prompt(client: Any, rubric: str, build: Callable[[int], tupl
     pid, prompt = build(0)
     if budget is None or not _takes_fit(_rubric(rubric).prompt):
         return pid, prompt, 0
-    from toolkit.llm.context import estimate_tokens
-
     for level in range(FIT_LEVELS):
         if level:
             pid, prompt = build(level)

@@ -22,7 +22,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from toolkit.sandbox.isolation import _default_isolation, _note_used
+from toolkit.sandbox.confine import Confinement
+from toolkit.sandbox.isolation import _default_isolation, _note_used, normalize_isolation
 from toolkit.sandbox.pool import _compute_binds, _next_uid
 from toolkit.sandbox.result import SandboxUnavailable
 
@@ -34,8 +35,6 @@ OPT_OUT = ("opt out explicitly with --sandbox-isolation none-unsafe (recipe key 
 
 def command_isolation(name: str | None = None) -> str:
     """The isolation operator commands run under: "namespaces" unless "none-unsafe" was chosen."""
-    from toolkit.sandbox.isolation import normalize_isolation
-
     iso = normalize_isolation(name) if name else _default_isolation()
     return "none-unsafe" if iso == "none-unsafe" else "namespaces"
 
@@ -102,17 +101,18 @@ class ConfinedCommands:
         """The argv that runs `command` confined (cwd: `cwd` or the workdir). `status`: a file the
         launcher writes ({"pid", "pgid", "isolation", "confinement"} or {"error"}); `cleanup`: a
         directory it removes if the toolkit dies first."""
-        cfg: dict = {"isolation": self.isolation, "limits": self.limits, "parent": os.getpid(),
-                     "cwd": cwd or self.workdir, "status": status, "cleanup": cleanup}
+        cfg = Confinement(isolation=self.isolation, limits=self.limits, parent=os.getpid(),
+                          cwd=cwd or self.workdir, status=status, cleanup=cleanup)
         if self.isolation == "namespaces":
             binds, links = _compute_binds(self._read_paths(command[0], search_path))
-            size = max(64, 4 * int(self.limits.get("file_size_mb") or 16))
-            cfg.update({"binds": [b for b in binds if not _under(self.workdir, b)], "symlinks": links,
-                        "rw_binds": [self.workdir], "tmp_mb": size,
-                        "network": bool(self.limits.get("network"))})
+            cfg.binds = [b for b in binds if not _under(self.workdir, b)]
+            cfg.symlinks = [list(x) for x in links]
+            cfg.rw_binds = [self.workdir]
+            cfg.tmp_mb = max(64, 4 * int(self.limits.get("file_size_mb") or 16))
+            cfg.network = bool(self.limits.get("network"))
             if self.uid is not None:
-                cfg.update({"map_uid": self.uid, "map_gid": self.uid})
-        return [sys.executable, "-I", "-S", LAUNCHER, json.dumps(cfg), *command]  # -S: stdlib only, no .pth
+                cfg.map_uid = cfg.map_gid = self.uid
+        return [sys.executable, "-I", "-S", LAUNCHER, cfg.to_json(), *command]  # -S: stdlib only, no .pth
 
     def _read_paths(self, command: str, search_path: str | None) -> list[str]:
         return self.read_paths + command_paths(command, search_path)

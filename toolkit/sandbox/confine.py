@@ -10,11 +10,58 @@ the same pieces.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 _WORKDIR = "/sandbox"
+
+
+@dataclass
+class Confinement:
+    """What a sandbox worker (`pool._Worker`) or the launcher (`commands.ConfinedCommands`) is told
+    to apply: built on the host from the operator's settings (never from a record), sent as JSON
+    on the command line, read back once (`from_json`, strict: an unknown key is an error, so a
+    misspelled setting fails closed instead of being ignored)."""
+
+    # worker: "namespaces" (the confinement) | "none" (the operator's none-unsafe opt-out)
+    mode: str = "none"
+    # launcher: "namespaces" | "none-unsafe"
+    isolation: str = "namespaces"
+    network: bool = False  # the operator's limits.network: keep the host network
+    binds: list[str] = field(default_factory=list)  # host directories visible read-only
+    symlinks: list[list[str]] = field(default_factory=list)  # [path, target] made in the root
+    rw_binds: list[str] = field(default_factory=list)  # launcher: the episode's workdir, read-write
+    tmp_mb: int = 0  # launcher: a private tmpfs of this size at /tmp (0: none)
+    uid: int | None = None  # worker on a root host: the unprivileged uid of call children
+    map_uid: int | None = None  # launcher on a root host: the host uid of the namespace's uid 0
+    map_gid: int | None = None  # ... and gid (None: map_uid)
+    userns: bool = False  # set by the worker once it is in a user namespace
+    preload: list[str] = field(default_factory=list)  # modules a worker imports before confining
+    audit_hook: bool = True  # the Python audit hook in call children
+    debug: bool = False  # a worker keeps stderr
+    memcg: dict = field(default_factory=dict)  # {"dir", "v"}: the per-call memory cgroup, if any
+    limits: dict = field(default_factory=dict)  # launcher: the operator's SandboxLimits as a dict
+    parent: int | None = None  # launcher: the pid that must be its parent
+    cwd: str | None = None  # launcher: the command's cwd
+    status: str | None = None  # launcher: the file it writes what it did (or the error) to
+    cleanup: str | None = None  # launcher: a directory removed if the parent dies
+    test_fail_unshare: bool = False  # tests: unshare(2) fails as with EPERM
+    memcg_fd: int | None = None  # worker-side: the cgroup directory, opened before pivot_root
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> "Confinement":
+        data = json.loads(text)
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"confinement: unknown key(s) {', '.join(unknown)}")
+        return cls(**data)
 
 # linux constants
 _CLONE_NEWNS = 0x00020000
@@ -82,7 +129,7 @@ def _w_statvfs_flags(path: str) -> int:
     return out
 
 
-def _w_build_root(cfg: dict, info: dict, libc, src_fds: dict | None = None) -> None:
+def _w_build_root(cfg: Confinement, info: dict, libc, src_fds: dict | None = None) -> None:
     """In the new mount namespace: build a read-only root and pivot into it.
 
     cfg: "binds" (host directories, read-only), "symlinks"; optionally "rw_binds" (host directories
@@ -95,10 +142,10 @@ def _w_build_root(cfg: dict, info: dict, libc, src_fds: dict | None = None) -> N
     def src(p: str) -> str:
         return f"/proc/self/fd/{src_fds[p]}" if p in src_fds else p
 
-    binds = [p for p in cfg.get("binds", []) if p in src_fds or os.path.isdir(p)]
-    rw_binds = [p for p in cfg.get("rw_binds", []) if p in src_fds or os.path.isdir(p)]
-    if len(rw_binds) != len(cfg.get("rw_binds", [])):
-        raise OSError(f"a read-write directory is missing: {cfg.get('rw_binds')}")
+    binds = [p for p in cfg.binds if p in src_fds or os.path.isdir(p)]
+    rw_binds = [p for p in cfg.rw_binds if p in src_fds or os.path.isdir(p)]
+    if len(rw_binds) != len(cfg.rw_binds):
+        raise OSError(f"a read-write directory is missing: {cfg.rw_binds}")
     cands = ["/mnt", "/media", "/srv", "/opt", "/boot", "/tmp", "/var/tmp"]
     nr = None
     for c in cands:
@@ -109,10 +156,10 @@ def _w_build_root(cfg: dict, info: dict, libc, src_fds: dict | None = None) -> N
     if nr is None:
         raise OSError("no directory available to build the sandbox root on")
     _w_mount(libc, "tmpfs", nr, "tmpfs", _MS_NOSUID | _MS_NODEV, "size=4m,nr_inodes=8192,mode=755")
-    if cfg.get("tmp_mb"):  # first: binds that live under /tmp are mounted on top of it
+    if cfg.tmp_mb:  # first: binds that live under /tmp are mounted on top of it
         os.makedirs(nr + "/tmp", exist_ok=True)
         _w_mount(libc, "tmpfs", nr + "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV,
-                 f"size={int(cfg['tmp_mb'])}m,nr_inodes=65536,mode=1777")
+                 f"size={int(cfg.tmp_mb)}m,nr_inodes=65536,mode=1777")
     for p in binds:
         dst = nr + p
         os.makedirs(dst, exist_ok=True)
@@ -125,7 +172,7 @@ def _w_build_root(cfg: dict, info: dict, libc, src_fds: dict | None = None) -> N
         _w_mount(libc, src(p), dst, None, _MS_BIND)
         _w_mount(libc, None, dst, None, _MS_REMOUNT | _MS_BIND | _MS_NOSUID | _MS_NODEV
                  | (_w_statvfs_flags(dst) & ~_MS_RDONLY))
-    for path, target in cfg.get("symlinks", []):
+    for path, target in cfg.symlinks:
         dst = nr + path
         os.makedirs(os.path.dirname(dst), exist_ok=True)
         if not os.path.lexists(dst):
@@ -168,9 +215,9 @@ def _w_build_root(cfg: dict, info: dict, libc, src_fds: dict | None = None) -> N
         os.chroot(".")
     os.chdir("/")
     _w_mount(libc, None, "/", None, _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
-    if rw_binds or cfg.get("tmp_mb"):
-        writable = ", ".join(rw_binds + ([f"a private {int(cfg['tmp_mb'])} MB tmpfs at /tmp"]
-                                         if cfg.get("tmp_mb") else []))
+    if rw_binds or cfg.tmp_mb:
+        writable = ", ".join(rw_binds + ([f"a private {int(cfg.tmp_mb)} MB tmpfs at /tmp"]
+                                         if cfg.tmp_mb else []))
         info["filesystem"] = (
             f"{'pivot_root' if pivoted else 'chroot'} into a read-only tmpfs root; visible read-only: "
             f"{', '.join(binds)}; /dev: {', '.join(devs)}; writable (nosuid, nodev): {writable}; "
@@ -183,26 +230,26 @@ def _w_build_root(cfg: dict, info: dict, libc, src_fds: dict | None = None) -> N
     info["root_binds"] = binds
 
 
-def _w_unshare(cfg: dict, info: dict) -> None:
-    """unshare(2) the mount, pid, ipc, uts (and, unless cfg["network"], network) namespaces, plus a
-    user namespace when not root or when cfg["map_uid"] is set: a root host then maps the
-    namespace's uid/gid 0 to that unprivileged host uid/gid (cfg["map_gid"], default the same), so
+def _w_unshare(cfg: Confinement, info: dict) -> None:
+    """unshare(2) the mount, pid, ipc, uts (and, unless cfg.network, network) namespaces, plus a
+    user namespace when not root or when cfg.map_uid is set: a root host then maps the
+    namespace's uid/gid 0 to that unprivileged host uid/gid (cfg.map_gid, default the same), so
     nothing inside holds a capability in the initial namespace or a host file's owner. No fork:
     the caller's next child (`_w_fork`) is pid 1 of the new pid namespace."""
     import errno
 
     libc = _w_libc()
-    map_uid = cfg.get("map_uid")
+    map_uid = cfg.map_uid
     userns = map_uid is not None or os.geteuid() != 0
     flags = _CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWIPC | _CLONE_NEWUTS
-    if not cfg.get("network"):
+    if not cfg.network:
         flags |= _CLONE_NEWNET
     if userns:
         flags |= _CLONE_NEWUSER
-    if cfg.get("_test_fail_unshare"):
+    if cfg.test_fail_unshare:
         raise PermissionError(errno.EPERM, "unshare: Operation not permitted (simulated)")
     if map_uid is not None:
-        uid, gid = int(map_uid), int(cfg.get("map_gid", map_uid))
+        uid, gid = int(map_uid), int(map_uid if cfg.map_gid is None else cfg.map_gid)
     else:
         uid, gid = os.geteuid(), os.getegid()
     if userns and os.geteuid() == 0:
@@ -215,7 +262,7 @@ def _w_unshare(cfg: dict, info: dict) -> None:
         if userns:
             _w_write_id_maps("self", uid, gid)
     info.update({"user_ns": userns, "mount_ns": True, "pid_ns": True, "ipc_ns": True,
-                 "uts_ns": True, "net_ns": not cfg.get("network")})
+                 "uts_ns": True, "net_ns": not cfg.network})
     if userns:
         info["user_map"] = f"namespace uid/gid 0 = host uid {uid} / gid {gid}"
 
@@ -294,7 +341,7 @@ def _w_fork() -> int:
     return 0
 
 
-def _w_init_namespaces(cfg: dict, info: dict, libc, src_fds: dict | None = None) -> None:
+def _w_init_namespaces(cfg: Confinement, info: dict, libc, src_fds: dict | None = None) -> None:
     """In pid 1 of the new namespaces: hostname, the read-only root (`_w_build_root`), and what the
     network and process isolation are (`info`)."""
     try:
@@ -302,7 +349,7 @@ def _w_init_namespaces(cfg: dict, info: dict, libc, src_fds: dict | None = None)
     except Exception:  # noqa: BLE001
         pass
     _w_build_root(cfg, info, libc, src_fds)
-    if not cfg.get("network"):
+    if not cfg.network:
         import socket
 
         try:
@@ -316,7 +363,7 @@ def _w_init_namespaces(cfg: dict, info: dict, libc, src_fds: dict | None = None)
     info["mode"] = "namespaces"
 
 
-def _w_enter_namespaces(cfg: dict, info: dict, pin: int, pout: int) -> None:
+def _w_enter_namespaces(cfg: Confinement, info: dict, pin: int, pout: int) -> None:
     """unshare + fork; returns in the inner process (pid 1 of the new pid namespace)."""
     _w_unshare(cfg, info)
     pid = _w_fork()
@@ -331,12 +378,12 @@ def _w_enter_namespaces(cfg: dict, info: dict, pin: int, pout: int) -> None:
                          "call leaves behind")
 
 
-def _w_drop_privileges(cfg: dict, cap_last: int, libc) -> str:
+def _w_drop_privileges(cfg: Confinement, cap_last: int, libc) -> str:
     """Irreversibly drop privileges in the call child. Returns a description."""
     import ctypes
 
-    uid = cfg.get("uid")
-    if os.geteuid() == 0 and uid is not None and not cfg.get("userns"):
+    uid = cfg.uid
+    if os.geteuid() == 0 and uid is not None and not cfg.userns:
         if libc is not None:
             for cap in range(cap_last + 1):
                 libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)

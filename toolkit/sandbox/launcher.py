@@ -4,7 +4,7 @@ its own directory, the code the python sandbox's workers run).
 
     python -I -S launcher.py CONFIG_JSON COMMAND [ARGS...]
 
-CONFIG_JSON (built by `commands.ConfinedCommand`): "isolation" ("namespaces" | "none-unsafe"),
+CONFIG_JSON (a `confine.Confinement`, built by `commands.ConfinedCommands.argv`): "isolation" ("namespaces" | "none-unsafe"),
 "limits" (SandboxLimits as a dict), "parent" (the pid that must be our parent), "cwd", "binds"
 and "symlinks" (the read-only host directories), "rw_binds" (the episode's workdir), "tmp_mb",
 "map_uid"/"map_gid" (root host: the unprivileged host ids of the namespace's uid 0), "status" (a
@@ -49,6 +49,7 @@ def _confine():
     here = os.path.dirname(os.path.abspath(__file__))
     spec = importlib.util.spec_from_file_location("_toolkit_confine", os.path.join(here, "confine.py"))
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses looks its module up
     spec.loader.exec_module(mod)
     return mod
 
@@ -97,29 +98,29 @@ def _unsafe(C, cfg, argv):
     libc = C._w_libc()
 
     def parent_died(signum, frame):
-        if cfg.get("cleanup"):
-            shutil.rmtree(cfg["cleanup"], ignore_errors=True)
+        if cfg.cleanup:
+            shutil.rmtree(cfg.cleanup, ignore_errors=True)
         os.killpg(os.getpgid(0), signal.SIGKILL)
 
     signal.signal(signal.SIGTERM, parent_died)
     libc.prctl(C._PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    if os.getppid() != cfg.get("parent", os.getppid()):
+    if cfg.parent is not None and os.getppid() != cfg.parent:
         return 1
     status = {"pid": os.getpid(), "pgid": os.getpgid(0), "isolation": "none-unsafe",
               "confinement": {"mode": "none", "network": "host network (NOT isolated)",
                               "filesystem": "host filesystem (NOT isolated)",
                               "processes": "host pid namespace: its process group is killed at the end"}}
-    if cfg.get("status"):
-        fd = os.open(cfg["status"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    if cfg.status:
+        fd = os.open(cfg.status, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         _write_status(fd, status)
         os.close(fd)
     pid = os.fork()
     if pid == 0:
         libc.prctl(C._PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        lim = dict(cfg.get("limits") or {})
+        lim = dict(cfg.limits)
         lim["max_processes"] = 4096  # RLIMIT_NPROC counts every process of the (host) uid
         _rlimits(C, lim)
-        _exec(argv, cfg.get("cwd"))
+        _exec(argv, cfg.cwd)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _, st = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(st) & 0xFF
@@ -170,13 +171,13 @@ def _pid1(C, cfg, argv, info_w, go_r):
         # bind sources opened (in that namespace) while our fsuid is still the caller's (a root
         # host: host root, who can look up a 0700 episode directory); the namespace's uid 0 may not
         fds = {}
-        for p in list(cfg.get("binds") or []) + list(cfg.get("rw_binds") or []):
+        for p in cfg.binds + cfg.rw_binds:
             try:
                 fds[p] = os.open(p, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
             except OSError:
-                if p in (cfg.get("rw_binds") or []):
+                if p in cfg.rw_binds:
                     raise
-        if cfg.get("map_uid") is not None:  # become the namespace's uid 0 = the host's map_uid
+        if cfg.map_uid is not None:  # become the namespace's uid 0 = the host's map_uid
             os.setresgid(0, 0, 0)
             os.setresuid(0, 0, 0)
             C._w_die_with_parent()  # a uid change clears PR_SET_PDEATHSIG
@@ -188,12 +189,12 @@ def _pid1(C, cfg, argv, info_w, go_r):
                 cap_last = int(f.read())
         except (OSError, ValueError):
             cap_last = 40
-        info["privileges"] = C._w_drop_privileges({"userns": True}, cap_last, libc)
+        info["privileges"] = C._w_drop_privileges(C.Confinement(userns=True), cap_last, libc)
         libc.prctl(C._PR_SET_DUMPABLE, 0, 0, 0, 0)
         info["seccomp"] = C._w_seccomp(libc)
         info["processes"] = ("private pid namespace: pid 1 is the launcher, the command's parent; "
                              "when it exits or its parent dies, the kernel kills every process left")
-        lim = cfg.get("limits") or {}
+        lim = cfg.limits
         info["rlimits"] = (f"RLIMIT_CPU {lim.get('cpu_seconds')} s (the command's whole life), "
                            f"RLIMIT_AS {lim.get('memory_mb')} MB, RLIMIT_FSIZE {lim.get('file_size_mb')} MB, "
                            f"RLIMIT_NPROC {lim.get('max_processes')}, RLIMIT_NOFILE 1024, no core dumps")
@@ -209,12 +210,12 @@ def _pid1(C, cfg, argv, info_w, go_r):
     pid = os.fork()
     if pid == 0:
         try:
-            _rlimits(C, cfg.get("limits") or {})
+            _rlimits(C, cfg.limits)
             os.closerange(3, 1 << 16)
         except BaseException as e:  # noqa: BLE001
             sys.stderr.write(f"toolkit sandbox: {type(e).__name__}: {e}\n")
             os._exit(EX_CONFINE)
-        _exec(argv, cfg.get("cwd"))
+        _exec(argv, cfg.cwd)
     code = 1
     while True:  # reap everything (orphans are re-parented to us) until COMMAND ends
         try:
@@ -231,13 +232,13 @@ def main(argv):
     if len(argv) < 3:
         sys.stderr.write("usage: launcher.py CONFIG_JSON COMMAND [ARGS...]\n")
         return 2
-    cfg = json.loads(argv[1])
     C = _confine()
-    if cfg.get("isolation") == "none-unsafe":
+    cfg = C.Confinement.from_json(argv[1])
+    if cfg.isolation == "none-unsafe":
         return _unsafe(C, cfg, argv[2:])
     status_fd = None
-    if cfg.get("status"):
-        status_fd = os.open(cfg["status"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    if cfg.status:
+        status_fd = os.open(cfg.status, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     inner = None
 
     def parent_died(signum, frame):  # the toolkit died (SIGKILL included): leave nothing behind
@@ -246,16 +247,16 @@ def main(argv):
                 os.kill(inner, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        if cfg.get("cleanup"):
-            shutil.rmtree(cfg["cleanup"], ignore_errors=True)
+        if cfg.cleanup:
+            shutil.rmtree(cfg.cleanup, ignore_errors=True)
         os._exit(1)
 
     signal.signal(signal.SIGTERM, parent_died)
     libc = C._w_libc()
     libc.prctl(C._PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    if os.getppid() != cfg.get("parent", os.getppid()):
+    if cfg.parent is not None and os.getppid() != cfg.parent:
         return 1
-    if os.geteuid() == 0 and cfg.get("map_uid") is None:
+    if os.geteuid() == 0 and cfg.map_uid is None:
         return _fail(status_fd, "refusing to run an operator command as host root: no uid to map to")
     info = {}
     try:

@@ -11,10 +11,11 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
+from toolkit.sandbox.confine import Confinement
 from toolkit.sandbox.isolation import (
     _default_isolation,
     _note_used,
@@ -119,21 +120,21 @@ def _compute_binds(extra: tuple | list = ()) -> tuple[list[str], list[list[str]]
 
 
 class _Worker:
-    def __init__(self, cfg: dict, start_timeout: float) -> None:
+    def __init__(self, cfg: Confinement, start_timeout: float) -> None:
         self.cfg = cfg
-        self.network = bool(cfg.get("network"))
+        self.network = cfg.network
         self.lock = threading.Lock()
         # the worker program (`_worker_program`) arrives as the first frame on stdin
         argv = [sys.executable, "-I", "-X", "utf8", "-c", _BOOTSTRAP, "--sandbox-worker",
-                json.dumps(cfg)]
-        debug = bool(cfg.get("debug"))
+                cfg.to_json()]
+        debug = cfg.debug
         try:
             self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=None if debug else subprocess.DEVNULL,
                                          env=_clean_env(), cwd="/", close_fds=True,
                                          start_new_session=True, bufsize=0)
         except OSError as e:
-            _remove_memcg(cfg.get("memcg"))
+            _remove_memcg(cfg.memcg)
             raise SandboxError(f"cannot start a sandbox worker ({sys.executable}): {e}") from e
         self.rfd = self.proc.stdout.fileno()
         self.wfd = self.proc.stdin.fileno()
@@ -202,7 +203,7 @@ class _Worker:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
-        _remove_memcg(self.cfg.get("memcg"))
+        _remove_memcg(self.cfg.memcg)
         base = self.isolation.get("workdir_base") if hasattr(self, "isolation") else None
         if base and os.path.basename(base).startswith("toolkit-sandbox-"):
             import shutil
@@ -325,17 +326,17 @@ class SandboxPool:
         self.fallback_reason: str | None = None
         self._last_isolation: dict | None = None
         self._pid = os.getpid()
-        self._extra_cfg: dict = {}
+        self._test_confinement: dict[str, Any] = {}  # tests: Confinement fields every worker gets
 
     # -- workers
-    def _cfg(self, mode: str, network: bool) -> dict:
+    def _cfg(self, mode: str, network: bool) -> Confinement:
         binds, links = _compute_binds(self.ro_paths)
         uid = _next_uid() if os.geteuid() == 0 else None
-        cfg = {"mode": mode, "network": network, "binds": binds, "symlinks": links, "uid": uid,
-               "preload": self.preload, "audit_hook": self.audit_hook, "debug": self.debug,
-               "memcg": _make_memcg(f"toolkit-sandbox-{os.getpid()}-{uid or _next_uid()}")}
-        cfg.update(self._extra_cfg)
-        return cfg
+        memcg = _make_memcg(f"toolkit-sandbox-{os.getpid()}-{uid or _next_uid()}")
+        cfg = Confinement(mode=mode, network=network, binds=binds, symlinks=[list(x) for x in links],
+                          uid=uid, preload=list(self.preload), audit_hook=self.audit_hook,
+                          debug=self.debug, memcg=memcg or {})
+        return replace(cfg, **self._test_confinement)
 
     def _spawn(self, network: bool) -> _Worker:
         if self._mode == "namespaces":

@@ -28,6 +28,7 @@ from .confine import (
     _SECCOMP_DENY,
     _SECCOMP_TEXT,
     _WORKDIR,
+    Confinement,
     _w_audit_hook,
     _w_check,
     _w_drop_privileges,
@@ -191,7 +192,7 @@ def _w_child(server: "_WServer", req: dict, work: str, fds: tuple[int, int, int,
     cfg = server.cfg
     rc = 70
     try:
-        if cfg.get("_memcg_fd") is not None and not server._cg_write("cgroup.procs", "0"):
+        if cfg.memcg_fd is not None and not server._cg_write("cgroup.procs", "0"):
             raise OSError("could not join the per-call memory cgroup")
         os.setsid()
         for i, fd in enumerate(fds):
@@ -203,7 +204,7 @@ def _w_child(server: "_WServer", req: dict, work: str, fds: tuple[int, int, int,
         if server.ns:  # a fresh IPC namespace per call: SysV/POSIX IPC objects die with the call
             _w_check(server.libc.unshare(_CLONE_NEWIPC), "unshare(CLONE_NEWIPC)")
         _w_drop_privileges(cfg, server.cap_last, server.libc)
-        if os.geteuid() == 0 and not cfg.get("userns"):
+        if os.geteuid() == 0 and not cfg.userns:
             raise PermissionError("refusing to run untrusted code as root (the uid drop did not happen)")
         if server.libc is not None:
             _w_seccomp(server.libc)
@@ -228,9 +229,9 @@ def _w_child(server: "_WServer", req: dict, work: str, fds: tuple[int, int, int,
         tempfile.tempdir = None
         lim = req.get("limits") or {}
         _w_set_rlimits(lim)
-        if cfg.get("audit_hook", True) and req.get("audit_hook", True):
+        if cfg.audit_hook and req.get("audit_hook", True):
             sys.addaudithook(_w_audit_hook(work, bool(lim.get("network")),
-                                           strict=cfg.get("mode") != "namespaces"))
+                                           strict=cfg.mode != "namespaces"))
         raw = _w_execute(req)
         for s in (sys.stdout, sys.stderr):
             try:
@@ -253,33 +254,33 @@ def _w_child(server: "_WServer", req: dict, work: str, fds: tuple[int, int, int,
 class _WServer:
     """The request loop inside a worker."""
 
-    def __init__(self, cfg: dict, info: dict, pin: int, pout: int, libc) -> None:
+    def __init__(self, cfg: Confinement, info: dict, pin: int, pout: int, libc) -> None:
         self.cfg = cfg
         self.info = info
         self.pin = pin
         self.pout = pout
         self.libc = libc
-        self.ns = cfg.get("mode") == "namespaces"
+        self.ns = cfg.mode == "namespaces"
         try:
             with open("/proc/sys/kernel/cap_last_cap") as f:
                 self.cap_last = int(f.read())
         except (OSError, ValueError):
             self.cap_last = 40
         self.calls = 0
-        if cfg.get("_memcg_fd") is not None and not self._cg_join_works():
-            os.close(cfg["_memcg_fd"])
-            cfg["_memcg_fd"] = None
+        if cfg.memcg_fd is not None and not self._cg_join_works():
+            os.close(cfg.memcg_fd)
+            cfg.memcg_fd = None
             info["memory"] = ("per process: RLIMIT_AS (a memory cgroup was created but a call "
                               "could not join it)")
         if not self.ns:
             import tempfile
 
             # refuse before creating anything: a refusal leaves no /tmp/toolkit-sandbox-* behind
-            if os.geteuid() == 0 and cfg.get("uid") is None:
+            if os.geteuid() == 0 and cfg.uid is None:
                 raise PermissionError("refusing to run untrusted code as root (no uid to drop to)")
-            if os.geteuid() == 0 and not self._uid_can_read_python(cfg["uid"]):
+            if os.geteuid() == 0 and not self._uid_can_read_python(cfg.uid):
                 raise PermissionError(
-                    f"refusing to run untrusted code as root: the unprivileged uid {cfg['uid']} cannot "
+                    f"refusing to run untrusted code as root: the unprivileged uid {cfg.uid} cannot "
                     f"read the Python installation ({os.path.dirname(os.__file__)}); install Python "
                     "where other users can read it, or use --sandbox-isolation namespaces|docker")
             self.base = tempfile.mkdtemp(prefix="toolkit-sandbox-")
@@ -315,7 +316,7 @@ class _WServer:
         return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
 
     def _cg_write(self, name: str, value: str) -> bool:
-        fd = self.cfg.get("_memcg_fd")
+        fd = self.cfg.memcg_fd
         if fd is None:
             return False
         try:
@@ -329,10 +330,10 @@ class _WServer:
             return False
 
     def _cg_oom_kills(self) -> int:
-        fd = self.cfg.get("_memcg_fd")
+        fd = self.cfg.memcg_fd
         if fd is None:
             return 0
-        name = "memory.events" if (self.cfg.get("memcg") or {}).get("v") == "v2" else "memory.oom_control"
+        name = "memory.events" if self.cfg.memcg.get("v") == "v2" else "memory.oom_control"
         try:
             f = os.open(name, os.O_RDONLY, dir_fd=fd)
             try:
@@ -348,10 +349,10 @@ class _WServer:
         return 0
 
     def cg_limit(self, lim: dict) -> None:
-        if self.cfg.get("_memcg_fd") is None:
+        if self.cfg.memcg_fd is None:
             return
         mem = str(int(lim.get("memory_mb", 512)) << 20)
-        if (self.cfg.get("memcg") or {}).get("v") == "v2":
+        if self.cfg.memcg.get("v") == "v2":
             self._cg_write("memory.max", mem)
             self._cg_write("memory.swap.max", "0")
         else:
@@ -360,11 +361,11 @@ class _WServer:
 
     # -- per-call work dir
     def make_workdir(self, lim: dict) -> str:
-        uid = self.cfg.get("uid")
+        uid = self.cfg.uid
         size = max(32, int(lim.get("file_size_mb", 16)) * 4)
         if self.ns:
             opts = f"size={size}m,nr_inodes=16384,mode=700"
-            if uid is not None and not self.cfg.get("userns"):
+            if uid is not None and not self.cfg.userns:
                 opts += f",uid={uid},gid={uid}"
             _w_mount(self.libc, "tmpfs", _WORKDIR, "tmpfs", _MS_NOSUID | _MS_NODEV, opts)
             return _WORKDIR
@@ -570,33 +571,33 @@ class _WServer:
 
 
 def _w_main(argv: list[str]) -> None:
-    cfg = json.loads(argv[0])
+    cfg = Confinement.from_json(argv[0])
     pin, pout = os.dup(0), os.dup(1)
     nul = os.open(os.devnull, os.O_RDWR)
     os.dup2(nul, 0)
     os.dup2(nul, 1)
-    if not cfg.get("debug"):
+    if not cfg.debug:
         os.dup2(nul, 2)
     os.close(nul)
     import importlib
 
-    for m in list(_PRELOAD) + list(cfg.get("preload") or []):
+    for m in list(_PRELOAD) + list(cfg.preload):
         try:
             importlib.import_module(m)
         except Exception:  # noqa: BLE001
             pass
     info: dict = {"mode": "none"}
     libc = None
-    memcg = cfg.get("memcg") or {}
-    cfg["_memcg_fd"] = None
+    memcg = cfg.memcg
+    cfg.memcg_fd = None
     if memcg.get("dir"):
         try:  # kept open across pivot_root: the per-call memory cgroup
-            cfg["_memcg_fd"] = os.open(memcg["dir"], os.O_RDONLY | os.O_DIRECTORY)
+            cfg.memcg_fd = os.open(memcg["dir"], os.O_RDONLY | os.O_DIRECTORY)
         except OSError:
-            cfg["_memcg_fd"] = None
+            cfg.memcg_fd = None
     info["memory"] = (
         f"per call: a memory cgroup ({memcg.get('v')}) capped at memory_mb for all of the call's "
-        "processes and its tmpfs pages, plus RLIMIT_AS per process" if cfg["_memcg_fd"] is not None
+        "processes and its tmpfs pages, plus RLIMIT_AS per process" if cfg.memcg_fd is not None
         else "per process: RLIMIT_AS (no writable memory cgroup here, so a call's processes each get "
              "memory_mb)")
     try:
@@ -604,13 +605,13 @@ def _w_main(argv: list[str]) -> None:
             libc = _w_libc()
         except OSError:
             libc = None
-        if cfg.get("mode") == "namespaces":
+        if cfg.mode == "namespaces":
             if libc is None or not sys.platform.startswith("linux"):
                 raise OSError("namespaces need Linux and ctypes")
             _w_enter_namespaces(cfg, info, pin, pout)
-            cfg["userns"] = info.get("user_ns", False)
+            cfg.userns = info.get("user_ns", False)
         else:
-            info["network"] = ("host network (limits.network=True)" if cfg.get("network") else
+            info["network"] = ("host network (limits.network=True)" if cfg.network else
                                "NOT isolated by the kernel: only the audit hook blocks socket use")
             info["filesystem"] = ("NOT isolated by the kernel: per-call temp dir as cwd; the audit "
                                   "hook blocks Python-level writes outside it"
@@ -622,10 +623,10 @@ def _w_main(argv: list[str]) -> None:
                                          "isolation": info}).encode())
         os._exit(1)
     info["privileges"] = (
-        f"call children run as uid {cfg['uid']} (unprivileged), empty capability bounding set, "
-        "no_new_privs" if os.geteuid() == 0 and cfg.get("uid") is not None and not cfg.get("userns")
+        f"call children run as uid {cfg.uid} (unprivileged), empty capability bounding set, "
+        "no_new_privs" if os.geteuid() == 0 and cfg.uid is not None and not cfg.userns
         else "call children run as namespace-root with all capabilities dropped, no_new_privs"
-        if cfg.get("userns") else f"call children keep uid {os.geteuid()}"
+        if cfg.userns else f"call children keep uid {os.geteuid()}"
         + (" with all capabilities dropped (securebits locked), no_new_privs"
            if os.geteuid() == 0 and libc is not None else ""))
     import platform

@@ -125,11 +125,11 @@ def resolve_task(record_or_task: Any, domain: str | None = None) -> tuple[str, A
         raw = (attr_or_key(task, "extra") or {}).get("tau2_task")
         if raw is not None:
             return dom, t2env.as_tau2_task(raw)
-        cfg = attr_or_key(env, "config") or {}
-        if cfg.get("task") is not None:
-            return dom, t2env.as_tau2_task(cfg["task"])
-        if cfg.get("task_id") is not None:
-            return dom, t2env.get_task(dom, cfg["task_id"], cfg.get("task_set"))
+        env_config = attr_or_key(env, "config") or {}
+        if env_config.get("task") is not None:
+            return dom, t2env.as_tau2_task(env_config["task"])
+        if env_config.get("task_id") is not None:
+            return dom, t2env.get_task(dom, env_config["task_id"], env_config.get("task_set"))
         raise ValueError("record carries no tau2 task (task.extra.tau2_task or env.config.task_id)")
     if isinstance(record_or_task, dict) and "user_scenario" in record_or_task:
         if not domain:

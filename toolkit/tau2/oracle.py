@@ -11,6 +11,7 @@ from typing import Any
 
 from toolkit.tau2.convert import ORACLE_MODEL, load_tasks, resolve_task
 from toolkit.tau2.scoring import same_score, score_fast, score_official
+from toolkit.envs.base import load_env
 
 # ==============================================================================================
 # Oracle
@@ -25,8 +26,6 @@ def _communicate_text(infos: list[str]) -> str:
 def oracle_trajectory(record: Any, env: Any = None) -> dict:
     """Replay a task's expected actions in OUR tau2 backend (user-side actions with side="user")
     and state the task's communicate_info in a final assistant message. Returns a Trajectory dict."""
-    from toolkit.envs.base import load_env
-
     rec = record.model_dump(by_alias=True) if hasattr(record, "model_dump") else record
     if env is None:
         env = load_env(rec["env"])

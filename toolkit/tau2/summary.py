@@ -84,8 +84,8 @@ def summarize(records: Iterable[Any], k: int = 4, exclude_infra_errors: bool = F
     stats: dict[str, dict[str, Any]] = {}
     for rec in records:
         dom = _record_domain(rec)
-        cfg = attr_or_key(attr_or_key(rec, "env"), "config") or {}
-        tkey = str(cfg.get("task_id") if cfg.get("task_id") is not None else (attr_or_key(rec, "parent_id") or attr_or_key(rec, "id")))
+        env_config = attr_or_key(attr_or_key(rec, "env"), "config") or {}
+        tkey = str(env_config.get("task_id") if env_config.get("task_id") is not None else (attr_or_key(rec, "parent_id") or attr_or_key(rec, "id")))
         st = stats.setdefault(dom, {"infrastructure_errors": 0, "unscored": 0, "rewards": [],
                                     "attribution": {"agent": 0, "user_simulator": 0, "infrastructure": 0, "task": 0}})
         verdict_attr: dict[Any, str] = {}

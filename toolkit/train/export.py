@@ -30,6 +30,7 @@ from toolkit.formats.tools import prepare_tools
 from toolkit.io import StageError
 from toolkit.schema import Record, Trajectory
 from toolkit.episodes.text import GREETING, agent_view, scenario_text, turn_prefix, user_system_prompt
+from toolkit.envs import load_env
 
 ROLES = ("assistant", "user")
 FILTERS = ("all", "passed", "failed")
@@ -127,8 +128,6 @@ def user_tools(record: Record) -> list[dict]:
     if record.env is None:
         return []
     try:
-        from toolkit.envs import load_env
-
         with load_env(record.env) as env:
             return prepare_tools(env.tools("user"))
     except Exception:

@@ -31,6 +31,8 @@ import os
 import random
 import sys
 from collections.abc import Iterable
+from toolkit.envs.sqlite import SqliteEnvironment
+from toolkit.train.principals import add_principals
 
 BAD_CALL_CODES = ("UNKNOWN_TOOL", "INVALID_ARGUMENTS")
 FORBIDDEN_CODE = "POLICY_VIOLATION"  # a write the domain's policy forbids, attempted (and rejected)
@@ -64,8 +66,6 @@ def shared_args(rec: dict) -> set[str]:
     env = rec.get("env") or {}
     if env.get("backend") != "sqlite":
         return set()
-    from toolkit.envs.sqlite import SqliteEnvironment
-
     dom = SqliteEnvironment.from_ref({k: v for k, v in env.items() if k in ("backend", "id", "path", "config")}).domain
     writable = {td.table for td in dom.tools.values() if td.kind in ("insert", "update") and not td.hidden}
     keys = {t.name: t.pk[0] for t in dom.tables.values() if len(t.pk) == 1}
@@ -475,8 +475,6 @@ def main(argv: list[str] | None = None) -> int:
                           "signatures": _sig_counts(kept)}), file=sys.stderr)
         return 0 if kept else 1
     if a.cmd == "principals":
-        from toolkit.train.principals import add_principals
-
         for rec in _read(None):
             state, info = add_principals(rec.get("env") or {}, a.k, a.seed, a.keep_original)
             rec = {**rec, "env": {**(rec.get("env") or {}), "state": state}}

@@ -27,6 +27,7 @@ from __future__ import annotations
 import random
 import re
 from typing import Any
+from toolkit.envs.sqlite import SqliteEnvironment
 
 _WORD = re.compile(r"^[A-Za-z][A-Za-z' -]*$")
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}")
@@ -163,8 +164,6 @@ def add_principals(env_ref: dict, k: int, seed: int = 0, keep_original: bool = F
     """(state, info): the domain's base state with its principals replaced by (or, keep_original,
     extended with) `k` clones and everything that depends on them; info names the principal table,
     the clones' keys and the rows cloned per table."""
-    from toolkit.envs.sqlite import SqliteEnvironment
-
     env = SqliteEnvironment.from_ref({k_: v for k_, v in env_ref.items() if k_ in ("backend", "id", "path", "config",
                                                                                   "state")})
     try:

@@ -32,10 +32,15 @@ import sys
 import time
 from typing import Any
 
+from pydantic import BaseModel
+
 from toolkit import registry
 from toolkit.formats.rows import export_row
 from toolkit.io import IOOptions, RecordStream, UsageError, log
+from toolkit.options import SFTOptions
 from toolkit.train import export as X
+from toolkit.formats.hermes import CHAT_TEMPLATE
+from toolkit.train.prefix import prefix_len, shared_forward
 
 # our CLI / stream keys that are never trainer settings
 _OURS = {"input", "output", "rejects", "resume", "shard", "limit", "unordered", "progress", "concurrency",
@@ -44,19 +49,14 @@ _OURS = {"input", "output", "rejects", "resume", "shard", "limit", "unordered", 
          "model_dtype", "shared_prefix"}
 
 
-def collect_rows(cfg: dict, role: str) -> tuple[list[dict], Any]:
+def collect_rows(o: SFTOptions) -> tuple[list[dict], Any]:
     """Read records (rejects with line numbers as every stage does) and return training rows."""
-    opts = IOOptions.from_config(cfg)
-    opts = dataclasses.replace(opts, output=None, resume=False)
+    opts = IOOptions.for_reading(o)
     rows: list[dict] = []
-    filt = cfg.get("filter") or "all"
-    min_reward = cfg.get("min_reward")
 
     def fn(record):
-        rows.extend(X.record_rows(record, role=role, filter=filt,
-                                  min_reward=None if min_reward is None else float(min_reward),
-                                  tool_schema=cfg.get("tool_schema") or "full",
-                                  system_prompt=cfg.get("system_prompt") or "keep"))
+        rows.extend(X.record_rows(record, role=o.role, filter=o.filter, min_reward=o.min_reward,
+                                  tool_schema=o.tool_schema or "full", system_prompt=o.system_prompt or "keep"))
         return None
 
     stream = RecordStream(opts, "sft")
@@ -91,8 +91,6 @@ def load_tokenizer(model_path: str, chat_template: str | None = None):
 def apply_template(tok, chat_template: str | None) -> None:
     """chat_template: None/"model" = the model's (patched by TRL for assistant masks when it has no
     generation markers), "toolkit" = toolkit.formats.hermes, or a path to a Jinja file."""
-    from toolkit.formats.hermes import CHAT_TEMPLATE
-
     if chat_template in (None, "", "model"):
         if not getattr(tok, "chat_template", None):
             tok.chat_template = CHAT_TEMPLATE
@@ -147,7 +145,7 @@ def _field_names(cls) -> set[str]:
 MODEL_DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
-def model_dtype(cfg: dict, args):
+def model_dtype(want: str | None, args):
     """The dtype the weights are loaded (and trained, and saved) in. `model_dtype: auto` (default):
     the precision flag's (bf16 → bfloat16 weights, as TRL does, halving memory); `float32` with
     `bf16: true` = mixed precision: fp32 weights and optimizer, bf16 autocast for the matmuls (on
@@ -155,7 +153,7 @@ def model_dtype(cfg: dict, args):
     small updates to rounding)."""
     import torch
 
-    want = cfg.get("model_dtype") or "auto"
+    want = want or "auto"
     if want not in MODEL_DTYPES:
         raise ValueError(f"model_dtype must be one of {MODEL_DTYPES}, got {want!r}")
     if want != "auto":
@@ -163,11 +161,14 @@ def model_dtype(cfg: dict, args):
     return torch.bfloat16 if args.bf16 else (torch.float16 if args.fp16 else torch.float32)
 
 
-def trainer_kwargs(cfg: dict, cls, defaults: dict) -> dict:
-    """Keys of cfg that are fields of `cls` (SFTConfig / TrainingArguments), over our defaults."""
+def trainer_kwargs(keys: Any, cls, defaults: dict) -> dict:
+    """The keys (a mapping, or an options model with its pass-through extras) that are fields of
+    `cls` (SFTConfig / TrainingArguments), over our defaults."""
+    if isinstance(keys, BaseModel):
+        keys = {**keys.model_dump(), **(keys.__pydantic_extra__ or {})}
     names = _field_names(cls)
     kw = dict(defaults)
-    for k, v in cfg.items():
+    for k, v in keys.items():
         if k in names and k not in _OURS and v is not None:
             kw[k] = v
     return kw
@@ -274,8 +275,8 @@ def merge_lora(out_dir: str, merged_dir: str, tok) -> str:
     return merged_dir
 
 
-def lora_config(cfg: dict):
-    spec = cfg.get("lora")
+def lora_config(spec: Any):
+    """peft's LoraConfig from the `lora` option (true, or a mapping of LoraConfig fields); None when off."""
     if not spec:
         return None
     from peft import LoraConfig
@@ -333,30 +334,31 @@ def resolve_resume(value: Any, output_dir: str) -> str | bool | None:
 # the command
 
 
-def main(cfg: dict) -> int:
-    role = cfg.get("role") or "assistant"
-    if role not in X.ROLES:
+def main(opts: SFTOptions | Any) -> int:
+    """The sft command: `opts` is its options model (or, for library callers, a mapping of its keys)."""
+    o = SFTOptions.typed(opts)
+    if o.role not in X.ROLES:
         raise UsageError(f"--role must be one of {', '.join(X.ROLES)}")
-    fmt = cfg.get("export")
+    fmt = o.export
     if fmt and fmt not in registry.names("exporters"):
         raise UsageError(f"--export {fmt!r}: unknown format; choose from {', '.join(registry.names('exporters'))}")
-    rows, stream = collect_rows(cfg, role)
+    rows, stream = collect_rows(o)
     if fmt:
-        write_export(rows, fmt, cfg.get("output"))
+        write_export(rows, fmt, o.output)
         log(f"sft --export {fmt}: {len(rows)} rows")
         return stream.exit_code()
     if not rows:
         log("sft: no training rows (check --filter / --min-reward and the input)")
         return 1
-    model_path = cfg.get("model")
-    out_dir = cfg.get("output_dir")
+    model_path = o.model
+    out_dir = o.output_dir
     if not model_path:
         raise UsageError("sft needs --model PATH (a local HF checkpoint directory) unless --export is given")
     if not out_dir:
         raise UsageError("sft needs --output-dir DIR")
-    if cfg.get("merge_lora") and not cfg.get("lora"):
+    if o.merge_lora and not o.lora:
         raise UsageError("--merge-lora needs LoRA training (--lora or a recipe `lora:` section)")
-    result = train(rows, cfg, model_path, out_dir)
+    result = train(rows, o, model_path, out_dir)
     log(f"sft: {json.dumps(result)}")
     return stream.exit_code()
 
@@ -374,42 +376,44 @@ def build_dataset(tok, rows: list[dict], assistant_only: bool, max_length: int |
     return Dataset.from_list(data)
 
 
-def train(rows: list[dict], cfg: dict, model_path: str, out_dir: str) -> dict:
+def train(rows: list[dict], opts: SFTOptions | Any, model_path: str, out_dir: str) -> dict:
+    """Train on `rows`; `opts`: sft's options model, or a mapping of its keys and any TRL SFTConfig
+    field (library callers, tests)."""
     from transformers import AutoModelForCausalLM
     from trl import SFTConfig, SFTTrainer
 
+    o = SFTOptions.typed(opts)
     t0 = time.time()
-    tok = load_tokenizer(model_path, cfg.get("chat_template"))
-    assistant_only = cfg.get("assistant_only_loss", True) is not False
+    tok = load_tokenizer(model_path, o.chat_template)
+    assistant_only = o.assistant_only_loss
     if assistant_only:
         ensure_generation_markers(tok)
-    max_length = cfg.get("max_length")
-    ds = build_dataset(tok, rows, assistant_only, int(max_length) if max_length else None)
+    ds = build_dataset(tok, rows, assistant_only, o.max_length or None)
     defaults = {"output_dir": out_dir, "report_to": "none", "logging_steps": 1, "save_strategy": "steps",
                 "save_steps": 50, "save_total_limit": 2, "num_train_epochs": 2, "learning_rate": 5e-6,
                 "per_device_train_batch_size": 1, "max_length": None, **cpu_defaults()}
-    kw = trainer_kwargs(cfg, SFTConfig, defaults)
+    kw = trainer_kwargs(o, SFTConfig, defaults)
     kw["output_dir"] = out_dir
     kw["assistant_only_loss"] = False  # the mask is already in the dataset (assistant_masks → labels)
     kw["completion_only_loss"] = False
     kw.setdefault("dataset_num_proc", None)
     fsdp_on_cpu = cpu_fsdp_state(kw)
-    lora = lora_config(cfg)
+    lora = lora_config(o.lora)
     args = SFTConfig(**kw)
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=model_dtype(cfg, args))
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=model_dtype(o.model_dtype, args))
     os.makedirs(out_dir, exist_ok=True)
-    metrics = MetricsJSONL(os.path.join(out_dir, "metrics.jsonl"), {"role": cfg.get("role") or "assistant"})
+    metrics = MetricsJSONL(os.path.join(out_dir, "metrics.jsonl"), {"role": o.role})
     trainer = prefix_sharing(SFTTrainer)(model=model, args=args, train_dataset=ds, processing_class=tok,
                                          peft_config=lora, callbacks=[metrics.make()],
-                                         shared_prefix=cfg.get("shared_prefix"))
-    resume = resolve_resume(cfg.get("resume_from_checkpoint"), out_dir)
+                                         shared_prefix=o.shared_prefix)
+    resume = resolve_resume(o.resume_from_checkpoint, out_dir)
     out = trainer.train(resume_from_checkpoint=resume)
     save_full_model(trainer, out_dir)
     main_process = trainer.accelerator.is_main_process
     if main_process:
         tok.save_pretrained(out_dir)
     merged = None
-    if cfg.get("merge_lora"):
+    if o.merge_lora:
         merged = os.path.join(out_dir, "merged")
         if main_process:
             merge_lora(out_dir, merged, tok)
@@ -432,8 +436,6 @@ def prefix_sharing(base: type) -> type:
     schemas) once (toolkit.train.prefix: exact; with `per_device_train_batch_size` > 1 a step costs
     about the prefix once plus each row's rest). `shared_prefix`: None = auto (one process, no
     DeepSpeed / FSDP / gradient checkpointing, TRL's default loss), False = off."""
-    from toolkit.train.prefix import prefix_len, shared_forward
-
     class _Proxy:
         def __init__(self, model, P):
             self._model, self._P = model, P

@@ -11,12 +11,13 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from toolkit import domains
+from toolkit.envs import load_env
+from toolkit.formats.hermes import render_hermes
+from toolkit.formats.hermes import CHAT_TEMPLATE, SPECIAL_TOKENS
 
 
 def _corpus() -> list[str]:
-    from toolkit import domains
-    from toolkit.envs import load_env
-    from toolkit.formats.hermes import render_hermes
 
     texts: list[str] = []
     for d in domains.list_domains():
@@ -50,8 +51,6 @@ def build_tiny_model(path: str | os.PathLike, vocab_size: int = 1024, hidden_siz
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
-
-    from toolkit.formats.hermes import CHAT_TEMPLATE, SPECIAL_TOKENS
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

@@ -55,6 +55,8 @@ from toolkit.envs.mcp.session import McpSession, McpUnavailable
 from toolkit.sandbox.commands import ConfinedCommands, read_status
 
 from toolkit.formats.tools import NAME_RE, sanitize_names  # noqa: F401  (the same rule as tools import)
+from toolkit.io import log
+from toolkit.sandbox import operator_limits, parse_limits
 _LOGGED: set[str] = set()
 # what the server process may see of the toolkit's environment (plus the entry's own env)
 INHERITED_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "TERM", "SYSTEMROOT")
@@ -89,8 +91,6 @@ def state_command_env(env: dict[str, str]) -> dict[str, str]:
 def _log_once(msg: str) -> None:
     if msg not in _LOGGED:
         _LOGGED.add(msg)
-        from toolkit.io import log
-
         log(msg)
 
 
@@ -139,22 +139,20 @@ class McpEnvironment(Environment):
         ref = dict(ref or {})
         check_record_ref(ref)
         entry = server(ref.get("id"))
-        cfg = ref.get("config") or {}
+        config = ref.get("config") or {}
         if ref.get("state"):
             raise McpConfigError("env.state: an mcp environment's initial state is its workdir "
                                  "(env.config.workdir), not an inline state")
-        field = "env.config.workdir" if cfg.get("workdir") is not None else "env.path"
-        workdir = cfg.get("workdir") if cfg.get("workdir") is not None else ref.get("path")
+        field = "env.config.workdir" if config.get("workdir") is not None else "env.path"
+        workdir = config.get("workdir") if config.get("workdir") is not None else ref.get("path")
         if workdir is not None:  # a host path: only under a root the operator registered
             workdir = resolve_workdir(entry, workdir, field)
-        return cls(entry, workdir=workdir, policy=str(cfg.get("policy") or ""),
-                   exclude_keys=[str(k) for k in cfg.get("exclude_keys") or []])
+        return cls(entry, workdir=workdir, policy=str(config.get("policy") or ""),
+                   exclude_keys=[str(k) for k in config.get("exclude_keys") or []])
 
     # -- limits
     def _limits(self) -> dict:
         """The operator's sandbox limits with the server entry's own (also the operator's) on top."""
-        from toolkit.sandbox import operator_limits, parse_limits
-
         lim = operator_limits()
         if self.entry.limits:
             lim = parse_limits(self.entry.limits, base=lim)

@@ -33,6 +33,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from toolkit.sandbox import parse_limits
 
 ENV_VAR = "TOOLKIT_MCP_SERVERS"
 ROOTS_VAR = "TOOLKIT_MCP_WORKDIR_ROOTS"
@@ -109,8 +110,6 @@ def _entry(sid: str, e: Any, where: str, base: Path | None = None) -> ServerEntr
         raise McpConfigError(f"{where}: mcpServers.{sid}.state_excludes: expected a list of glob patterns")
     lim = e.get("limits") or {}
     if lim:
-        from toolkit.sandbox import parse_limits
-
         try:
             parse_limits(lim)
         except ValueError as err:

@@ -31,6 +31,7 @@ from toolkit.envs.sqlite.domain import (
     spec_from_dict,
 )
 from toolkit.envs.sqlite.errors import tool_error
+from toolkit.envs.sqlite.registered import domain_path
 from toolkit.envs.sqlite.guard import _DENIED_FUNCTIONS, _DENY, _MAX_VALUE_BYTES, SqlBudget, _harden, max_pages
 from toolkit.envs.sqlite.sqltext import _short, qident
 from toolkit.envs.sqlite.tools import (
@@ -117,8 +118,6 @@ class SqliteEnvironment(Environment):
         if ref.get("path"):
             dom = compiled_from_path(ref["path"])
         elif ref.get("id"):
-            from toolkit.domains import domain_path
-
             try:
                 dom = compiled_from_path(domain_path(str(ref["id"])))
             except KeyError as e:

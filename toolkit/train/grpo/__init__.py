@@ -32,7 +32,6 @@ this module is the `grpo` command.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import sys
 
@@ -48,6 +47,7 @@ from toolkit.train.grpo.generators import (
 from toolkit.train.grpo.loop import GRPORun
 from toolkit.train.grpo.loss import sequence_advantages
 from toolkit.train.grpo.options import GRPOOptions, variant_preset
+from toolkit.llm.serve_hf import vllm_build
 
 __all__ = [
     "Episode",
@@ -71,7 +71,7 @@ __all__ = [
 
 
 def read_tasks(cfg: dict) -> tuple[list[Record], RecordStream]:
-    opts = dataclasses.replace(IOOptions.from_config(cfg), output=None, resume=False)
+    opts = IOOptions.for_reading(cfg)
     recs: list[Record] = []
 
     def fn(record: Record):
@@ -98,8 +98,6 @@ def check_generation(o: GRPOOptions) -> None:
     import importlib.util
 
     import torch
-
-    from toolkit.llm.serve_hf import vllm_build
 
     here = importlib.util.find_spec("vllm") is not None
     cpu_build = here and vllm_build(sys.executable) == "cpu"

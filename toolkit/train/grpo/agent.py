@@ -9,6 +9,7 @@ from toolkit.formats.tools import prepare_tools
 from toolkit.train.export import prepare_system
 from toolkit.train.grpo.generators import ScriptedGenerator
 from toolkit.train.grpo.options import GRPOOptions
+from toolkit.llm.toolcalls import parse_tool_calls
 
 # ----------------------------------------------------------------------------------------------
 # the policy as a rollout agent
@@ -96,8 +97,6 @@ class PolicyAgent:
         self.turn_of.extend([turn if policy else -1] * len(ids))
 
     async def act(self, messages: list[dict], tools: list[dict], usage: Any) -> dict:
-        from toolkit.llm.toolcalls import parse_tool_calls
-
         msgs = prepare_system([dict(m) for m in messages], self.opts.system_prompt)
         rtools = prepare_tools(list(tools or []), self.opts.tool_schema)
         if self.seen is None:

@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from toolkit.io import UsageError, log
+from toolkit.stages import make_meter
 from toolkit.schema import Record
 from toolkit.train import advantages as ADV
 from toolkit.train.grpo.batch import Selection, Selector
@@ -24,6 +25,7 @@ from toolkit.train.grpo.generators import (
     TRLVLLMGenerator,
 )
 from toolkit.train.grpo.options import GRPOOptions
+from toolkit.train.sft import apply_template, cpu_defaults, lora_config, model_dtype, resolve_resume
 
 # GRPOOptions fields that are ours (never forwarded to GRPOConfig under the same name)
 _TRL_MAP = {"learning_rate", "lr_scheduler_type", "weight_decay", "max_grad_norm", "seed",
@@ -43,8 +45,6 @@ def grpo_config(cfg: dict, o: GRPOOptions, out_dir: str):
     """The `trl.GRPOConfig` of a run: our options mapped onto its fields, CPU defaults, and any
     field of the recipe's `trl:` mapping (deepspeed, fsdp, ds3_gather_for_generation, bf16, ...)."""
     from trl import GRPOConfig
-
-    from toolkit.train.sft import cpu_defaults
 
     cpu = cpu_defaults()
     if cfg.get("use_cpu"):
@@ -87,9 +87,7 @@ class GRPORun:
         from datasets import Dataset
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from toolkit.stages import make_meter
         from toolkit.train.grpo.trainer import ToolkitGRPOTrainer
-        from toolkit.train.sft import apply_template, lora_config, model_dtype
 
         self.cfg, self.records, self.out_dir = cfg, records, out_dir
         self.opts = o = GRPOOptions.from_config(cfg)
@@ -104,12 +102,12 @@ class GRPORun:
             # for its KV cache, and refuse to start when less is free: give it an explicit size (GiB)
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         # model_dtype float32 with `trl: {bf16: true}`: fp32 weights and optimizer, bf16 autocast (as sft)
-        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=model_dtype(cfg, args))
+        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=model_dtype(cfg.get("model_dtype"), args))
         # the dataloader only paces TRL's loop; tasks come from our own seeded stream (exact resume)
         n_rows = max(8, len(records)) * args.world_size * o.gradient_accumulation_steps
         ds = Dataset.from_dict({"prompt": [str(i) for i in range(n_rows)]})
         self.trainer = ToolkitGRPOTrainer(model=model, reward_funcs=[verify_reward], args=args, train_dataset=ds,
-                                          processing_class=self.tok, peft_config=lora_config(cfg), run=self)
+                                          processing_class=self.tok, peft_config=lora_config(cfg.get("lora")), run=self)
         acc = self.trainer.accelerator
         self.unwrapped = self.trainer.model
         # fp32 weights under bf16 mixed precision: generation autocasts too (training's forward does)
@@ -284,8 +282,6 @@ class GRPORun:
 
     # -- run -------------------------------------------------------------------------------------
     def train(self) -> dict:
-        from toolkit.train.sft import resolve_resume
-
         t0 = time.time()
         resume = resolve_resume(self.cfg.get("resume_from_checkpoint"), self.out_dir)
         if resume:

@@ -1,14 +1,13 @@
-"""GRPO options (`GRPOOptions`) and the paper variants that preset them (registered, kind "variants")."""
+"""The paper variants that preset GRPO's options (registered, kind "variants"); the options model
+itself is `toolkit.options.GRPOOptions` (one model: defaults and help in its fields), re-exported here."""
 
 from __future__ import annotations
 
-from typing import Any, get_args
-
-from pydantic import BaseModel, ConfigDict
+from typing import get_args
 
 from toolkit import registry
 from toolkit.io import UsageError
-from toolkit.options import GRPOOpts, typed_options, with_preset
+from toolkit.options import GRPOOptions
 from toolkit.train import advantages as ADV
 
 # ----------------------------------------------------------------------------------------------
@@ -52,31 +51,5 @@ def variant_preset(name: str) -> dict:
     return dict(e.obj)
 
 
-class GRPOOptions(GRPOOpts):
-    """The trainer's typed options: `toolkit.options.GRPOOpts` (every key and its default) with the
-    variant's preset applied. `from_config` takes the CLI's merged options or a plain dict (library
-    use, tests): keys it does not declare are ignored, None means unset."""
-
-    model_config = ConfigDict(extra="ignore", protected_namespaces=())
-
-    @classmethod
-    def from_config(cls, cfg: Any) -> GRPOOptions:
-        if isinstance(cfg, BaseModel):
-            cfg = {k: getattr(cfg, k) for k in cfg.model_fields_set if k in cls.model_fields}
-        try:
-            o = with_preset(typed_options(cls, cfg))
-        except ValueError as e:
-            raise UsageError(str(e)) from None
-        assert isinstance(o, GRPOOptions)
-        if tuple(get_args(cls.model_fields["loss_type"].annotation)) != ADV.LOSS_TYPES:  # pragma: no cover
-            raise AssertionError("GRPOOpts.loss_type and advantages.LOSS_TYPES differ")
-        if o.generation == "scripted" and not o.scripted_completions:
-            raise UsageError("generation scripted needs scripted_completions (a JSON file)")
-        if o.max_staleness and o.generation == "vllm" and o.vllm_mode == "colocate":
-            raise UsageError("max_staleness > 0 needs generation on other devices than training: use vllm_mode "
-                             "server, or max_staleness 0 with colocate")
-        return o
-
-    @property
-    def eps_high(self) -> float:
-        return self.epsilon if self.epsilon_high is None else float(self.epsilon_high)
+if tuple(get_args(GRPOOptions.model_fields["loss_type"].annotation)) != ADV.LOSS_TYPES:  # pragma: no cover
+    raise AssertionError("GRPOOptions.loss_type and advantages.LOSS_TYPES differ")
