@@ -25,7 +25,7 @@ IMPLEMENTATIONS: dict[str, str] = {
     "eval-tau2": "toolkit.stages.eval_tau2:main",
     "strategy-stages": "toolkit.stages.strategies:STAGES",
     "strategies": "toolkit.stages.strategies",
-    "scorer-names": "toolkit.stages.verify:scorer_names",
+    "scorer-names": "toolkit.scorers:scorer_names",
     "sft": "toolkit.train.sft:main",
     "grpo": "toolkit.train.grpo:main",
     # `toolkit ...` utilities

@@ -16,8 +16,6 @@ from toolkit.schema import Record, Trajectory
 from toolkit.scorers.engine import Verifier
 from toolkit.train import advantages as ADV
 from toolkit.train.grpo.agent import PolicyAgent
-from toolkit.envs import load_env
-from toolkit.llm import get_client, llm_config
 from toolkit.train.grpo.options import GRPOOptions
 
 # ----------------------------------------------------------------------------------------------
