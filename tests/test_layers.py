@@ -94,7 +94,7 @@ def test_engines_sit_below_the_commands(tmp_path):
     line = _append(pkg / "scorers" / "engine.py", "from toolkit.stages import base  # noqa: F401,E402\n")
     errors = layering.check(pkg)
     assert errors == [f"upward import: toolkit.scorers.engine:{line} import of toolkit.stages.base "
-                      "(layer 2 episodes → layer 3 stages)"], errors
+                      "(layer 2 episodes → layer 3 stages)", "package cycle: scorers ↔ stages"], errors
 
 
 def test_planted_function_local_package_cycle_fails(tmp_path):

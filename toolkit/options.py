@@ -474,6 +474,7 @@ class GRPOCommandOptions(GRPOOptions, TrainOptions, LLMOpts):
     command: ClassVar[str] = "grpo"
     llm_roles: ClassVar[tuple[str, ...]] = CORE_ROLES["grpo"]
     rollouts: Optional[str] = None
+    use_cpu: bool = False  # train on the CPU even where an accelerator exists (TRL's use_cpu)
 
 
 COMMAND_MODELS: dict[str, type[Options]] = {m.command: m for m in (

@@ -14,6 +14,7 @@ import click
 from toolkit import registry
 from toolkit.cli.common import (
     RegistryChoice,
+    RegistryHelp,
     StrategyChoice,
     cli_command,
     compose,
@@ -343,7 +344,7 @@ Example:
                    "preset; > 0 pays when generation runs on other devices, e.g. a vLLM server).")
 @stage_command
 def grpo(opts: Any) -> int:
-    return load("grpo")(_resolved_model(opts).cfg())  # grpo's trainer still reads a dict (GRPORun)
+    return load("grpo")(_resolved_model(opts))
 
 
 def _resolved_model(opts: Any) -> Any:
@@ -391,7 +392,8 @@ def _defaults_of(name: str) -> dict[str, Any]:
 
 
 for _name, _c in COMMANDS.items():
-    _c.defaults = functools.partial(_defaults_of, _name)  # type: ignore[attr-defined]
+    assert isinstance(_c, RegistryHelp)  # every command is made by cli_command
+    _c.defaults = functools.partial(_defaults_of, _name)
 
 
 # ----------------------------------------------------------------------------------------------

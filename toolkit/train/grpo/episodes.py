@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +17,7 @@ from toolkit.schema import Record, Trajectory
 from toolkit.scorers.engine import Verifier
 from toolkit.train import advantages as ADV
 from toolkit.train.grpo.agent import PolicyAgent
+from toolkit.options import GRPOCommandOptions
 from toolkit.train.grpo.options import GRPOOptions
 
 # ----------------------------------------------------------------------------------------------
@@ -44,22 +46,24 @@ class Episode:
 class Rollouts:
     """Runs groups of episodes and verifies them (rollout's engine + verify's strategies)."""
 
-    def __init__(self, cfg: dict, opts: GRPOOptions, tok, generator, meter: Any = None):
+    def __init__(self, copts: GRPOCommandOptions | Mapping, opts: GRPOOptions, tok, generator, meter: Any = None):
         self.opts, self.tok, self.generator = opts, tok, generator
         # the policy's --model is a checkpoint path, never the simulator's / judge's model name, and
         # its sampling settings are not theirs (user_temperature, judge_temperature ... set those)
-        side_cfg = {k: v for k, v in cfg.items() if k not in ("model", "base_url", "temperature", "top_p")}
-        self.side_cfg = side_cfg
+        side = GRPOCommandOptions.typed(copts).model_copy(update={"model": None, "base_url": None, "temperature": None,
+                                                                  "top_p": None})
+        self.side_opts = side
         self.meter = meter
-        vcfg = {**side_cfg, "strategy": list(opts.verify_strategy), "lambda_err": opts.lambda_err,
-                "penalize_invalid_calls": opts.penalize_invalid_calls, "filter": "all", "require": cfg.get("require"),
-                "judge_rubric": opts.judge_rubric}
-        self.verifier = Verifier(vcfg, meter)
+        vsrc = {**side.model_dump(), **(side.__pydantic_extra__ or {})}
+        vsrc.update({"strategy": list(opts.verify_strategy), "lambda_err": opts.lambda_err,
+                     "penalize_invalid_calls": opts.penalize_invalid_calls, "filter": "all",
+                     "judge_rubric": opts.judge_rubric})
+        self.verifier = Verifier(vsrc, meter)
         self._user_client = None
 
     def user_client(self):
         if self._user_client is None:
-            self._user_client = get_client(llm_config(self.side_cfg, role="user"), self.meter)
+            self._user_client = get_client(llm_config(self.side_opts, role="user"), self.meter)
         return self._user_client
 
     async def episode(self, record: Record, k: int, step: int) -> Episode:
@@ -69,7 +73,7 @@ class Rollouts:
         try:
             env.reset(record.env.state if record.env and record.env.state else None)
             if hasattr(env, "bind_llm"):
-                env.bind_llm(get_client(llm_config(self.side_cfg, role="env"), self.meter))
+                env.bind_llm(get_client(llm_config(self.side_opts, role="env"), self.meter))
             user = None
             if record.task and record.task.user_scenario:
                 usp = env.user_simulator_system_prompt() if hasattr(env, "user_simulator_system_prompt") else None

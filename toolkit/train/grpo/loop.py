@@ -11,9 +11,11 @@ import pickle
 import random
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from toolkit.io import UsageError, log
+from toolkit.options import GRPOCommandOptions
 from toolkit.stages import make_meter
 from toolkit.schema import Record
 from toolkit.train import advantages as ADV
@@ -41,13 +43,13 @@ def _task_stream(records: list[Record], seed: int):
         yield from order
 
 
-def grpo_config(cfg: dict, o: GRPOOptions, out_dir: str):
+def grpo_config(copts: GRPOCommandOptions, o: GRPOOptions, out_dir: str):
     """The `trl.GRPOConfig` of a run: our options mapped onto its fields, CPU defaults, and any
     field of the recipe's `trl:` mapping (deepspeed, fsdp, ds3_gather_for_generation, bf16, ...)."""
     from trl import GRPOConfig
 
     cpu = cpu_defaults()
-    if cfg.get("use_cpu"):
+    if copts.use_cpu:
         cpu = {"use_cpu": True, "bf16": False, "gradient_checkpointing": False, "dataloader_pin_memory": False}
     ga = int(o.gradient_accumulation_steps)
     kw: dict[str, Any] = {
@@ -82,32 +84,34 @@ def verify_reward(*_, **__):
 
 
 class GRPORun:
-    def __init__(self, cfg: dict, records: list[Record], model_path: str, out_dir: str, generator=None):
+    def __init__(self, opts: GRPOCommandOptions | Mapping, records: list[Record], model_path: str, out_dir: str,
+                 generator=None):
         import torch
         from datasets import Dataset
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from toolkit.train.grpo.trainer import ToolkitGRPOTrainer
 
-        self.cfg, self.records, self.out_dir = cfg, records, out_dir
-        self.opts = o = GRPOOptions.from_config(cfg)
+        self.copts = copts = GRPOCommandOptions.typed(opts)  # the command's options (a mapping: library use)
+        self.records, self.out_dir = records, out_dir
+        self.opts = o = GRPOOptions.from_config(copts)
         os.makedirs(out_dir, exist_ok=True)
         self.tok = AutoTokenizer.from_pretrained(model_path)
-        apply_template(self.tok, cfg.get("chat_template"))
+        apply_template(self.tok, copts.chat_template)
         if self.tok.pad_token is None:
             self.tok.pad_token = self.tok.eos_token
-        args = grpo_config(cfg, o, out_dir)
+        args = grpo_config(copts, o, out_dir)
         if o.generation == "vllm" and o.vllm_mode == "colocate" and not torch.cuda.is_available():
             # vLLM's CPU build would reserve TRL's vllm_gpu_memory_utilization (0.9) of the machine's RAM
             # for its KV cache, and refuse to start when less is free: give it an explicit size (GiB)
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         # model_dtype float32 with `trl: {bf16: true}`: fp32 weights and optimizer, bf16 autocast (as sft)
-        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=model_dtype(cfg.get("model_dtype"), args))
+        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=model_dtype(copts.model_dtype, args))
         # the dataloader only paces TRL's loop; tasks come from our own seeded stream (exact resume)
         n_rows = max(8, len(records)) * args.world_size * o.gradient_accumulation_steps
         ds = Dataset.from_dict({"prompt": [str(i) for i in range(n_rows)]})
         self.trainer = ToolkitGRPOTrainer(model=model, reward_funcs=[verify_reward], args=args, train_dataset=ds,
-                                          processing_class=self.tok, peft_config=lora_config(cfg.get("lora")), run=self)
+                                          processing_class=self.tok, peft_config=lora_config(copts.lora), run=self)
         acc = self.trainer.accelerator
         self.unwrapped = self.trainer.model
         # fp32 weights under bf16 mixed precision: generation autocasts too (training's forward does)
@@ -125,7 +129,7 @@ class GRPORun:
                                          autocast=self.gen_autocast, shared_prefix=o.shared_prefix is not False)
             self.uses_policy_weights = True
         self.meter = make_meter()
-        self.rollouts = Rollouts(cfg, o, self.tok, self.generator, self.meter)
+        self.rollouts = Rollouts(copts, o, self.tok, self.generator, self.meter)
         self.batcher = ADV.AdaptiveBatcher(o.tasks_per_step, o.delta) if o.filter == "adaptive" else None
         self.selector = Selector(o, self.batcher)
         self.stream = _task_stream(records, o.seed)  # the same global order on every rank
@@ -134,11 +138,11 @@ class GRPORun:
         self.fill_bound_hits = 0
         self.history: list[dict] = []
         self.metrics_path = os.path.join(out_dir, "metrics.jsonl")
-        self.rollouts_path = cfg.get("rollouts")
-        self._setup_async(cfg, args, generator)
+        self.rollouts_path = copts.rollouts
+        self._setup_async(args, generator)
 
     # -- asynchronous rollouts -------------------------------------------------------------------
-    def _setup_async(self, cfg: dict, args, factory) -> None:
+    def _setup_async(self, args, factory) -> None:
         """max_staleness > 0: one background thread rolls out the next steps' first rounds with a
         behaviour copy of the weights (transformers), or on the vLLM server, while TRL trains."""
         import copy
@@ -173,7 +177,7 @@ class GRPORun:
                               seed=o.seed + 1000 + self.acc.process_index, record_logps=True,
                               autocast=self.gen_autocast, shared_prefix=o.shared_prefix is not False)
         self.behaviour_generator = gen
-        self.rollouts_async = Rollouts(cfg, o, self.tok, gen, self.meter)
+        self.rollouts_async = Rollouts(self.copts, o, self.tok, gen, self.meter)
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grpo-rollouts")
 
     def behaviour_snapshot(self):
@@ -283,7 +287,7 @@ class GRPORun:
     # -- run -------------------------------------------------------------------------------------
     def train(self) -> dict:
         t0 = time.time()
-        resume = resolve_resume(self.cfg.get("resume_from_checkpoint"), self.out_dir)
+        resume = resolve_resume(self.copts.resume_from_checkpoint, self.out_dir)
         if resume:
             self.restore_state(resume)
         try:
