@@ -65,7 +65,7 @@ def as_list(v: Any) -> list[str] | None:
 
 
 class Options(BaseModel):
-    """Base of every options model: unknown keys are errors; `cfg()` is the flat dict view."""
+    """Base of every options model: unknown keys are errors; `typed()` validates a mapping."""
 
     model_config = ConfigDict(extra="forbid", protected_namespaces=(), validate_assignment=False, defer_build=True)
     command: ClassVar[str] = ""
@@ -73,14 +73,6 @@ class Options(BaseModel):
     # (field, registry kind): the registered preset that the field's value names fills the keys no
     # layer set (`with_preset`); e.g. grpo's ("variant", "variants")
     preset: ClassVar[Optional[tuple[str, str]]] = None
-
-    def cfg(self) -> dict:
-        """The flat dict view for code not converted to typed attributes yet (eval-tau2's and grpo's
-        trainer's `main`, which read a mapping); unset (None) keys are left out, so a mapping
-        read with a default keeps it. Goes once nothing calls it."""
-        d = self.model_dump()
-        d.update(self.__pydantic_extra__ or {})
-        return {k: v for k, v in d.items() if v is not None}
 
     @classmethod
     def typed(cls, src: Any) -> "Options":
@@ -167,7 +159,7 @@ Filter = Literal["all", "passed", "failed"]
 
 class StrategyOptions(Options):
     """Base of a strategy's own options model: the keys every registry-driven command has, so
-    `Model.of(cfg)` gives a strategy typed access to them too."""
+    the model a strategy gets has them typed too."""
 
     strategy: Optional[str] = None
     n: Optional[int] = None          # per strategy: each has its own default
@@ -548,9 +540,8 @@ def env_field_value(annotation: Any, raw: str) -> Any:
 
 def typed_options(model: type[Options], src: Any) -> Any:
     """`model.of(src)` for library entry points that accept a dict or a model: an invalid value is
-    a toolkit.io.UsageError naming the key."""
-    from pydantic import ValidationError
-
+    a toolkit.io.UsageError naming the key. Unlike `model.typed`, keys the model does not declare
+    are ignored (an engine reading its keys out of another command's options: grpo's verifier)."""
     try:
         return model.of(src)
     except ValidationError as e:

@@ -191,7 +191,7 @@ Example:
               help="With --oracle: skip re-scoring every task with tau2's own (slow) evaluator.")
 @stage_command
 def eval_tau2(opts: Any) -> int:
-    return load("eval-tau2")(opts.cfg())  # eval-tau2's main still reads a dict
+    return load("eval-tau2")(opts)
 
 
 def strategy_command(name: str, help: str, *extra: Callable, filter_help: str | None = None,

@@ -64,7 +64,7 @@ def merged_config(ctx: click.Context) -> Any:
     that strategy's (importing no other flow); when that fails (a recipe or variable sets another
     strategy's key, a bad value) or the strategy comes from elsewhere, against the model with every
     registered strategy's keys, as before: the options that reach the strategy are the same (other
-    strategies' keys are unset either way, `Options.cfg()` leaves them out), and so are the errors."""
+    strategies' keys are unset either way), and so are the errors."""
     command = ctx.command.name
     path = ctx.params.get("recipe")
     recipe = C.load_recipe(path)
