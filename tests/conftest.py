@@ -202,3 +202,17 @@ def _operator_mcp_servers_reset():
     mod = sys.modules.get("toolkit.envs.mcp.servers")
     if mod is not None and getattr(mod, "_SERVERS", None) is not None:
         mod._SERVERS, mod._SOURCE = None, None
+
+
+@pytest.fixture(autouse=True)
+def _llm_context_cache_reset():
+    """The LLM client keeps each endpoint's context size for the process (keyed by base URL and
+    model). Tests start loopback servers on ephemeral ports, and a port a finished test's server
+    used may come back for the next one (more often on a busy machine): each test starts with no
+    context size known, so it never reads another server's."""
+    yield
+    mod = sys.modules.get("toolkit.llm.client")
+    if mod is not None:
+        with mod._CTX_LOCK:
+            mod._CTX_INFO.clear()
+            mod._CTX_PENDING.clear()

@@ -41,6 +41,7 @@ import shutil  # (parent_died runs in a signal handler)
 import signal
 import socket  # noqa: F401
 import sys
+import time
 
 EX_CONFINE = 71  # could not confine: nothing was run
 
@@ -247,8 +248,22 @@ def main(argv):
                 os.kill(inner, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+            # the namespace's processes die with its pid 1, not at once: a file one of them writes
+            # after the removal has walked past would keep the directory (seen on a loaded box),
+            # so reap pid 1 first (bounded: the directory goes regardless)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                try:
+                    if os.waitpid(inner, os.WNOHANG)[0]:
+                        break
+                except ChildProcessError:
+                    break
+                time.sleep(0.02)
         if cfg.cleanup:
-            shutil.rmtree(cfg.cleanup, ignore_errors=True)
+            for _ in range(3):
+                shutil.rmtree(cfg.cleanup, ignore_errors=True)
+                if not os.path.exists(cfg.cleanup):
+                    break
         os._exit(1)
 
     signal.signal(signal.SIGTERM, parent_died)

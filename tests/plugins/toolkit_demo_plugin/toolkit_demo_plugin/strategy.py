@@ -9,7 +9,7 @@ from toolkit.stages.registry import strategy
 
 
 @strategy("gen-task", "demo", flow="demo", help="counter tasks: reach extra.target with add(n <= 10)")
-def build(cfg: dict, ctx):
+def build(opts, ctx):
     def fn(record: Record) -> Record:
         target = (record.extra or {}).get("target")
         if not isinstance(target, int) or target < 1:
