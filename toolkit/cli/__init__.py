@@ -15,6 +15,7 @@ ones from `run.py` and `utilities.py` resolve on first use (`__getattr__`): a co
 stream machinery (bench/startup_bench.py)."""
 
 import importlib
+import os
 from typing import Any
 
 from toolkit.cli.commands import (
@@ -54,6 +55,11 @@ from toolkit.cli.common import (
     stage_command,
     train_io_options,
 )
+
+# pydantic's plugin loader reads the entry points of every installed distribution the first time a
+# model is built: ~0.1 CPU-s of each command's start in a venv with torch and vLLM. The commands use
+# no pydantic plugin; whoever wants one sets PYDANTIC_DISABLE_PLUGINS themselves (kept as given).
+os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
 _LAZY = {"FLAG_KEYS": "run", "merged_config": "run", "options_model": "run", "printable": "run",
          "run_stage": "run", "main": "utilities", "toolkit_group": "utilities"}

@@ -75,12 +75,12 @@ def test_llm_explorer_goal_from_the_option_menu_and_every_write_kept():
                     ("insert_loan", {"member_id": "M-2", "book_id": "B-3"}, None),
                     ("insert_loan", {"member_id": "M-2", "book_id": "B-1"}, None)]
     instr = r.task.user_scenario.instructions
-    items = re.findall(r"\((\d)\) you want", instr)
-    assert items == ["1", "2", "3"], instr
-    assert "not allowed" in instr.split("(2)")[0]  # the refused request: asked, refused, dropped
+    items = re.findall(r"(\w+), you want", instr)
+    assert items == ["First", "Second", "Third"], instr
+    assert "not allowed" in instr.split("Second,")[0]  # the refused request: asked, refused, dropped
     # each loan's book named by its number or by what singles it out (B-3 is Ulysses, B-1 Dune
     # in seed.yaml): the agent looks it up
-    second, third = instr.split("(3)")[0].split("(2)")[1], instr.split("(3)")[1]
+    second, third = instr.split("Third,")[0].split("Second,")[1], instr.split("Third,")[1]
     assert "book B-3" in second or "title is 'Ulysses'" in second, second
     assert "book B-1" in third or "title is 'Dune'" in third, third
     assert ex["diverged_writes"] == 2 and ex["diverged_violations"] == 1 and ex["executed_writes"] == 3

@@ -114,6 +114,18 @@ class CompiledDomain:
     row_memos: dict = field(default_factory=dict)  # keys signature -> {(table, row, refs): row key}
     lock: Any = field(default_factory=threading.Lock)
 
+    # what a process learns while it runs the domain (caches, memos, the lock) is not kept
+    # when it is pickled (runtime.compiled_from_path's on-disk cache): a new process starts empty
+    _RUNTIME = ("state_cache", "canon_cache", "content_ids", "content_ids_base", "row_memos", "lock")
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in vars(self).items() if k not in self._RUNTIME}
+
+    def __setstate__(self, state: dict) -> None:
+        vars(self).update(state)
+        self.state_cache, self.canon_cache, self.content_ids = OrderedDict(), OrderedDict(), {}
+        self.content_ids_base, self.row_memos, self.lock = 0, {}, threading.Lock()
+
 
 def _read_structured(path: Path) -> Any:
     text = path.read_text(encoding="utf-8")

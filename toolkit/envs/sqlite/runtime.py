@@ -6,18 +6,22 @@ cache behind `compiled_from_path`."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
 import fnmatch
+import hashlib
 import json
 import math
 import re
 import sqlite3
+import sys
 import threading
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from pathlib import Path
 from typing import Any
 
+from toolkit import diskcache
 from toolkit.envs.base import Environment, ToolResult
 from toolkit.envs.sqlite.compiler import _load_state_bytes, _remember_state_bytes, build_domain
 from toolkit.envs.sqlite.domain import (
@@ -47,7 +51,7 @@ from toolkit.envs.sqlite.tools import (
     check_keys,
     check_value,
 )
-from toolkit.sandbox.limits import limits_for_data
+from toolkit.sandbox.limits import limits_for_data, operator_limits
 from toolkit.scoring.state import CanonicalState, StateKeys, TableCanon, hash_tables, state_hash
 from toolkit.scoring.state import diff as _state_diff
 
@@ -749,6 +753,36 @@ def _stamp(p: Path) -> tuple:
     return tuple((x.name, x.stat().st_mtime_ns, x.stat().st_size) for x in files)
 
 
+# ... and on disk, between processes ($TOOLKIT_HOME/sqlite-domains/, toolkit.diskcache): a fresh
+# command skips the yaml parse, the DDL and the seed load (~0.1 CPU-s of a `gen-task -n 1`)
+DISK_CACHE_ENV, DISK_MAGIC, DISK_SUBDIR, DISK_MAX_ENTRIES = "TOOLKIT_SQLITE_DOMAIN_CACHE", b"TKSQLDOMAIN1\n", "sqlite-domains", 128
+DISK_STATS: Counter = Counter()  # hit | miss | corrupt | stored | store_failed | pruned (this process)
+_CODE_DIRS = (Path(__file__).resolve().parent, Path(__file__).resolve().parent.parent.parent / "scoring")
+
+
+def _disk_key(p: Path) -> str:
+    """sha256 of the compiler's source (toolkit/envs/sqlite, toolkit/scoring), Python's version,
+    the operator's limits (the compile checks the seed against db_size_mb), the domain's path and
+    the name and bytes of each of its files."""
+    lim = json.dumps(dataclasses.asdict(operator_limits()), sort_keys=True, default=repr)
+    h = hashlib.sha256(f"{diskcache.source_digest(_CODE_DIRS)}\0{sys.version}\0{lim}\0{p}\0".encode())
+    for f in (sorted(x for x in p.iterdir() if x.is_file()) if p.is_dir() else [p]):
+        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def _compiled_on_disk(p: Path) -> CompiledDomain:
+    if not diskcache.enabled(DISK_CACHE_ENV):
+        return compile_domain(load_domain_spec(p))
+    key = _disk_key(p)
+    path = diskcache.path_of(DISK_SUBDIR, key)
+    dom = diskcache.read(path, key, DISK_MAGIC, DISK_STATS, "sqlite domain cache", expect=CompiledDomain)
+    if dom is None:
+        dom = compile_domain(load_domain_spec(p))
+        diskcache.write(path, key, dom, DISK_MAGIC, DISK_STATS, "sqlite domain cache", DISK_MAX_ENTRIES)
+    return dom
+
+
 def compiled_from_path(path: str | Path) -> CompiledDomain:
     p = Path(path).resolve()
     if not p.exists():
@@ -757,7 +791,7 @@ def compiled_from_path(path: str | Path) -> CompiledDomain:
     with _DOMAIN_LOCK:
         dom = _DOMAIN_CACHE.get(key)
     if dom is None:
-        dom = compile_domain(load_domain_spec(p))
+        dom = _compiled_on_disk(p)
         with _DOMAIN_LOCK:
             for k in [k for k in _DOMAIN_CACHE if k[0] == key[0]]:
                 del _DOMAIN_CACHE[k]

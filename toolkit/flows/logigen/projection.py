@@ -99,11 +99,24 @@ def goal_facts(draft: Draft) -> dict:
             "patterns": list(draft.patterns), "insist": "insist" in draft.patterns}
 
 
+ORDINALS = ("First", "Second", "Third", "Fourth", "Fifth", "Sixth", "Seventh", "Eighth", "Ninth", "Tenth",
+            "Eleventh", "Twelfth")
+
+
+def step_word(i: int, n: int) -> str:
+    """The word that orders the i-th (0-based) of n goals: "First", "Second", ..., "Finally".
+    Words, not "(1)", "(2)": a numbered list puts small integers in the user's text, and a key
+    the agent must look up (parcel 2 of a shipment) would read as one the user stated."""
+    if n > 1 and i == n - 1 and i >= len(ORDINALS):
+        return "Finally"
+    return ORDINALS[i] if i < len(ORDINALS) else "Next"
+
+
 def goal_view(f: dict) -> dict:
     goals = f["goals"]
     steps = []
-    for i, g in enumerate(goals, 1):
-        s = f"({i}) you want {g['want']}."
+    for i, g in enumerate(goals):
+        s = f"{step_word(i, len(goals))}, you want {g['want']}."
         if g.get("mind_change"):
             s += f" When the agent offers the options, {g['mind_change']}."
         if g.get("violates"):

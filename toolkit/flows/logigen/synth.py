@@ -28,6 +28,10 @@ from toolkit.flows.logigen.validate import target_rule_violations
 from toolkit.io import log
 
 WRITES = (1, 2, 3, 3, 4, 4, 5, 5, 6, 8)
+# the patterns of a write whose key the agent finds by a read (a look-up, an option menu, a row
+# the chain created); a goal chain with none is drawn again up to READ_TRIES times in all
+READ_PATTERNS = frozenset({"lookup", "option-menu", "uses-created-row"})
+READ_TRIES = 3
 
 
 class GoalDesigner:
@@ -162,8 +166,17 @@ class GoalDesigner:
                 return None
             d.boundary = b
             return d
-        d = gx.chain(rng, self.base, max(want, 1), menu_share=0.6, lookup_share=0.8, avoid=self.sigs, cap=self.cap)
-        return d
+        # a goal chain where no write depends on a read (every key the user's own) is drawn again,
+        # up to READ_TRIES times, keeping the first when none does: on a domain whose writes are
+        # mostly on the principal's own rows (a courier's shipment) most chains would otherwise
+        # have the user state every key, and the agent never has to look anything up
+        first = None
+        for _ in range(READ_TRIES):
+            d = gx.chain(rng, self.base, max(want, 1), menu_share=0.6, lookup_share=0.8, avoid=self.sigs, cap=self.cap)
+            if d is not None and READ_PATTERNS & set(d.patterns):
+                return d
+            first = first or d
+        return first
 
     # -- the run ---------------------------------------------------------------------------------
 
