@@ -288,15 +288,20 @@ RUN = ("import sys, json\n"
        "except SystemExit as e:\n"
        "    code = e.code\n"
        "sys.stderr.write('@@' + json.dumps([code, sorted({m.split('.')[2] for m in sys.modules\n"
-       "                                            if m.startswith('toolkit.flows.')})]))\n")
+       "                                            if m.startswith('toolkit.flows.')}),\n"
+       "                                    sorted(m for m in sys.modules if m.startswith('toolkit.'))]))\n")
 
 
 def _gen_task(env: dict, *args: str, stdin: str = "") -> tuple[int, list[str], str, str]:
     p = subprocess.run([sys.executable, "-c", RUN, *args], input=stdin, capture_output=True, text=True, env=env,
                        timeout=300, cwd=ROOT)
     err, _, tail = p.stderr.rpartition("@@")
-    code, flows = json.loads(tail)
+    code, flows, mods = json.loads(tail)
+    MODULES[:] = mods
     return code, flows, p.stdout, err
+
+
+MODULES: list[str] = []  # the toolkit modules the last _gen_task imported
 
 
 def test_a_strategy_command_imports_only_the_chosen_strategys_flow(tmp_path):
@@ -306,6 +311,10 @@ def test_a_strategy_command_imports_only_the_chosen_strategys_flow(tmp_path):
     domain = json.dumps({"id": "d", "env": {"backend": "sqlite", "id": "clinic"}}) + "\n"
     code, flows, out, err = _gen_task(env, *args, stdin=domain)
     assert code == 0 and flows == ["logigen"], err
+    # gen-task's module and what it uses, not gen-plan's (architect), and no LLM client for a
+    # symbolic run (LLMError comes from toolkit.llm.base)
+    assert "toolkit.flows.logigen.gentask" in MODULES and "toolkit.flows.logigen.architect" not in MODULES
+    assert "toolkit.llm.base" in MODULES and "toolkit.llm.client" not in MODULES, MODULES
     task = json.loads(out.splitlines()[0])
     assert task["flow"] == "logigen" and task["task"]["instruction"]
     # the same record as with the manifest off (every flow imported, the model with every strategy's keys)

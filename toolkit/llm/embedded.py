@@ -37,8 +37,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from typing import Any
 
 import toolkit
@@ -302,6 +300,11 @@ def _is_our_server(pid: int) -> bool:
 
 
 def _http_ok(url: str, timeout: float) -> bool:
+    # urllib.request (and http.client, email) here, not at the top: ~15 ms of every command's
+    # start that reads an LLM setting without ever asking the embedded server anything
+    import urllib.error
+    import urllib.request
+
     try:
         with urllib.request.urlopen(url, timeout=timeout) as r:
             return 200 <= r.status < 300
