@@ -152,6 +152,12 @@ def choose_principal(view: DomainView, policy: str = "") -> str | None:
         return None
     low = (policy or "").lower()
     vocab = domain_words(view.domain)
+    # the party the policy says to verify first ("Verify the owner before acting"): a referenced
+    # table named by that word, or by an abbreviation of it (`ownr` for owner), wins outright
+    said = {w for w in re.findall(r"\b(?:verify|identify|authenticate)\s+(?:the\s+)?([a-z]+)", low)}
+    named_by = sorted(t for t in refs for w in said if _names(t, vocab.noun(t).lower(), w))
+    if len(set(named_by)) == 1:
+        return named_by[0]
 
     def score(t: str) -> tuple:
         named = any("name" in c.name for c in view.tables[t].columns if not c.pk)
@@ -160,6 +166,21 @@ def choose_principal(view: DomainView, policy: str = "") -> str | None:
         return (named, mentions, refs[t], t)
 
     return max(refs, key=score)
+
+
+def _names(table: str, noun: str, word: str) -> bool:
+    """Whether `word` (a policy's word for a party) names the table: its noun or name, singular or
+    plural, or the name is an abbreviation of the word (its letters in order, the first one first)."""
+    w = word.rstrip("s")
+    for t in (noun, table.lower()):
+        t1 = t.rstrip("s")
+        if t1 == w:
+            return True
+        if len(t1) >= 3 and t1[0] == w[:1] and "_" not in t1:
+            it = iter(w)
+            if all(ch in it for ch in t1):
+                return True
+    return False
 
 
 class GoalExplorer:
