@@ -334,3 +334,37 @@ def test_a_strategy_command_imports_only_the_chosen_strategys_flow(tmp_path):
     code, _, _, err = _gen_task(env, *args, "--recipe", str(recipe))
     code2, _, _, err2 = _gen_task(env | {"TOOLKIT_REGISTRY_CACHE": "0"}, *args, "--recipe", str(recipe))
     assert code == code2 == 2 and "max_writes" in err and err == err2
+
+
+def test_a_reinstall_of_the_toolkit_itself_keeps_the_manifest(tmp_path, monkeypatch):
+    """`pip install -e .` rewrites the toolkit's own entry_points.txt (site-packages and the
+    checkout's egg-info), mostly unchanged: its content decides, not its mtime. Another
+    distribution's rewritten file still makes the manifest stale (its mtime decides)."""
+    site = tmp_path / "site"
+    own = site / f"{registry.DISTRIBUTION.replace('-', '_')}-0.1.0.dist-info"
+    egg = site / f"{registry.DISTRIBUTION.replace('-', '_')}.egg-info"
+    other = site / "tk_other-1.0.dist-info"
+    for d in (own, egg, other):
+        d.mkdir(parents=True)
+        (d / "entry_points.txt").write_text("[toolkit.exporters]\nx = some.module\n")
+    monkeypatch.setattr(sys, "path", [str(site)])
+
+    def sig() -> str:
+        registry._installed_signature.cache_clear()
+        return registry._installed_signature()
+
+    try:
+        s0 = sig()
+        for d in (own, egg):
+            f = d / "entry_points.txt"
+            f.write_text(f.read_text())  # rewritten, same content
+            os.utime(f, ns=(f.stat().st_mtime_ns + 10**9,) * 2)
+        assert sig() == s0
+        (own / "entry_points.txt").write_text("[toolkit.exporters]\ny = another.module\n")
+        s1 = sig()
+        assert s1 != s0
+        f = other / "entry_points.txt"
+        os.utime(f, ns=(f.stat().st_mtime_ns + 10**9,) * 2)
+        assert sig() != s1
+    finally:
+        registry._installed_signature.cache_clear()

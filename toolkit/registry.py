@@ -419,6 +419,7 @@ CACHE_ENV = "TOOLKIT_REGISTRY_CACHE"  # 0/off/false/no: no manifest (always the 
 _manifest_state: dict = {}            # "data": the file's content ({} when absent/unreadable), "path"
 _manifest_kinds: dict[str, dict | None] = {}  # kind -> its verified record (None: stale or absent)
 _tree_sigs: dict[str, str] = {}
+_OWN_EGG = DISTRIBUTION.replace("-", "_") + "."  # tooluse_toolkit.egg-info (a checkout's) / -0.1.0.dist-info
 
 
 def _manifest_on() -> bool:
@@ -447,7 +448,10 @@ def _digest(parts: list) -> str:
 def _installed_signature() -> str:
     """Python, the toolkit's version and location, and every distribution on sys.path that could
     declare entry points: its metadata directory's name (name and version) and its
-    entry_points.txt's size and mtime. Stat only: nothing is parsed or imported."""
+    entry_points.txt's size and mtime (the toolkit's own: its content's sha256, since every
+    editable reinstall rewrites it, mostly unchanged). Nothing is parsed or imported."""
+    import hashlib
+
     parts: list = [MANIFEST_FORMAT, sys.version, __version__, os.path.dirname(os.path.abspath(__file__))]
     for d in sys.path:
         try:
@@ -459,9 +463,16 @@ def _installed_signature() -> str:
             continue
         rows = []
         for m in metas:
+            f = os.path.join(d or ".", m, "entry_points.txt")
             try:
-                st = os.stat(os.path.join(d or ".", m, "entry_points.txt"))
-                rows.append([m, st.st_size, st.st_mtime_ns])
+                if _norm(m).startswith(_norm(DISTRIBUTION) + "-") or m.startswith(_OWN_EGG):
+                    # the toolkit's own: every `pip install -e .` rewrites it (the checkout's
+                    # egg-info too), mostly unchanged: its content decides, not its mtime
+                    with open(f, "rb") as fh:
+                        rows.append([m, hashlib.sha256(fh.read()).hexdigest()])
+                else:
+                    st = os.stat(f)
+                    rows.append([m, st.st_size, st.st_mtime_ns])
             except OSError:
                 rows.append([m])
         parts.append([os.path.abspath(d or "."), rows])
