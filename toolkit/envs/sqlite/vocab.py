@@ -224,6 +224,8 @@ class DomainWords:
         blob = "\n".join(texts)
         out: dict[str, str] = {}
         for c in self.column_names:
+            if c not in blob:
+                continue  # the pattern holds the name literally: nothing to compile (~1 ms each)
             pat = (r"[`*\"']*" + re.escape(c) + r"[`*\"']*\s*(?::|=|—|–|-|\(|\bis\b|\bmeans\b|\bholds\b|\bgives\b|\bstores\b)\s*"
                    r"([^.;\n()]{3,80})")
             m = re.search(pat, blob)
