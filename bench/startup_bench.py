@@ -19,6 +19,12 @@ Rows:
   "id": <domain>}}`): start-up plus one task's synthesis (for LOGIGEN this includes the domain's
   rule-coverage search, a per-record cost of the flow).
 
+`--ref REF` adds an A/B of the two `gen-task` rows against REF's `toolkit/` and `bin/` (extracted
+with `git archive` into a temporary directory, its own warm TOOLKIT_HOME), the two trees run in
+turn --repeat times: min and median of each, and the ratio of the medians (this machine's CPU
+time for one command varies by up to +-30% from run to run, so compare medians of the same run).
+`--domain` takes a bundled domain's name or a domain directory.
+
 Goals (issue 34): every `--help` <= 0.25 CPU-s, `gen-task -n 1` <= 0.5 CPU-s. Figures in
 docs/performance.md.
 """
@@ -29,6 +35,7 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -56,6 +63,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--domain", default="airline", help="bundled sqlite domain for gen-task -n 1")
     ap.add_argument("--json", action="store_true", help="one JSON object per row on stdout")
+    ap.add_argument("--ref", help="a git ref to A/B the gen-task rows against (e.g. main)")
     args = ap.parse_args()
 
     home = tempfile.mkdtemp(prefix="startup-bench-")
@@ -63,7 +71,8 @@ def main() -> None:
     env.update(TOOLKIT_HOME=home, PYTHONPATH=str(ROOT))
     py = sys.executable
     gen = [py, str(ROOT / "bin" / "gen-task"), "--strategy", "logigen", "--explorer", "symbolic", "-n", "1"]
-    domain = json.dumps({"id": "bench", "env": {"backend": "sqlite", "id": args.domain}}) + "\n"
+    where = {"path": str(Path(args.domain).resolve())} if Path(args.domain).is_dir() else {"id": args.domain}
+    domain = json.dumps({"id": "bench", "env": {"backend": "sqlite", **where}}) + "\n"
     cases: list[tuple[str, list[str], str, float | None]] = [("python -c pass", [py, "-c", "pass"], "", None)]
     cases += [(f"{c} --help", [py, str(ROOT / "bin" / c), "--help"], "", GOAL_HELP) for c in STREAMING]
     cases += [("gen-task logigen symbolic -n 1 (no input)", gen, "", GOAL_RUN),
@@ -87,6 +96,37 @@ def main() -> None:
         goal = "" if r["goal"] is None else f"<= {r['goal']}: {'ok' if r['ok'] else 'NOT MET'}"
         print(f"{r['case']:<48} {r['cpu_s']:>16.3f} {r['x_python']:>9.1f} {r['cold_cpu_s']:>7.3f}  {goal}",
               file=sys.stderr if args.json else sys.stdout)
+    if args.ref:
+        ab(args.ref, args.repeat, env, domain, args.domain, args.json)
+
+
+def ab(ref: str, repeat: int, env: dict, domain: str, label: str, as_json: bool) -> None:
+    """The two gen-task rows for this checkout and `ref`, in turn."""
+    tmp = tempfile.mkdtemp(prefix="startup-ref-")
+    arch = subprocess.run(["git", "archive", ref, "toolkit", "bin"], cwd=ROOT, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", tmp], input=arch, check=True)
+    trees = {"this": ROOT, ref: Path(tmp)}
+    envs = {k: {**env, "TOOLKIT_HOME": tempfile.mkdtemp(prefix="startup-home-"), "PYTHONPATH": str(root)}
+            for k, root in trees.items()}
+    rows = {}
+    for case, stdin in (("-n 1 (no input)", ""), (f"-n 1 < {label}", domain)):
+        got: dict[str, list[float]] = {k: [] for k in trees}
+        for k, root in trees.items():  # warm: .pyc files, the manifest, the caches
+            cpu_of([sys.executable, str(root / "bin" / "gen-task"), "--strategy", "logigen", "--explorer", "symbolic",
+                    "-n", "1"], envs[k], stdin)
+        for _ in range(repeat):
+            for k, root in trees.items():
+                got[k].append(cpu_of([sys.executable, str(root / "bin" / "gen-task"), "--strategy", "logigen",
+                                      "--explorer", "symbolic", "-n", "1"], envs[k], stdin))
+        rows[case] = {k: {"min": round(min(v), 3), "median": round(statistics.median(v), 3)} for k, v in got.items()}
+        rows[case]["median_ratio"] = round(rows[case]["this"]["median"] / rows[case][ref]["median"], 3)
+    out = sys.stderr if as_json else sys.stdout
+    if as_json:
+        print(json.dumps({"ab": ref, "repeat": repeat, "rows": rows}))
+    print(f"\nA/B against {ref} ({repeat} runs each, in turn): CPU-s min / median", file=out)
+    for case, r in rows.items():
+        print(f"gen-task logigen symbolic {case:<26} this {r['this']['min']:.3f} / {r['this']['median']:.3f}   "
+              f"{ref} {r[ref]['min']:.3f} / {r[ref]['median']:.3f}   median ratio {r['median_ratio']:.2f}", file=out)
 
 
 if __name__ == "__main__":

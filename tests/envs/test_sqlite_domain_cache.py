@@ -110,6 +110,10 @@ def test_an_edited_domain_or_other_limits_miss(dom_dir, tmp_path):
     set_operator_limits(None)  # back to the first key
     fresh(dom_dir)
     assert R.DISK_STATS["hit"] == 1
+    # a file the spec is not read from (tasks, notes, a large data file) is not part of the key
+    (dom_dir / "tasks.jsonl").write_text('{"id": "t1"}\n' * 1000)
+    fresh(dom_dir)
+    assert R.DISK_STATS["hit"] == 2 and len(entries(tmp_path)) == 3
 
 
 def test_a_damaged_file_is_ignored_counted_and_rewritten(dom_dir, tmp_path, capsys):

@@ -144,12 +144,20 @@ def _first(d: Path, names: tuple[str, ...]) -> Path | None:
     return None
 
 
+# the files a domain directory's spec is read from (the first present of each group)
+META_FILES = ("domain.yaml", "domain.yml", "domain.json")
+POLICY_FILES = ("policy.md", "policy.txt")
+SEED_FILES = ("seed.sql", "seed.json", "seed.yaml", "seed.yml")
+TOOLS_FILES = ("tools.yaml", "tools.yml", "tools.json")
+SPEC_FILES = META_FILES + ("schema.sql",) + POLICY_FILES + SEED_FILES + TOOLS_FILES
+
+
 def load_domain_spec(path: str | Path) -> DomainSpec:
-    """Read a domain directory or a single JSON/YAML file into a DomainSpec."""
+    """Read a domain directory (its SPEC_FILES) or a single JSON/YAML file into a DomainSpec."""
     p = Path(path)
     if p.is_dir():
         meta: dict = {}
-        mp = _first(p, ("domain.yaml", "domain.yml", "domain.json"))
+        mp = _first(p, META_FILES)
         if mp:
             meta = _read_structured(mp) or {}
             if not isinstance(meta, dict):
@@ -157,12 +165,12 @@ def load_domain_spec(path: str | Path) -> DomainSpec:
         sp = _first(p, ("schema.sql",))
         if sp is None:
             raise DomainError(f"{p}: no schema.sql")
-        pp = _first(p, ("policy.md", "policy.txt"))
+        pp = _first(p, POLICY_FILES)
         seed: Any = None
-        seed_p = _first(p, ("seed.sql", "seed.json", "seed.yaml", "seed.yml"))
+        seed_p = _first(p, SEED_FILES)
         if seed_p is not None:
             seed = seed_p.read_text(encoding="utf-8") if seed_p.suffix == ".sql" else _read_structured(seed_p)
-        tp = _first(p, ("tools.yaml", "tools.yml", "tools.json"))
+        tp = _first(p, TOOLS_FILES)
         tools = (_read_structured(tp) or {}) if tp else {}
         return DomainSpec(
             name=str(meta.get("name") or p.name),

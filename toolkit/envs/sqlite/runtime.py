@@ -25,6 +25,7 @@ from toolkit import diskcache
 from toolkit.envs.base import Environment, ToolResult
 from toolkit.envs.sqlite.compiler import _load_state_bytes, _remember_state_bytes, build_domain
 from toolkit.envs.sqlite.domain import (
+    SPEC_FILES,
     CompiledDomain,
     DomainError,
     DomainSpec,
@@ -763,10 +764,10 @@ _CODE_DIRS = (Path(__file__).resolve().parent, Path(__file__).resolve().parent.p
 def _disk_key(p: Path) -> str:
     """sha256 of the compiler's source (toolkit/envs/sqlite, toolkit/scoring), Python's version,
     the operator's limits (the compile checks the seed against db_size_mb), the domain's path and
-    the name and bytes of each of its files."""
+    the name and bytes of each file the spec is read from (SPEC_FILES: not tasks.jsonl or notes)."""
     lim = json.dumps(dataclasses.asdict(operator_limits()), sort_keys=True, default=repr)
     h = hashlib.sha256(f"{diskcache.source_digest(_CODE_DIRS)}\0{sys.version}\0{lim}\0{p}\0".encode())
-    for f in (sorted(x for x in p.iterdir() if x.is_file()) if p.is_dir() else [p]):
+    for f in ([p / n for n in SPEC_FILES if (p / n).is_file()] if p.is_dir() else [p]):
         h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
     return h.hexdigest()
 
