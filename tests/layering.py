@@ -15,7 +15,7 @@ from pathlib import Path
 
 # lowest first; the names are the first component under `toolkit.` ("" is toolkit/__init__.py)
 LAYERS: list[tuple[str, ...]] = [
-    ("", "registry", "schema", "io", "config", "options", "prompts", "scoring", "formats", "stats", "yieldtable", "diskcache",
+    ("", "registry", "schema", "io", "config", "options", "prompts", "scoring", "formats", "stats", "yieldtable", "diskcache", "aio",
      "cluster", "toolresult"),
     ("envs", "llm", "sandbox", "roles", "domains", "tau2", "quality", "bfcl"),
     ("episodes", "scorers"),  # the engines: episodes (rollout's), scoring (verify's)

@@ -20,6 +20,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from toolkit import aio
 from toolkit.io import Stage, StageError, log
 from toolkit.schema import Record
 from toolkit.stages.rollout import Rollout
@@ -58,7 +59,7 @@ class Pipeline:
 
     def run(self, records: Iterable[Record | dict]) -> list[Record]:
         """Run every stage over the records; the last stage's output."""
-        return asyncio.run(self.arun(records))
+        return aio.run(self.arun(records))
 
     async def arun(self, records: Iterable[Record | dict]) -> list[Record]:
         recs = [r if isinstance(r, Record) else Record.model_validate(r) for r in records]

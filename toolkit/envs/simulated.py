@@ -20,6 +20,7 @@ import json
 import uuid
 from typing import Any
 
+from toolkit import aio
 from toolkit import prompts
 from toolkit.envs.base import BackendCapabilities, Environment, ToolResult, register_backend
 from toolkit.llm import LLMConfig, get_client
@@ -79,9 +80,7 @@ class SimulatedEnvironment(Environment):
             self._initial = state
 
     def call(self, name: str, args: dict, side: str = "agent") -> ToolResult:
-        import asyncio
-
-        return asyncio.run(self.acall(name, args, side))
+        return aio.run(self.acall(name, args, side))
 
     async def acall(self, name: str, args: dict, side: str = "agent") -> ToolResult:
         call_id = f"sim_{len(self.history) // 2}_{uuid.uuid5(uuid.NAMESPACE_OID, self.episode).hex[:6]}"

@@ -21,6 +21,7 @@ import threading
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
+from toolkit import aio
 from toolkit.envs import Environment, ToolResult, backend_capabilities, load_env
 from toolkit.episodes.loop import tool_step, unknown_tool
 from toolkit.episodes.text import agent_system_prompt, opening_message
@@ -303,12 +304,12 @@ class Scorer:
             asyncio.get_running_loop()
         except RuntimeError:
             with self._lock:
-                return asyncio.run(coro)
+                return aio.run(coro)
         box: dict = {}
 
         def run() -> None:
             try:
-                box["v"] = asyncio.run(coro)
+                box["v"] = aio.run(coro)
             except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
                 box["e"] = e
 

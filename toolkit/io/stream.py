@@ -16,6 +16,7 @@ from typing import Any, Awaitable, Callable, Iterator, Protocol
 
 from pydantic import ValidationError
 
+from toolkit import aio
 from toolkit.io.base import StageError, log
 from toolkit.io.lines import (InputCut, OversizedLine, _is_std, check_input, describe_validation_error, first_field, open_lines, resolve_env_path)
 from toolkit.io.options import IOOptions, shard_of
@@ -280,12 +281,12 @@ class RecordStream:
                     await closed
                 self.summary.counts = dict(getattr(stage, "counts", None) or {})
 
-        return asyncio.run(go())
+        return aio.run(go())
 
     def run(self, fn: StageFn, concurrency: int | None = None, finish: Callable | None = None) -> Summary:
         """Run synchronously (creates an event loop). Returns the summary (also logged). finish: a
         batch stage's step, run once the input is exhausted (its records are written last)."""
-        return asyncio.run(self.arun(fn, concurrency, finish))
+        return aio.run(self.arun(fn, concurrency, finish))
 
     async def arun(self, fn: StageFn, concurrency: int | None = None, finish: Callable | None = None) -> Summary:
         opts = self.opts

@@ -7,7 +7,6 @@ fresh environment, and leaks are searched with the domain's own tool/table names
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import json
 import re
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 from tests.conftest import jsonl, run_cmd
 
+from toolkit import aio
 from toolkit.envs import load_env
 from toolkit.schema import Record
 from toolkit.stages import strategies
@@ -31,7 +31,7 @@ DOMAINS = {"airline": {"backend": "sqlite", "id": "airline"},
 def gen(env: dict, n: int = 50, seed: int = 7, **cfg) -> list[Record]:
     fn = strategies.build("gen-task", dict({"strategy": "logigen", "explorer": "symbolic", "n": n, "seed": seed},
                                            **cfg), None)
-    out = asyncio.run(fn(Record.model_validate({"id": "dom", "env": env})))
+    out = aio.run(fn(Record.model_validate({"id": "dom", "env": env})))
     return out
 
 
@@ -41,7 +41,7 @@ def validate(recs: list[Record], **cfg) -> list[Record]:
     async def go():
         return [await fn(r) for r in recs]
 
-    return [r for r in asyncio.run(go()) if r is not None]
+    return [r for r in aio.run(go()) if r is not None]
 
 
 def replay_rewards(recs: list[Record]) -> list[float]:
@@ -59,7 +59,7 @@ def replay_rewards(recs: list[Record]) -> list[float]:
             out += [t.reward for t in r.trajectories]
         return out
 
-    return asyncio.run(go())
+    return aio.run(go())
 
 
 _CACHE: dict = {}

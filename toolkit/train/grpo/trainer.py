@@ -38,6 +38,7 @@ except ModuleNotFoundError as e:  # say which extra, keep the missing module's n
     raise ModuleNotFoundError(f"grpo's trainer needs the train extra (pip install 'tooluse-toolkit[train]'): {e}",
                               name=e.name) from e
 
+from toolkit import aio
 from toolkit.train.grpo import batch as B
 from toolkit.train.prefix import prefix_len, shared_forward
 
@@ -81,7 +82,7 @@ class ToolkitGRPOTrainer(GRPOTrainer):
         async def go():
             return await asyncio.gather(*(rollouts.group(r, step) for _, r in mine))
 
-        return asyncio.run(go())
+        return aio.run(go())
 
     def _sync_vllm(self) -> None:
         if self.use_vllm and self.state.global_step != self._last_loaded_step:
