@@ -102,3 +102,33 @@ def test_an_insert_names_the_row_it_points_to_by_what_the_user_knows():
     finally:
         gx.close()
         env.close()
+
+
+def test_the_principal_is_the_party_the_policy_says_to_verify():
+    """"Always identify the account first" (courier) and "Verify the owner before acting" (vet,
+    whose table is `ownr`) pick that party, not the most mentioned or most referenced table; a
+    policy that names no party to verify keeps the old rule (citypermits: resident)."""
+    from pathlib import Path
+
+    from toolkit.flows.logigen.explorer import DomainView
+    from toolkit.flows.logigen.goals import _names, choose_principal
+
+    data = Path(__file__).resolve().parents[2] / "data"
+    got = {}
+    for name in ("courier", "vet", "citypermits", "gym"):
+        env = load_env({"backend": "sqlite", "path": str(data / name)})
+        try:
+            got[name] = choose_principal(DomainView(env), env.policy())
+            # the same domain with the sentence that names the party taken out
+            if name in ("courier", "vet"):
+                pol = env.policy().replace("identify the account", "look at the request").replace(
+                    "Verify the owner", "Look at the request")
+                got[name + " without"] = choose_principal(DomainView(env), pol)
+        finally:
+            env.close()
+    assert got == {"courier": "account", "courier without": "shipment", "vet": "ownr", "vet without": "appt",
+                   "citypermits": "resident", "gym": "member"}
+    # a word names a table by its noun or name, singular or plural, or as an abbreviation of it
+    assert _names("ownr", "ownr", "owner") and _names("customers", "customer", "customer")
+    assert _names("appt", "appt", "appointments") and not _names("account", "account", "owner")
+    assert not _names("user_account", "user account", "users")
