@@ -22,7 +22,8 @@
 # (CPU: exported to GGUF, llama.cpp's server, its KV cache kept between turns; GPU: vLLM).
 # Env: TOOLKIT_PYTHON (python), LEARN_N (tasks to synthesize), LEARN_HELD (held-out cap), LEARN_SFT_STEPS,
 #      LEARN_GRPO_STEPS, LEARN_GRPO_G, LEARN_GRPO_TASKS (groups per step), LEARN_GRPO_LR, LEARN_GRPO_T
-#      (sampling temperature), LEARN_GRPO_STALENESS, LEARN_GRPO_VARIANT, LEARN_RL_N (RL tasks synthesized),
+#      (sampling temperature), LEARN_GRPO_STALENESS, LEARN_GRPO_VARIANT, LEARN_GRPO_GENERATION (CPU:
+#      llamacpp, the default, or transformers), LEARN_RL_N (RL tasks synthesized),
 #      LEARN_PRINCIPALS (clones), LEARN_SKIP_GRPO=1, LEARN_CONSTRAINED=1 (constrained-decoding rows),
 #      LEARN_CONSTRAINED_N, LEARN_BF16=true|false (default: bf16 autocast where native),
 #      LEARN_FROM=DIR (reuse DIR's tasks, base/SFT evaluations and SFT checkpoint: GRPO ablations).
@@ -114,8 +115,8 @@ if [ "$scale" = gpu ]; then  # one GPU: vLLM inside the training process (TRL's 
     bf16: true
     vllm_gpu_memory_utilization: 0.35
     vllm_enable_sleep_mode: false"
-else
-  gen_keys="generation: transformers
+else  # CPU: llama.cpp samples from a GGUF of the policy exported each step (docs/training.md)
+  gen_keys="generation: ${LEARN_GRPO_GENERATION:-llamacpp}
   trl:
     bf16: $bf16"
 fi

@@ -413,7 +413,9 @@ class GRPOOptions(Options):
     distractor_tools: int = Field(0, ge=0)  # ASTRA irrelevant-tool mixing from the rollout side
     # a registered distractor source (auto: similarity bands for ASTRA records)
     distractor_mode: str = "auto"
-    generation: Literal["transformers", "vllm", "scripted"] = "transformers"
+    # transformers: HF generate on the training model; llamacpp: llama.cpp on an F16 GGUF of the
+    # current weights, exported each step (CPU, llama checkpoints); vllm: TRL's; scripted: tests
+    generation: Literal["transformers", "llamacpp", "vllm", "scripted"] = "transformers"
     scripted_completions: Optional[str] = None  # generation scripted: JSON {episode key: [turn texts]} or [texts]
     vllm_mode: Literal["server", "colocate"] = "server"  # server (`trl vllm-serve`) | colocate (in each process)
     vllm_server_host: str = "127.0.0.1"    # also TOOLKIT_VLLM_SERVER_HOST (the sbatch files pass it)
@@ -451,6 +453,9 @@ class GRPOOptions(Options):
         assert isinstance(o, GRPOOptions)
         if o.generation == "scripted" and not o.scripted_completions:
             raise UsageError("generation scripted needs scripted_completions (a JSON file)")
+        if o.max_staleness and o.generation == "llamacpp":
+            raise UsageError("max_staleness > 0 needs generation on other devices than training: generation "
+                             "llamacpp samples in the training process (use max_staleness 0)")
         if o.max_staleness and o.generation == "vllm" and o.vllm_mode == "colocate":
             raise UsageError("max_staleness > 0 needs generation on other devices than training: use vllm_mode "
                              "server, or max_staleness 0 with colocate")

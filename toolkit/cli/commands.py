@@ -334,8 +334,9 @@ Example:
 @click.option("--verify-strategy", "verify_strategy", multiple=True, help="verify strategies for the reward (repeatable).")
 @click.option("--rollouts", metavar="FILE", default=None, help="Append every verified episode group as a record here.")
 @click.option("--lora/--no-lora", "lora", default=None, help="Train LoRA adapters (peft).")
-@click.option("--generation", type=click.Choice(["transformers", "vllm", "scripted"]), default=None,
-              help="Sampler: transformers generate, TRL's vLLM (server / colocate), or scripted replay.")
+@click.option("--generation", type=click.Choice(["transformers", "llamacpp", "vllm", "scripted"]), default=None,
+              help="Sampler: transformers generate, llama.cpp on a per-step GGUF of the policy (CPU), "
+                   "TRL's vLLM (server / colocate), or scripted replay.")
 @click.option("--vllm-mode", type=click.Choice(["server", "colocate"]), default=None, help="vLLM mode (TRL).")
 @click.option("--vllm-server-host", default=None, help="trl vllm-serve host (env TOOLKIT_VLLM_SERVER_HOST).")
 @click.option("--vllm-server-port", type=int, default=None, help="trl vllm-serve port (env TOOLKIT_VLLM_SERVER_PORT).")

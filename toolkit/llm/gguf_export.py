@@ -146,10 +146,6 @@ def export_gguf(ckpt: str, out: str | None = None, template: str | None = None, 
     """Write `ckpt` as a GGUF (default `CKPT/toolkit-<type>.gguf`; reused while newer than the
     checkpoint's weights) and return its path. `gguf_type`: f16 (default; env
     TOOLKIT_SERVE_GGUF_TYPE) or q8_0."""
-    import gguf
-    import gguf.quants
-    import numpy as np
-
     ckpt = os.path.abspath(ckpt)
     hf_config = _config(ckpt)
     if hf_config.get("model_type") != "llama":
@@ -162,20 +158,43 @@ def export_gguf(ckpt: str, out: str | None = None, template: str | None = None, 
     weights = [os.path.join(ckpt, f) for f in os.listdir(ckpt) if f.endswith(".safetensors")]
     if os.path.isfile(out) and weights and os.path.getmtime(out) >= max(os.path.getmtime(w) for w in weights):
         return out
-    template = template or find_template(ckpt)
+    template = check_template(template or find_template(ckpt), hf_config)
+    t0 = time.monotonic()
+    write_gguf(_state_dict(ckpt), hf_config, template, out, gguf_type, what=ckpt)
+    if log:
+        log(f"gguf: wrote {out} ({os.path.getsize(out) >> 20} MiB, template {os.path.basename(template)}) "
+            f"in {time.monotonic() - t0:.1f} s")
+    return out
+
+
+def check_template(template: str, hf_config: dict) -> str:
+    """`template` when its architecture sizes are the checkpoint config's (else ExportError)."""
     sizes = _template_sizes(template)
     want = {k: hf_config.get(k) for k in CFG_KEYS}
     if sizes != want:
         raise ExportError(f"template {template} has sizes {sizes}, the checkpoint {want}")
-    t0 = time.monotonic()
+    return template
+
+
+def write_gguf(sd: dict, hf_config: dict, template: str, out: str, gguf_type: str = "f16", what: str = "weights") -> str:
+    """Write the HF llama state dict `sd` (numpy arrays or tensors) as `out` (atomically), every
+    metadata key copied from `template` (a GGUF of the same architecture and sizes). GRPO's
+    llama.cpp generation (`toolkit.train.grpo.generators.LlamaCppGenerator`) calls it with the
+    policy's live weights each step; `export_gguf` with a checkpoint's."""
+    import gguf
+    import gguf.quants
+    import numpy as np
+
+    if gguf_type not in GGUF_TYPES:
+        raise ExportError(f"GGUF type {gguf_type!r}: one of {', '.join(GGUF_TYPES)}")
     reader = gguf.GGUFReader(template)
-    tensors = gguf_tensors(_state_dict(ckpt), hf_config)
+    tensors = gguf_tensors(sd, hf_config)
     names = [t.name for t in reader.tensors]
     if hf_config.get("tie_word_embeddings") and "output.weight" not in names:
         tensors.pop("output.weight", None)
     missing, extra = sorted(set(names) - set(tensors)), sorted(set(tensors) - set(names))
     if missing or extra:
-        raise ExportError(f"{ckpt}: tensors do not match the template: missing {missing[:4]}, extra {extra[:4]}")
+        raise ExportError(f"{what}: tensors do not match the template: missing {missing[:4]}, extra {extra[:4]}")
     tmp = f"{out}.tmp{os.getpid()}"
     writer = gguf.GGUFWriter(tmp, arch=reader.fields["general.architecture"].contents())
     for field in reader.fields.values():
@@ -201,9 +220,6 @@ def export_gguf(ckpt: str, out: str | None = None, template: str | None = None, 
     writer.write_tensors_to_file()
     writer.close()
     os.replace(tmp, out)
-    if log:
-        log(f"gguf: wrote {out} ({os.path.getsize(out) >> 20} MiB, template {os.path.basename(template)}) "
-            f"in {time.monotonic() - t0:.1f} s")
     return out
 
 

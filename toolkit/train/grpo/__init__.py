@@ -32,6 +32,7 @@ this module is the `grpo` command.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import sys
 from collections.abc import Mapping
@@ -43,6 +44,7 @@ from toolkit.train.grpo.agent import PolicyAgent
 from toolkit.train.grpo.episodes import Episode, Rollouts
 from toolkit.train.grpo.generators import (
     HFGenerator,
+    LlamaCppGenerator,
     ScriptedGenerator,
     TRLVLLMGenerator,
 )
@@ -56,6 +58,7 @@ __all__ = [
     "GRPOOptions",
     "GRPORun",
     "HFGenerator",
+    "LlamaCppGenerator",
     "PolicyAgent",
     "Rollouts",
     "ScriptedGenerator",
@@ -95,9 +98,13 @@ def check_generation(o: GRPOOptions) -> None:
         raise UsageError(f"grpo: temperature must be > 0 (got {o.temperature}): a group needs sampled "
                          "completions (a recipe's `defaults: temperature: 0` applies to grpo too: set "
                          "grpo: temperature)")
+    if o.generation == "llamacpp":
+        if importlib.util.find_spec("llama_cpp") is None:
+            raise UsageError("grpo: generation llamacpp needs llama-cpp-python (pip install 'tooluse-toolkit[embedded]'); "
+                             "or use generation transformers")
+        return
     if o.generation != "vllm":
         return
-    import importlib.util
 
     import torch
 

@@ -1,12 +1,19 @@
-"""Generation backends for GRPO: ids in, sampled completion ids out (HF generate, TRL's vLLM
-server / colocate through TRL's VLLMGeneration, a scripted one for tests and replays)."""
+"""Generation backends for GRPO: ids in, sampled completion ids out (HF generate, llama.cpp on a
+GGUF of the policy's weights, TRL's vLLM server / colocate through TRL's VLLMGeneration, a scripted
+one for tests and replays)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import shutil
+import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
+from toolkit.llm.gguf_export import ExportError, check_template, find_template, write_gguf
 from toolkit.train.grpo.options import GRPOOptions
 from toolkit.train.prefix import SHARED_PREFIX_MIN, cache_kw, common_prefix, prefix_cache
 
@@ -123,6 +130,104 @@ class HFGenerator:
 
     def sync_weights(self) -> None:  # same model object: nothing to do
         pass
+
+
+class LlamaCppGenerator:
+    """llama.cpp (llama-cpp-python, in this process) sampling from an F16 GGUF of the policy's
+    CURRENT weights: `load_weights(model, version)` writes the live state dict through
+    `toolkit.llm.gguf_export.write_gguf` (the template GGUF's metadata, the checkpoint's tensors) and
+    reloads the model, once per optimizer step (the trainer calls it before each rollout round, so
+    generation stays on-policy). On a CPU this replaces HF `generate` (no KV cache kept between an
+    episode's turns, a Python loop per token): measured in docs/learn.md.
+
+    Requests are served one at a time by one worker thread (llama.cpp decodes with every core and
+    releases the GIL, so the event loop keeps serving the user simulator and the environment).
+    llama.cpp's prompt cache keeps the longest common prefix with the previous request (the tool
+    schemas, a group's task); each call draws a fresh sampler seed from this generator's seeded RNG,
+    so the G episodes of a group sample independently. Runs are reproducible only up to float
+    rounding: a request's logits depend on how much of its prompt the previous request left in the
+    cache (one batch vs. several), and a sampled token can flip where two are nearly tied.
+    Sampling is plain: temperature T, top_p, no top-k / min-p / repetition penalty (llama.cpp's
+    defaults are turned off). The sampler runs the F16 weights while training scores with fp32 (or
+    its autocast): the mismatch is the same kind as vLLM's; no per-token sampler log-probs are kept."""
+
+    def __init__(self, tok, model_path: str, temperature: float = 1.0, top_p: float = 1.0, seed: int = 0,
+                 n_ctx: int = 8192, threads: int | None = None, workdir: str | None = None):
+        import random
+
+        try:
+            import llama_cpp  # noqa: F401  (the embedded extra)
+        except ImportError:  # pragma: no cover - checked by check_generation first
+            raise ExportError("generation llamacpp needs llama-cpp-python (the embedded extra)") from None
+        self.tok = tok
+        self.template = find_template(model_path)
+        self.temperature, self.top_p, self.n_ctx = temperature, top_p, n_ctx
+        self.threads = threads or int(os.environ.get("TOOLKIT_EMBEDDED_THREADS") or os.cpu_count() or 1)
+        self.dir = tempfile.mkdtemp(prefix="toolkit-grpo-gguf-", dir=workdir)
+        self.rng = random.Random(seed)
+        self.llm = None
+        self.version: object = None
+        self.lock = threading.Lock()
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grpo-llamacpp")
+        self.generated_tokens = 0
+        self.seconds = 0.0
+        self.calls = 0
+        self.loads = 0
+        self.load_seconds = 0.0
+
+    def load_weights(self, model, version: object) -> None:
+        """Export `model`'s weights and load them, unless `version` is the one loaded."""
+        if self.llm is not None and version == self.version:
+            return
+        import llama_cpp
+
+        t0 = time.time()
+        cfg = model.config.to_dict()
+        check_template(self.template, cfg)
+        sd = {k: v.detach().float().cpu().numpy() for k, v in model.state_dict().items()}
+        path = os.path.join(self.dir, "policy.gguf")
+        with self.lock:
+            self.llm = None  # free the old model before the new one maps its file
+            write_gguf(sd, cfg, self.template, path, "f16", what="the policy")
+            self.llm = llama_cpp.Llama(model_path=path, n_ctx=self.n_ctx, n_threads=self.threads,
+                                       n_threads_batch=self.threads, logits_all=False, verbose=False)
+        self.version = version
+        self.loads += 1
+        self.load_seconds += time.time() - t0
+
+    async def generate(self, ids: list[int], max_new_tokens: int) -> list[int]:
+        if self.llm is None:
+            raise RuntimeError("LlamaCppGenerator: no weights loaded (load_weights before generating)")
+        seed = self.rng.randrange(2**31 - 1)  # drawn in request order, on the event loop
+        return await asyncio.get_running_loop().run_in_executor(self.pool, self._run, list(ids), max_new_tokens, seed)
+
+    def _run(self, ids: list[int], max_new: int, seed: int) -> list[int]:
+        t0 = time.time()
+        eos = self.tok.eos_token_id
+        out: list[int] = []
+        with self.lock:
+            llm = self.llm
+            if len(ids) + max_new > self.n_ctx:
+                max_new = max(0, self.n_ctx - len(ids))
+            llm.set_seed(seed)
+            if max_new:
+                for t in llm.generate(ids, top_k=0, top_p=self.top_p, min_p=0.0, typical_p=1.0, temp=self.temperature,
+                                      repeat_penalty=1.0, reset=True):
+                    out.append(int(t))
+                    if t == eos or len(out) >= max_new:
+                        break
+        self.generated_tokens += len(out)
+        self.seconds += time.time() - t0
+        self.calls += 1
+        return out
+
+    def sync_weights(self) -> None:  # load_weights, called by the trainer with the live model
+        pass
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+        self.llm = None
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class TRLVLLMGenerator:

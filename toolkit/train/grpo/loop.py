@@ -23,6 +23,7 @@ from toolkit.train.grpo.batch import Selection, Selector
 from toolkit.train.grpo.episodes import Rollouts
 from toolkit.train.grpo.generators import (
     HFGenerator,
+    LlamaCppGenerator,
     ScriptedGenerator,
     TRLVLLMGenerator,
 )
@@ -124,6 +125,12 @@ class GRPORun:
                 self.generator = ScriptedGenerator(self.tok, json.load(f))
         elif o.generation == "vllm":
             self.generator = TRLVLLMGenerator(self.trainer.vllm_generation, o)
+        elif o.generation == "llamacpp":
+            if copts.lora:
+                raise UsageError("grpo: generation llamacpp exports the full weights; with lora use generation "
+                                 "transformers")
+            self.generator = LlamaCppGenerator(self.tok, model_path, o.temperature, o.top_p,
+                                               seed=o.seed + acc.process_index, n_ctx=o.max_total_tokens + 64)
         else:
             self.generator = HFGenerator(self.unwrapped, self.tok, o.temperature, o.top_p, seed=o.seed + acc.process_index,
                                          autocast=self.gen_autocast, shared_prefix=o.shared_prefix is not False)
@@ -197,6 +204,9 @@ class GRPORun:
         return sum(g.generated_tokens for g in gens), sum(g.seconds for g in gens)
 
     def shutdown(self) -> None:
+        close = getattr(self.generator, "close", None)
+        if close is not None:
+            close()
         if self.pool is not None:
             for *_, fut, _v in self.prefetch:
                 fut.cancel()

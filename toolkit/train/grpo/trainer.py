@@ -110,6 +110,10 @@ class ToolkitGRPOTrainer(GRPOTrainer):
                 run.generator.model = m
                 res = self._local_rollouts(mine, step, run.rollouts)
         else:
+            load = getattr(run.generator, "load_weights", None)
+            if load is not None:  # llama.cpp: the current weights exported once per optimizer step
+                with self._generation_model() as m:
+                    load(m, self.state.global_step)
             res = self._local_rollouts(mine, step, run.rollouts)
         return self._finish_round(mine, res)
 
