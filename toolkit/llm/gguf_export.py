@@ -67,16 +67,13 @@ def find_template(ckpt: str) -> str:
 
 
 def _template_sizes(path: str) -> dict:
-    import gguf
-
-    r = gguf.GGUFReader(path)
-    arch = r.fields["general.architecture"].contents()
+    arch, _, fields = template_metadata(path)
+    meta = {name: value for name, value, _, _ in fields}
 
     def get(k):
-        f = r.fields.get(f"{arch}.{k}")
-        return f.contents() if f is not None else None
+        return meta.get(f"{arch}.{k}")
 
-    vocab = get("vocab_size") or len(r.fields["tokenizer.ggml.tokens"].contents())
+    vocab = get("vocab_size") or len(meta["tokenizer.ggml.tokens"])
     return {"model_type": arch, "hidden_size": get("embedding_length"), "num_hidden_layers": get("block_count"),
             "num_attention_heads": get("attention.head_count"),
             "num_key_value_heads": get("attention.head_count_kv"),
@@ -176,6 +173,32 @@ def check_template(template: str, hf_config: dict) -> str:
     return template
 
 
+_TEMPLATES: dict = {}
+
+
+def template_metadata(template: str) -> tuple[str, list[str], list[tuple]]:
+    """(architecture, tensor names in order, [(key, value, value type, array item type)]) of a
+    template GGUF, every key a trained model keeps (not the file type or quantization version).
+    Parsed once per file version and process: gguf's reader spends seconds on a 49k-token
+    vocabulary, and GRPO's llama.cpp generation exports every step."""
+    import gguf
+
+    st = os.stat(template)
+    key = (os.path.abspath(template), st.st_mtime_ns, st.st_size)
+    if key not in _TEMPLATES:
+        reader = gguf.GGUFReader(template)
+        fields = []
+        for field in reader.fields.values():
+            if field.name.startswith("GGUF.") or field.name in ("general.architecture", "general.file_type",
+                                                               "general.quantization_version"):
+                continue
+            vt = field.types[0]
+            sub = field.types[-1] if vt == gguf.GGUFValueType.ARRAY else None
+            fields.append((field.name, field.contents(), vt, sub))
+        _TEMPLATES[key] = (reader.fields["general.architecture"].contents(), [t.name for t in reader.tensors], fields)
+    return _TEMPLATES[key]
+
+
 def write_gguf(sd: dict, hf_config: dict, template: str, out: str, gguf_type: str = "f16", what: str = "weights") -> str:
     """Write the HF llama state dict `sd` (numpy arrays or tensors) as `out` (atomically), every
     metadata key copied from `template` (a GGUF of the same architecture and sizes). GRPO's
@@ -187,23 +210,17 @@ def write_gguf(sd: dict, hf_config: dict, template: str, out: str, gguf_type: st
 
     if gguf_type not in GGUF_TYPES:
         raise ExportError(f"GGUF type {gguf_type!r}: one of {', '.join(GGUF_TYPES)}")
-    reader = gguf.GGUFReader(template)
+    arch, names, fields = template_metadata(template)
     tensors = gguf_tensors(sd, hf_config)
-    names = [t.name for t in reader.tensors]
     if hf_config.get("tie_word_embeddings") and "output.weight" not in names:
         tensors.pop("output.weight", None)
     missing, extra = sorted(set(names) - set(tensors)), sorted(set(tensors) - set(names))
     if missing or extra:
         raise ExportError(f"{what}: tensors do not match the template: missing {missing[:4]}, extra {extra[:4]}")
     tmp = f"{out}.tmp{os.getpid()}"
-    writer = gguf.GGUFWriter(tmp, arch=reader.fields["general.architecture"].contents())
-    for field in reader.fields.values():
-        if field.name.startswith("GGUF.") or field.name in ("general.architecture", "general.file_type",
-                                                           "general.quantization_version"):
-            continue
-        vt = field.types[0]
-        sub = field.types[-1] if vt == gguf.GGUFValueType.ARRAY else None
-        writer.add_key_value(field.name, field.contents(), vt, sub_type=sub)
+    writer = gguf.GGUFWriter(tmp, arch=arch)
+    for name, value, vt, sub in fields:
+        writer.add_key_value(name, value, vt, sub_type=sub)
     q8 = gguf_type == "q8_0"
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0 if q8 else gguf.LlamaFileType.MOSTLY_F16)
     Q8 = gguf.GGMLQuantizationType.Q8_0
