@@ -414,3 +414,36 @@ def test_shared_prefix_logps_and_gradients_equal_the_per_row_forward(tiny_model,
     assert all(torch.allclose(a, b, atol=1e-6, rtol=1e-4) for a, b in zip(g1, g0))
     assert max(float(g.abs().max()) for g in g1) > 1e-4
     assert prefix_len(ids[:1], att[:1], pm[:1]) == 0  # one row: nothing to share
+
+
+def test_zero_advantage_rows_skip_the_forward_and_step_the_same(tiny_model, tmp_path, monkeypatch):
+    """A slice whose every advantage is 0 (an all-equal group, no KL) has an exactly zero gradient:
+    its forward is skipped (counted in zero_gradient_rows), and the weights after the step equal
+    those of the run that forwards it."""
+    import torch
+
+    from toolkit.train.grpo import trainer as T
+
+    recs = ticket_tasks(tmp_path, ["red", "blue"])
+    right = lambda c: [call_text("insert_ticket", {"code": c}), DONE]
+    wrong = [call_text("insert_ticket", {"code": "nope"}), DONE]
+    scripts = {"tk-red-s0-g0": right("red"), "tk-red-s0-g1": right("red"),      # all pass: advantages 0
+               "tk-blue-s0-g0": right("blue"), "tk-blue-s0-g1": wrong}          # mixed: trained
+
+    def run(skip, sub):
+        monkeypatch.setattr(T, "SKIP_ZERO_ADVANTAGE", skip)
+        r = make_run(tiny_model, tmp_path / sub, recs, scripts, num_generations=2, tasks_per_step=2, variant="grpo",
+                     max_steps=1, gradient_accumulation_steps=2, seed=3)
+        r.train()
+        return r.history[0], {k: v.detach().clone() for k, v in r.unwrapped.state_dict().items()}
+
+    m_skip, w_skip = run(True, "skip")
+    m_full, w_full = run(False, "full")
+    assert m_skip["zero_gradient_rows"] == 2 and m_full["zero_gradient_rows"] == 0
+    assert m_skip["groups_trained"] == m_full["groups_trained"] == 2
+    assert m_skip["trained_tokens"] == m_full["trained_tokens"] > 0
+    base = make_run(tiny_model, tmp_path / "base", recs, scripts, num_generations=2, tasks_per_step=2,
+                    variant="grpo", max_steps=1).unwrapped.state_dict()
+    assert any(not torch.equal(base[k], w_full[k]) for k in w_full)  # the mixed group did move the weights
+    for k in w_full:
+        assert torch.allclose(w_skip[k], w_full[k], rtol=0, atol=1e-7), k

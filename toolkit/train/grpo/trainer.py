@@ -43,6 +43,8 @@ from toolkit.train.grpo import batch as B
 from toolkit.train.prefix import prefix_len, shared_forward
 
 STATE_FILE = "toolkit_grpo_state.pkl"
+# rows whose loss has an exactly zero gradient skip the model's forward (ToolkitGRPOTrainer._zero_gradient)
+SKIP_ZERO_ADVANTAGE = True
 
 
 class ToolkitGRPOTrainer(GRPOTrainer):
@@ -239,9 +241,26 @@ class ToolkitGRPOTrainer(GRPOTrainer):
             return shared_forward(model, ids, att, ids.masked_fill(att == 0, -100), P).log_probs
 
     # -- loss ------------------------------------------------------------------------------------
+    def _zero_gradient(self, inputs) -> bool:
+        """The rows' loss has an exactly zero gradient (all weighted advantages 0, beta 0), in one
+        plain process (DDP / DeepSpeed / FSDP expect the forward their backward hooks were set up in)."""
+        if not SKIP_ZERO_ADVANTAGE or self.beta or self.accelerator.num_processes != 1:
+            return False
+        if self.is_deepspeed_enabled or self.is_fsdp_enabled:
+            return False
+        return not bool(((inputs["advantages"] * inputs["loss_weight"]) != 0).any())
+
     def _compute_loss(self, model, inputs):
         o = self.run.opts
         ids, att = inputs["input_ids"], inputs["attention_mask"]
+        if self._zero_gradient(inputs):
+            # every advantage of these rows is 0 (zero-variance groups, no turn penalty) and there is no
+            # KL term: the loss and its gradient are exactly 0 whatever the log-probs. Skip the model's
+            # forward and backward; every parameter still gets its (zero) gradient, so the optimizer
+            # steps exactly as it would have (momentum, weight decay).
+            self._stats["tokens"] += float(inputs["policy_mask"].sum())
+            self._stats["skipped_rows"] = self._stats.get("skipped_rows", 0.0) + ids.size(0)
+            return sum((p * 0.0).sum() for p in model.parameters() if p.requires_grad)
         logps = self._logps(model, ids, att, inputs["policy_mask"])
         per_tok, info = surrogate(logps, inputs, o.epsilon, o.eps_high, self.beta,
                                   turn_ratio=o.turn_ratio == "turn" and o.loss_type == "turn")
@@ -279,6 +298,7 @@ class ToolkitGRPOTrainer(GRPOTrainer):
                     "lr": self._get_learning_rate() if hasattr(self, "_get_learning_rate") else None})
         if is_sum:
             rec["importance_sampling_ratio_mean"] = is_sum / max(1.0, tokens)
+        rec["zero_gradient_rows"] = int(st.get("skipped_rows", 0))  # not forwarded: every advantage 0
         self._pending = None
         self._stats = {"loss": 0.0, "kl": 0.0, "clipped": 0.0, "tokens": 0.0, "is_ratio_sum": 0.0}
         self._t_train = time.time()
