@@ -52,7 +52,7 @@ case "$scale" in
   smoke) n=60;  held=3;  k=1; turns=3; toks=112; sft_steps=4;   sbs=4; max_len=3072; lr=4.0e-4; sys=drop
          rl_n=12;  principals=8;  grpo_steps=2;   G=2; tps=1;  glr=5.0e-5; gT=1.0; cons=1; cn=2 ;;
   cpu)   n=600; held=48; k=1; turns=3; toks=112; sft_steps=36;  sbs=4; max_len=3072; lr=4.0e-4; sys=drop
-         rl_n=120; principals=40; grpo_steps=12;  G=4; tps=2;  glr=1.0e-4; gT=0.7; cons=0; cn=8 ;;
+         rl_n=120; principals=40; grpo_steps=12;  G=4; tps=2;  glr=1.0e-4; gT=1.0; cons=0; cn=8 ;;
   gpu)   n=600; held=100; k=4; turns=8; toks=256; sft_steps=300; sbs=4; max_len=4096; lr=5.0e-5; sys=keep
          rl_n=600; principals=120; grpo_steps=200; G=8; tps=16; glr=2.0e-6; gT=1.0; cons=1; cn=100 ;;
   *) echo "learn.sh: --scale smoke|cpu|gpu" >&2; exit 2 ;;
