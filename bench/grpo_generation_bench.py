@@ -54,7 +54,7 @@ def main() -> int:
     prompts = []
     for t in domains.load_tasks("airline")[: a.tasks]:
         rec = Record.model_validate(t)
-        tools = prepare_tools(load_env(rec).tools(), "minimal")
+        tools = prepare_tools(load_env(rec.env).tools(), "minimal")
         text = tok.apply_chat_template([{"role": "user", "content": rec.task.instruction}], tools=tools,
                                        tokenize=False, add_generation_prompt=True)
         prompts += [tok(text, add_special_tokens=False)["input_ids"]] * a.group
