@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import shutil
 import tempfile
 import threading
@@ -153,8 +154,6 @@ class LlamaCppGenerator:
 
     def __init__(self, tok, model_path: str, temperature: float = 1.0, top_p: float = 1.0, seed: int = 0,
                  n_ctx: int = 8192, threads: int | None = None, workdir: str | None = None):
-        import random
-
         try:
             import llama_cpp  # noqa: F401  (the embedded extra)
         except ImportError:  # pragma: no cover - checked by check_generation first
