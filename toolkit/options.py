@@ -376,6 +376,10 @@ class GRPOOptions(Options):
     warmup_ratio: float = 0.0
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
+    # a step whose gradient is exactly zero (every group zero-variance or filtered out, beta 0): skip =
+    # no optimizer update (Adam's moments would otherwise keep moving the weights along the last
+    # informative gradient for many steps, weight decay would shrink them); step = TRL's behaviour
+    empty_steps: Literal["skip", "step"] = "skip"
     temperature: float = 1.0               # the policy's sampling temperature (> 0: checked before loading)
     top_p: float = 1.0
     max_turns: int = 8

@@ -447,3 +447,31 @@ def test_zero_advantage_rows_skip_the_forward_and_step_the_same(tiny_model, tmp_
     assert any(not torch.equal(base[k], w_full[k]) for k in w_full)  # the mixed group did move the weights
     for k in w_full:
         assert torch.allclose(w_skip[k], w_full[k], rtol=0, atol=1e-7), k
+
+
+def test_steps_without_signal_do_not_move_the_weights(tiny_model, tmp_path):
+    """Step 1 trains a mixed group; steps 2-3 draw groups whose episodes all pass (advantages 0, no
+    KL). With `empty_steps: skip` (the default) those steps are no optimizer update: the weights stay
+    those after step 1. With `step` (TRL's behaviour) Adam's moments keep moving them."""
+    import torch
+
+    recs = ticket_tasks(tmp_path, ["red"])
+    right, wrong = [call_text("insert_ticket", {"code": "red"}), DONE], [call_text("insert_ticket", {"code": "x"}), DONE]
+    scripts = {"tk-red-s0-g0": right, "tk-red-s0-g1": wrong,
+               **{f"tk-red-s{s}-g{g}": right for s in (1, 2) for g in (0, 1)}}
+
+    def run(sub, steps, mode):
+        r = make_run(tiny_model, tmp_path / sub, recs, scripts, num_generations=2, tasks_per_step=1,
+                     variant="grpo", max_steps=steps, empty_steps=mode, learning_rate=1e-3, seed=5)
+        r.train()
+        return r.history, {k: v.detach().clone() for k, v in r.unwrapped.state_dict().items()}
+
+    h1, w1 = run("one", 1, "skip")
+    h3, w3 = run("skip", 3, "skip")
+    hs, ws = run("step", 3, "step")
+    assert [m["update_skipped"] for m in h3] == [False, True, True]
+    assert [m["update_skipped"] for m in hs] == [False, False, False]
+    assert [m["groups_trained"] for m in h3] == [1, 1, 1] and h3[1]["reward_std"] == 0
+    for k in w1:
+        assert torch.equal(w1[k], w3[k]), k
+    assert any(not torch.allclose(w1[k], ws[k], rtol=0, atol=1e-6) for k in w1)  # momentum moved them

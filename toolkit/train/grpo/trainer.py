@@ -30,6 +30,7 @@ import json
 import os
 import pickle
 import time
+import types
 
 try:  # the train extra; this module is imported only when `grpo` trains (toolkit.train.grpo.loop)
     import torch
@@ -274,10 +275,45 @@ class ToolkitGRPOTrainer(GRPOTrainer):
         st["is_ratio_sum"] += info["is_ratio_sum"]
         return loss
 
+    # -- steps without a learning signal ----------------------------------------------------------
+    def _can_skip_steps(self) -> bool:
+        """`empty_steps: skip` applies where every process holds the whole gradient after the step's
+        last backward (one process, or DDP's all-reduce) and the optimizer is torch's own."""
+        return (self.run.opts.empty_steps == "skip" and not self.is_deepspeed_enabled
+                and not self.is_fsdp_enabled)
+
+    def create_optimizer(self, model=None):
+        """TRL's optimizer; with `empty_steps: skip` its `step` does nothing on a step whose gradient is
+        exactly zero (decided in `training_step`, after the step's last backward)."""
+        opt = super().create_optimizer(model)
+        if self._can_skip_steps() and not getattr(opt.step, "_toolkit_skips", False):
+            inner = opt.step
+            trainer = self
+
+            def step(_opt, *a, **kw):  # bound with MethodType: torch's LR scheduler re-wraps opt.step.__func__
+                if trainer._empty_step:
+                    return None
+                return inner(*a, **kw)
+
+            step._toolkit_skips = True
+            opt.step = types.MethodType(step, opt)
+        return opt
+
+    _empty_step = False
+
+    def _gradient_is_zero(self, model) -> bool:
+        for p in model.parameters():
+            if p.requires_grad and p.grad is not None and bool(p.grad.any()):
+                return False
+        return True
+
     # -- one metrics line per optimizer step -----------------------------------------------------
     def training_step(self, model, inputs, num_items_in_batch=None):
         out = super().training_step(model, inputs, num_items_in_batch)
         if self._step % self.current_gradient_accumulation_steps == 0:
+            # the step's last backward is done (and, with DDP, all-reduced): the optimizer step that
+            # follows is skipped when it would only replay momentum
+            self._empty_step = self._can_skip_steps() and self._gradient_is_zero(model)
             self._flush_step_metrics()
         return out
 
@@ -299,6 +335,7 @@ class ToolkitGRPOTrainer(GRPOTrainer):
         if is_sum:
             rec["importance_sampling_ratio_mean"] = is_sum / max(1.0, tokens)
         rec["zero_gradient_rows"] = int(st.get("skipped_rows", 0))  # not forwarded: every advantage 0
+        rec["update_skipped"] = bool(self._empty_step)  # empty_steps skip: no signal, no optimizer step
         self._pending = None
         self._stats = {"loss": 0.0, "kl": 0.0, "clipped": 0.0, "tokens": 0.0, "is_ratio_sum": 0.0}
         self._t_train = time.time()
