@@ -21,10 +21,15 @@ positions), norms in F32, q/k projections permuted to llama.cpp's rotary layout.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
 import time
+from collections import Counter
+from pathlib import Path
+
+from toolkit import diskcache
 from toolkit.llm.models import KNOWN_MODELS, MARKER, ModelError, _gguf_path, known_model
 
 CFG_KEYS = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
@@ -174,18 +179,51 @@ def check_template(template: str, hf_config: dict) -> str:
 
 
 _TEMPLATES: dict = {}
+# ... and on disk between processes ($TOOLKIT_HOME/gguf-templates/, toolkit.diskcache): gguf's reader
+# spends ~6 CPU-s on SmolLM2's 49k-token vocabulary and merges, a pickle of the result loads in ~0.03 s
+DISK_CACHE_ENV = "TOOLKIT_GGUF_TEMPLATE_CACHE"
+DISK_SUBDIR = "gguf-templates"
+DISK_MAGIC = b"toolkit-gguf-template/1\n"
+DISK_MAX_ENTRIES = 8
+DISK_STATS: Counter = Counter()
+
+
+def _check_metadata(v) -> None:
+    arch, names, fields = v
+    if not (isinstance(arch, str) and isinstance(names, list) and isinstance(fields, list)
+            and all(isinstance(f, tuple) and len(f) == 4 for f in fields)):
+        raise ValueError("not (architecture, tensor names, fields)")
+
+
+def _gguf_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("gguf")
+    except PackageNotFoundError:
+        return ""
 
 
 def template_metadata(template: str) -> tuple[str, list[str], list[tuple]]:
     """(architecture, tensor names in order, [(key, value, value type, array item type)]) of a
     template GGUF, every key a trained model keeps (not the file type or quantization version).
-    Parsed once per file version and process: gguf's reader spends seconds on a 49k-token
-    vocabulary, and GRPO's llama.cpp generation exports every step."""
+    Parsed once per file version: gguf's reader spends seconds on a 49k-token vocabulary, and GRPO's
+    llama.cpp generation exports every step. Kept per process, and on disk under $TOOLKIT_HOME
+    (keyed by the file's path, size and mtime, the gguf package's version and this module's code;
+    `TOOLKIT_GGUF_TEMPLATE_CACHE=0` turns that off)."""
     import gguf
 
     st = os.stat(template)
     key = (os.path.abspath(template), st.st_mtime_ns, st.st_size)
-    if key not in _TEMPLATES:
+    if key in _TEMPLATES:
+        return _TEMPLATES[key]
+    dkey = hashlib.sha256(repr((key, _gguf_version(), sys.version,
+                                diskcache.source_digest((Path(__file__).parent,)))).encode()).hexdigest()
+    path = diskcache.path_of(DISK_SUBDIR, dkey)
+    on = diskcache.enabled(DISK_CACHE_ENV)
+    meta = diskcache.read(path, dkey, DISK_MAGIC, DISK_STATS, "gguf template cache", check=_check_metadata,
+                          expect=tuple) if on else None
+    if meta is None:
         reader = gguf.GGUFReader(template)
         fields = []
         for field in reader.fields.values():
@@ -195,8 +233,11 @@ def template_metadata(template: str) -> tuple[str, list[str], list[tuple]]:
             vt = field.types[0]
             sub = field.types[-1] if vt == gguf.GGUFValueType.ARRAY else None
             fields.append((field.name, field.contents(), vt, sub))
-        _TEMPLATES[key] = (reader.fields["general.architecture"].contents(), [t.name for t in reader.tensors], fields)
-    return _TEMPLATES[key]
+        meta = (reader.fields["general.architecture"].contents(), [t.name for t in reader.tensors], fields)
+        if on:
+            diskcache.write(path, dkey, meta, DISK_MAGIC, DISK_STATS, "gguf template cache", DISK_MAX_ENTRIES)
+    _TEMPLATES[key] = meta
+    return meta
 
 
 def write_gguf(sd: dict, hf_config: dict, template: str, out: str, gguf_type: str = "f16", what: str = "weights") -> str:
