@@ -13,6 +13,8 @@
 # 7. evaluate base / SFT / GRPO: toolkit serve --model CKPT (CPU: GGUF export on llama.cpp; GPU: vLLM) →
 #    rollout on the held-out tasks (and on --eval-domain's tasks) → verify --strategy state_diff
 #    (no-write tasks need the DB + ACTION + COMMUNICATE basis)
+# --config-only: write the recipe and each stage's effective configuration (`CMD --print-config`,
+# the variant preset applied) to $OUT/config/, run nothing (how the gpu scale is checked without a GPU).
 # --tasks deep: violation-first and boundary tasks (up to 2 writes) with the domain policy in the agent's
 # prompt; the table adds the share of episodes that attempt a write the policy forbids.
 # Out ($OUT, default out/learn): table.md, summary.json, details.json, curves.png, yield.txt, timings.json,
@@ -29,13 +31,14 @@
 #      LEARN_FROM=DIR (reuse DIR's tasks, base/SFT evaluations and SFT checkpoint: GRPO ablations).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scale=smoke; tasks=plain; domain=airline; eval_domain=""; out=${OUT:-out/learn}
+scale=smoke; tasks=plain; domain=airline; eval_domain=""; out=${OUT:-out/learn}; config_only=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --scale) scale=$2; shift 2 ;;
     --tasks) tasks=$2; shift 2 ;;
     --domain) domain=$2; shift 2 ;;
     --eval-domain) eval_domain=$2; shift 2 ;;
+    --config-only) config_only=1; shift ;;
     --out) out=$2; shift 2 ;;
     -h|--help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;;
     *) echo "learn.sh: unknown argument $1" >&2; exit 2 ;;
@@ -193,6 +196,14 @@ grpo:
   user_max_retries: 1
   $gen_keys
 YAML
+if [ "$config_only" = 1 ]; then  # the effective configuration of every stage, nothing run
+  mkdir -p "$out/config"
+  for c in gen-task validate-task rollout verify sft grpo; do
+    "$c" --recipe "$recipe" --print-config > "$out/config/$c.yaml"
+  done
+  echo "[learn] --config-only: $recipe and the effective configuration of each stage in $out/config/" >&2
+  exit 0
+fi
 
 reuse() {  # FILE...: take them from LEARN_FROM's run
   for f in "$@"; do

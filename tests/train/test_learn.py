@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
+import pytest
+
+from tests.conftest import BIN, ROOT
 from toolkit.train import learn as L
 
 
@@ -243,3 +249,53 @@ def test_principals_on_another_domain_recombine_one_column_names():
     assert state["appointment"] and all(a["patient_id"] in ids for a in state["appointment"])
     assert all(a["referral_id"] is None or a["referral_id"] in refs for a in state["appointment"])
     assert state["doctor"] == base["doctor"]
+
+
+def _learn(*args, env=None, cwd=None):
+    e = dict(os.environ, PATH=f"{BIN}:{os.path.dirname(sys.executable)}:{os.environ['PATH']}",
+             TOOLKIT_PYTHON=sys.executable, **(env or {}))
+    return subprocess.run(["bash", str(ROOT / "recipes" / "learn.sh"), *args], capture_output=True, text=True,
+                          env=e, timeout=300, cwd=cwd)
+
+
+def _learn_config(tmp_path, *args, env=None):
+    import yaml
+
+    out = tmp_path / "out"
+    p = _learn(*args, "--config-only", env={"OUT": str(out), **(env or {})}, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert not (out / "tasks.jsonl").exists()  # nothing ran
+    return {c: yaml.safe_load((out / "config" / f"{c}.yaml").read_text())
+            for c in ("gen-task", "validate-task", "rollout", "verify", "sft", "grpo")}
+
+
+@pytest.mark.parametrize("scale", ["cpu", "gpu"])
+def test_learn_recipe_scales_give_the_documented_effective_configuration(tmp_path, scale):
+    """`learn.sh --config-only`: every stage accepts the recipe the scale writes, and the effective
+    values (variant preset applied) are the ones docs/learn.md's scale table and issue 31 name: on
+    policy, TA-GRPO's turn ratio and violation-only penalty, the scale's sizes and generation."""
+    c = _learn_config(tmp_path, "--scale", scale, env={"LEARN_BF16": "false"})
+    g = c["grpo"]
+    assert g["variant"] == "ta-grpo" and g["max_staleness"] == 0 and g["turn_ratio"] == "turn"
+    assert g["penalize_invalid_calls"] is False and g["empty_steps"] == "skip" and g["temperature"] == 1.0
+    if scale == "gpu":
+        assert g["generation"] == "vllm" and g["vllm_mode"] == "colocate"
+        assert (g["max_steps"], g["tasks_per_step"], g["num_generations"], g["learning_rate"]) == (200, 16, 8, 2e-6)
+        assert c["sft"]["max_steps"] == 300 and c["sft"]["system_prompt"] == "keep"
+    else:  # one backward per episode on the CPU
+        assert g["generation"] == "llamacpp" and g["gradient_accumulation_steps"] == 2 * 4
+        assert (g["max_steps"], g["tasks_per_step"], g["num_generations"], g["learning_rate"]) == (12, 2, 4, 1e-4)
+        assert c["sft"]["max_steps"] == 36 and c["sft"]["system_prompt"] == "drop"
+    assert c["rollout"]["agent_system_prompt"] == c["sft"]["system_prompt"] == g["system_prompt"]
+    assert c["gen-task"]["strategy"] == "logigen" and c["gen-task"]["max_writes"] == 1
+
+
+def test_learn_recipe_deep_tasks_and_overrides(tmp_path):
+    c = _learn_config(tmp_path, "--scale", "cpu", "--tasks", "deep",
+                      env={"LEARN_BF16": "false", "LEARN_GRPO_LR": "3e-5", "LEARN_GRPO_G": "8", "LEARN_GRPO_TASKS": "1"})
+    assert c["gen-task"]["violation_share"] == 0.5 and c["gen-task"]["boundary_share"] == 0.5
+    assert c["rollout"]["agent_system_prompt"] == "keep" == c["grpo"]["system_prompt"]  # the policy is in the prompt
+    g = c["grpo"]
+    assert g["learning_rate"] == 3e-5 and g["num_generations"] == 8 and g["gradient_accumulation_steps"] == 8
+    bad = _learn("--scale", "tpu", "--config-only", cwd=tmp_path)
+    assert bad.returncode == 2 and "--scale smoke|cpu|gpu" in bad.stderr
