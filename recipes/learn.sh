@@ -68,6 +68,9 @@ deep_gen="violation_share: 0.0
 case "$tasks" in
   plain) ;;
   deep) sys=keep; max_len=$(( max_len + 1536 ))
+        # CPU: one row of up to ~4.6k tokens per backward (4 such rows in one fp32 backward held 22.8 GB
+        # and were killed for memory on the 24 GiB box); the same rows per optimizer step
+        if [ "$scale" != gpu ]; then sga=$sbs; sbs=1; fi
         deep_gen="violation_share: 0.5
   rule_coverage: true
   boundary_share: 0.5
@@ -166,6 +169,7 @@ sft:
   lr_scheduler_type: cosine
   warmup_steps: 3
   per_device_train_batch_size: $sbs
+  gradient_accumulation_steps: ${sga:-1}
   max_length: $max_len
   bf16: $bf16
   model_dtype: float32

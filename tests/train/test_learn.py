@@ -286,6 +286,7 @@ def test_learn_recipe_scales_give_the_documented_effective_configuration(tmp_pat
         assert g["generation"] == "llamacpp" and g["gradient_accumulation_steps"] == 2 * 4
         assert (g["max_steps"], g["tasks_per_step"], g["num_generations"], g["learning_rate"]) == (12, 2, 4, 1e-4)
         assert c["sft"]["max_steps"] == 36 and c["sft"]["system_prompt"] == "drop"
+        assert (c["sft"]["per_device_train_batch_size"], c["sft"]["gradient_accumulation_steps"]) == (4, 1)
     assert c["rollout"]["agent_system_prompt"] == c["sft"]["system_prompt"] == g["system_prompt"]
     assert c["gen-task"]["strategy"] == "logigen" and c["gen-task"]["max_writes"] == 1
 
@@ -295,6 +296,8 @@ def test_learn_recipe_deep_tasks_and_overrides(tmp_path):
                       env={"LEARN_BF16": "false", "LEARN_GRPO_LR": "3e-5", "LEARN_GRPO_G": "8", "LEARN_GRPO_TASKS": "1"})
     assert c["gen-task"]["violation_share"] == 0.5 and c["gen-task"]["boundary_share"] == 0.5
     assert c["rollout"]["agent_system_prompt"] == "keep" == c["grpo"]["system_prompt"]  # the policy is in the prompt
+    # deep rows (~4.6k tokens) one per backward on the CPU, 4 per optimizer step as plain rows
+    assert (c["sft"]["per_device_train_batch_size"], c["sft"]["gradient_accumulation_steps"]) == (1, 4)
     g = c["grpo"]
     assert g["learning_rate"] == 3e-5 and g["num_generations"] == 8 and g["gradient_accumulation_steps"] == 8
     bad = _learn("--scale", "tpu", "--config-only", cwd=tmp_path)
