@@ -33,7 +33,8 @@ from toolkit.io.options import IOOptions
 # TOOLKIT_* environment variables that are not option keys (read directly by their modules).
 NON_OPTION_ENV = ("HOME", "STAGE_LOG", "STAGE_LABEL", "STAGE_GROUP", "PROMPTS", "SANDBOX", "SANDBOX_CGROUP",
                   "SANDBOX_DOCKER_IMAGE", "PYTHON", "BIN", "HTTP_TRANSPORT", "GC_TUNE", "TAU2_FULL", "TORCH",
-                  "EXTRAS", "PREFILTER_LLM", "REGISTRY_CACHE", "LOGIGEN_SEARCH_CACHE", "SQLITE_DOMAIN_CACHE")
+                  "EXTRAS", "PREFILTER_LLM", "REGISTRY_CACHE", "LOGIGEN_SEARCH_CACHE", "SQLITE_DOMAIN_CACHE",
+                  "GGUF_TEMPLATE_CACHE")
 # families of variables read by one component each: the embedded server, `toolkit serve` (and its
 # vLLM backend), the MCP operator registry
 NON_OPTION_ENV_PREFIXES = ("EMBEDDED_", "SERVE_", "VLLM_", "MCP_")
