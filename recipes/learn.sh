@@ -15,7 +15,8 @@
 #    (no-write tasks need the DB + ACTION + COMMUNICATE basis)
 # --config-only: write the recipe and each stage's effective configuration (`CMD --print-config`,
 # the variant preset applied) to $OUT/config/, run nothing (how the gpu scale is checked without a GPU).
-# --tasks deep: violation-first and boundary tasks (up to 2 writes) with the domain policy in the agent's
+# --tasks deep: violation-first and boundary tasks (max_writes 2 goal writes; with their setup and the
+# forbidden attempt the reference paths held 1-4 writes on airline) with the domain policy in the agent's
 # prompt; the table adds the share of episodes that attempt a write the policy forbids.
 # Out ($OUT, default out/learn): table.md, summary.json, details.json, curves.png, yield.txt, timings.json,
 # and every intermediate JSONL. The user simulator of every evaluation (and of GRPO) is the packaged
