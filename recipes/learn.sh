@@ -25,7 +25,8 @@
 # (CPU: exported to GGUF, llama.cpp's server, its KV cache kept between turns; GPU: vLLM).
 # Env: TOOLKIT_PYTHON (python), LEARN_N (tasks to synthesize), LEARN_HELD (held-out cap), LEARN_SFT_STEPS,
 #      LEARN_GRPO_STEPS, LEARN_GRPO_G, LEARN_GRPO_TASKS (groups per step), LEARN_GRPO_LR, LEARN_GRPO_T
-#      (sampling temperature), LEARN_GRPO_STALENESS, LEARN_GRPO_VARIANT, LEARN_GRPO_GENERATION (CPU:
+#      (sampling temperature), LEARN_GRPO_STALENESS, LEARN_GRPO_VARIANT, LEARN_GRPO_FILL_ROUNDS (the
+#      astra/eigendata variants' bound on refill rounds per step), LEARN_GRPO_GENERATION (CPU:
 #      llamacpp, the default, or transformers), LEARN_RL_N (RL tasks synthesized),
 #      LEARN_PRINCIPALS (clones), LEARN_SKIP_GRPO=1, LEARN_CONSTRAINED=1 (constrained-decoding rows),
 #      LEARN_CONSTRAINED_N, LEARN_BF16=true|false (default: bf16 autocast where native),
@@ -82,6 +83,8 @@ n=${LEARN_N:-$n}; held=${LEARN_HELD:-$held}; sft_steps=${LEARN_SFT_STEPS:-$sft_s
 grpo_steps=${LEARN_GRPO_STEPS:-$grpo_steps}; G=${LEARN_GRPO_G:-$G}; tps=${LEARN_GRPO_TASKS:-$tps}
 glr=${LEARN_GRPO_LR:-$glr}; gT=${LEARN_GRPO_T:-$gT}; rl_n=${LEARN_RL_N:-$rl_n}; principals=${LEARN_PRINCIPALS:-$principals}
 variant=${LEARN_GRPO_VARIANT:-ta-grpo}; staleness=${LEARN_GRPO_STALENESS:-0}
+fill_key=""  # the variant's own max_fill_rounds unless set
+[ -n "${LEARN_GRPO_FILL_ROUNDS:-}" ] && fill_key="max_fill_rounds: $LEARN_GRPO_FILL_ROUNDS"
 from=${LEARN_FROM:-}
 mkdir -p "$out"
 : > "$out/stages.jsonl"; : > "$out/rejects.jsonl"
@@ -194,6 +197,7 @@ grpo:
   learning_rate: $glr
   lr_scheduler_type: constant
   temperature: $gT
+  $fill_key
   strict_tool_calls: true
   user_tool_protocol: hermes
   user_max_tokens: 48

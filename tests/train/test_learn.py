@@ -300,5 +300,11 @@ def test_learn_recipe_deep_tasks_and_overrides(tmp_path):
     assert (c["sft"]["per_device_train_batch_size"], c["sft"]["gradient_accumulation_steps"]) == (1, 4)
     g = c["grpo"]
     assert g["learning_rate"] == 3e-5 and g["num_generations"] == 8 and g["gradient_accumulation_steps"] == 8
+    assert g["max_fill_rounds"] == 16  # the preset's unless set
+    (tmp_path / "astra").mkdir()
+    astra = _learn_config(tmp_path / "astra", "--scale", "cpu",
+                          env={"LEARN_BF16": "false", "LEARN_GRPO_VARIANT": "astra", "LEARN_GRPO_FILL_ROUNDS": "3"})
+    assert astra["grpo"]["variant"] == "astra" and astra["grpo"]["filter"] == "adaptive"
+    assert astra["grpo"]["max_fill_rounds"] == 3 and astra["grpo"]["max_staleness"] == 0
     bad = _learn("--scale", "tpu", "--config-only", cwd=tmp_path)
     assert bad.returncode == 2 and "--scale smoke|cpu|gpu" in bad.stderr
