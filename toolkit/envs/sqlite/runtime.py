@@ -355,6 +355,15 @@ class SqliteEnvironment(Environment):
                 self._remember_canon(self._loaded[0], (dict(raw), dict(out), dict(rid)))
             return out
 
+    def table_ids(self) -> dict[str, int]:
+        """{table: content id} of the current state: two states of this domain hold the same rows
+        in a table exactly when its ids are equal (ids are interned per domain and never reused;
+        content seen again after the intern table was emptied gets a new id, so equal ids are
+        always equal rows, unequal ids not always different rows)."""
+        with self._lock:
+            self.canonical()
+            return dict(self._raw_id)
+
     def _snapshot_of(self, data: bytes) -> dict:
         tmp = SqliteEnvironment(self.domain)
         try:

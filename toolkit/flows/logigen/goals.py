@@ -47,6 +47,7 @@ from toolkit.envs.sqlite.vocab import domain_words
 from toolkit.flows.logigen.phrases import Phrases, _is_date
 
 MAX_TRIES_PER_STEP = 24
+_ABSENT = object()  # an argument the call does not pass (its default / the row's value)
 
 
 class Walker:
@@ -208,20 +209,29 @@ class GoalExplorer:
         self._owned: dict = {}
         self._dead = _Bounded(200000)  # (state hash, tool, arguments) of writes that fail there
         self._dead_rows = _Bounded(100000)  # (table, row) refused by a rule that reads only the row (OLD.*)
+        # (tool, scope, the arguments the rule reads, its tables' content ids) -> the rule that
+        # refused such a call: refused again wherever those agree (hints.failure_scopes)
+        self._refused = _Bounded(200000)
         try:
             from toolkit.flows.logigen.analysis import analyze
             from toolkit.flows.logigen.reach import _immutable
 
-            from toolkit.flows.logigen.hints import column_hints, row_only_rules
+            from toolkit.flows.logigen.hints import column_hints, failure_scopes, row_only_rules
 
             an = analyze(env_base)
             self._frozen = set(_immutable(an))
             self.hints = column_hints(an)
             self._row_rules = row_only_rules(an)
+            self._fail_scopes = failure_scopes(an, env_base.domain.tables, env_base.domain.tools)
         except Exception:  # noqa: BLE001 - no analysis: nothing is known frozen, every change is tried
             self._frozen = set()
             self._row_rules = set()
             self.hints = {}
+            self._fail_scopes = {}
+        self._scopes: dict[str, list[tuple]] = {}  # tool -> the distinct (tables, arguments) of its rules
+        for (tool, _), scope in sorted(self._fail_scopes.items()):
+            if scope not in self._scopes.setdefault(tool, []):
+                self._scopes[tool].append(scope)
         self.pk = None
         if self.principal and len(self.view.tables[self.principal].pk) == 1:
             self.pk = self.view.tables[self.principal].pk[0]
@@ -735,6 +745,7 @@ class GoalExplorer:
                                                                       lazy=True, width=width, hints=True)),
                                  MAX_TRIES_PER_STEP * width)
         dead = self._dead
+        ids = w.env.table_ids() if self._scopes else {}
         for p in self._novel_first(cands, prefix):
             # a write that failed (or changed nothing) on a state with this hash fails again: the
             # outcome of a call depends on the state's content and the arguments only (chains
@@ -747,14 +758,26 @@ class GoalExplorer:
             if dk is not None and dk in dead:
                 w.calls += 1
                 continue
+            # refused by a rule that reads only some arguments and some tables, on a state where
+            # those tables held the rows they hold now: refused again (with the same side effects)
+            rule = self.known_refusal(p, ids) if dk is not None else None
+            if rule is not None:
+                w.calls += 1
+                if p.kind == "update" and rule in self._row_rules:
+                    dead_rows[self._row_key(state, p)] = True
+                dead[dk] = True
+                continue
             if cp is None:
                 cp = w.cp()
             r = w.call(p.name, p.args)
             if not r.ok:
-                if p.kind == "update" and (r.error or {}).get("violated_rule") in self._row_rules:
+                rule = (r.error or {}).get("violated_rule")
+                if p.kind == "update" and rule in self._row_rules:
                     dead_rows[self._row_key(state, p)] = True  # a rule on the row alone: every update fails
                 if dk is not None:
                     dead[dk] = True
+                    if rule is not None:
+                        self.remember_refusal(p, rule, ids)
                 continue  # a failed write leaves the state as it was
             if w.hash() == h0:
                 w.restore(cp)
@@ -773,6 +796,27 @@ class GoalExplorer:
             used[p.name] = used.get(p.name, 0) + 1
             return {"actions": acts, "request": req, "patterns": pats}
         return None
+
+    @staticmethod
+    def _refusal_key(p: Probe, scope: tuple, ids: dict) -> tuple:
+        tabs, cols = scope
+        return (p.name, scope, tuple(p.args.get(c, _ABSENT) for c in cols), tuple(ids[t] for t in tabs))
+
+    def known_refusal(self, p: Probe, ids: dict) -> str | None:
+        """The rule that refused a call agreeing with `p` on what the rule reads (the arguments it
+        names, its tables' rows: `ids` = the walker's `table_ids()`), or None. `p`'s arguments
+        must be hashable."""
+        for scope in self._scopes.get(p.name, ()):
+            rule = self._refused.get(self._refusal_key(p, scope, ids))
+            if rule is not None:
+                return rule
+        return None
+
+    def remember_refusal(self, p: Probe, rule: str, ids: dict) -> None:
+        """`p` was refused by `rule` on the state whose `table_ids()` are `ids`."""
+        scope = self._fail_scopes.get((p.name, rule))
+        if scope is not None:
+            self._refused[self._refusal_key(p, scope, ids)] = rule
 
     def plan_write(self, p: Probe, state: dict, rng: random.Random, created: dict, menu_share: float,
                    lookup_share: float, walker_moved: bytes | None = None) -> tuple[list[dict], dict, list[str], Probe]:
