@@ -67,21 +67,25 @@ class SqlBudget:
     trip it) interrupts that write too once it is past (`wants_cap`): the write gets the cap put
     in place and runs again."""
 
-    __slots__ = ("deadline", "cap_deadline", "expired", "seconds", "wants_cap")
+    __slots__ = ("deadline", "cap_deadline", "cap_wall", "expired", "seconds", "wants_cap")
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.deadline = math.inf
         self.cap_deadline = math.inf
+        # the monotonic time at which cap_deadline can first be past: a thread spends at most
+        # as much CPU as wall time, so the (costlier) CPU clock is read only after it
+        self.cap_wall = math.inf
         self.seconds = math.inf
         self.expired = False  # the last budget ran out (the handler interrupted a statement)
         self.wants_cap = False  # the handler interrupted a write to put the size cap in place
         conn.set_progress_handler(self._check, _PROGRESS_OPS)
 
     def _check(self) -> int:
-        if time.monotonic() > self.deadline:
+        now = time.monotonic()
+        if now > self.deadline:
             self.expired = True
             return 1
-        if self.cap_deadline != math.inf and time.thread_time() > self.cap_deadline:
+        if self.cap_deadline != math.inf and now > self.cap_wall and time.thread_time() > self.cap_deadline:
             self.wants_cap = True
             return 1
         return 0

@@ -39,19 +39,7 @@ from toolkit.envs.sqlite.errors import tool_error
 from toolkit.envs.sqlite.registered import domain_path
 from toolkit.envs.sqlite.guard import _DENIED_FUNCTIONS, _DENY, _MAX_VALUE_BYTES, SqlBudget, _harden, max_pages
 from toolkit.envs.sqlite.sqltext import _short, qident
-from toolkit.envs.sqlite.tools import (
-    DEFAULT_QUERY_LIMIT,
-    MAX_IN_ITEMS,
-    MAX_OFFSET,
-    MAX_QUERY_LIMIT,
-    MAX_STRING,
-    QUERY_CONTROL_PARAMS,
-    QUERY_OPS,
-    _ArgError,
-    _insert_required,
-    check_keys,
-    check_value,
-)
+from toolkit.envs.sqlite.tools import _ArgError, _insert_required, check_keys, check_value, query_sql
 from toolkit.sandbox.limits import limits_for_data, operator_limits
 from toolkit.scoring.state import CanonicalState, StateKeys, TableCanon, hash_tables, state_hash
 from toolkit.scoring.state import diff as _state_diff
@@ -61,6 +49,7 @@ _SAVEPOINT = "tk_tool_call"
 
 
 _CP_CANON_SIZE = 64  # canonical forms kept per environment for checkpoints/loaded bytes
+_SHARED_ROWS_SIZE = 256  # table contents kept as row dicts per environment (snapshot_shared)
 _CAP_WANTED = object()  # a write interrupted to put the size cap in place (`_write`)
 _CAP_AFTER_WRITES = 8  # the size cap is back in place before the 8th write after a load ...
 _UNCAPPED_SECONDS = 0.002  # ... or once a write has taken this much CPU
@@ -92,6 +81,7 @@ class SqliteEnvironment(Environment):
         self._init_canon: tuple[dict, dict, dict] | None = None  # (raw, canonical) of the reset() state
         self._loaded: tuple[bytes, int] | None = None  # (bytes loaded, total_changes then) while untouched
         self._cp_canon: OrderedDict[int, tuple[bytes, tuple[dict, dict, dict]]] = OrderedDict()
+        self._shared_rows: OrderedDict[tuple[str, int], list[dict]] = OrderedDict()  # snapshot_shared
         self._hidden_extra = [str(x) for x in (self.config.get("hide") or [])]
         self._initial_state = copy.deepcopy(state) if state is not None else None
         self._init_hash: str | None = None
@@ -384,6 +374,27 @@ class SqliteEnvironment(Environment):
                 out[t.name] = self._rows(t, rows)
         return out
 
+    def snapshot_shared(self) -> dict:
+        """snapshot(), with row dicts shared with this environment's earlier and later
+        snapshot_shared() results of the same table contents: a table whose rows did not change
+        is not turned into dicts again (a search that snapshots after every write). Each table's
+        list is new; the caller must not edit the row dicts."""
+        with self._lock:
+            self.canonical()
+            raw, rid, cache = self._raw, self._raw_id, self._shared_rows
+            out: dict[str, list[dict]] = {}
+            for t in self.domain.tables.values():
+                k = (t.name, rid[t.name])
+                rows = cache.get(k)
+                if rows is None:
+                    rows = cache[k] = self._rows(t, raw[t.name])
+                    if len(cache) > _SHARED_ROWS_SIZE:
+                        cache.popitem(last=False)
+                else:
+                    cache.move_to_end(k)
+                out[t.name] = list(rows)
+        return out
+
     def snapshot_loadable(self) -> dict:
         """snapshot(), and a later reset() to that dict (in any environment of this domain) loads
         this state's bytes instead of rebuilding the database from its rows."""
@@ -479,71 +490,7 @@ class SqliteEnvironment(Environment):
     # -- query ----------------------------------------------------------------------------------
 
     def _query(self, t: Table, args: dict) -> ToolResult:
-        tool = f"query_{t.name}"
-        allowed = [c.name for c in t.columns] + list(QUERY_CONTROL_PARAMS)
-        check_keys(t, args, allowed, tool)
-        where: list[str] = []
-        params: list[Any] = []
-        for key, val in args.items():
-            if key in QUERY_CONTROL_PARAMS:
-                continue
-            c = t.colmap[key]
-            col = qident(c.name)
-            if isinstance(val, dict):
-                extra = [k for k in val if k not in ("op", "value")]
-                if extra or "op" not in val or "value" not in val:
-                    raise _ArgError(f"{tool}: filter on {c.name} must be a value or {{\"op\", \"value\"}}",
-                                    f"ops: {', '.join(QUERY_OPS)}")
-                op, value = val["op"], val["value"]
-                if not isinstance(op, str) or op.lower() not in QUERY_OPS:
-                    raise _ArgError(f"{tool}: unknown operator {_short(op, 40)!r} for {c.name}",
-                                    f"ops: {', '.join(QUERY_OPS)}")
-                op = op.lower()
-            else:
-                op, value = "=", val
-            if op == "in":
-                if not isinstance(value, list) or not value or len(value) > MAX_IN_ITEMS:
-                    raise _ArgError(f"{tool}: op 'in' on {c.name} needs a list of 1..{MAX_IN_ITEMS} values", None)
-                vals = [check_value(c, x, tool, nullable=False, enforce_enum=False) for x in value]
-                where.append(f"{col} IN ({', '.join('?' * len(vals))})")
-                params.extend(vals)
-            elif op == "like":
-                if not isinstance(value, str) or len(value) > MAX_STRING:
-                    raise _ArgError(f"{tool}: op 'like' on {c.name} needs a string pattern", "e.g. \"%smith%\"")
-                where.append(f"{col} LIKE ?")
-                params.append(value)
-            elif value is None:
-                if op not in ("=", "!="):
-                    raise _ArgError(f"{tool}: null can only be compared with = or !=", None)
-                where.append(f"{col} IS {'NOT ' if op == '!=' else ''}NULL")
-            else:
-                v = check_value(c, value, tool, nullable=False, enforce_enum=False)
-                where.append(f"{col} {'IS NOT' if op == '!=' else op} ?")
-                params.append(v)
-        order_sql = ", ".join(qident(k) for k in t.pk) if t.pk else "rowid"
-        if "order_by" in args:
-            ob = args["order_by"]
-            if not isinstance(ob, str) or ob not in t.colmap:
-                raise _ArgError(f"{tool}: order_by must be a column of {t.name}",
-                                f"columns: {', '.join(t.colmap)}")
-            direction = args.get("order", "asc")
-            if not isinstance(direction, str) or direction.lower() not in ("asc", "desc"):
-                raise _ArgError(f"{tool}: order must be 'asc' or 'desc'", None)
-            order_sql = f"{qident(t.colmap[ob].name)} {direction.upper()}, {order_sql}"
-        elif "order" in args:
-            direction = args["order"]
-            if not isinstance(direction, str) or direction.lower() not in ("asc", "desc"):
-                raise _ArgError(f"{tool}: order must be 'asc' or 'desc'", None)
-            if direction.lower() == "desc":
-                order_sql = ", ".join(f"{x} DESC" for x in order_sql.split(", "))
-        limit = args.get("limit", DEFAULT_QUERY_LIMIT)
-        if isinstance(limit, bool) or not isinstance(limit, int) or not (1 <= limit <= MAX_QUERY_LIMIT):
-            raise _ArgError(f"{tool}: limit must be an integer between 1 and {MAX_QUERY_LIMIT}", None)
-        offset = args.get("offset", 0)
-        if isinstance(offset, bool) or not isinstance(offset, int) or not (0 <= offset <= MAX_OFFSET):
-            raise _ArgError(f"{tool}: offset must be an integer between 0 and {MAX_OFFSET}", None)
-        sql = (f"SELECT * FROM {qident(t.name)}" + (f" WHERE {' AND '.join(where)}" if where else "")
-               + f" ORDER BY {order_sql} LIMIT ? OFFSET ?")
+        sql, params, limit, offset = query_sql(t, args)
         try:
             rows = self._conn.execute(sql, (*params, limit + 1, offset)).fetchall()
         except sqlite3.Error as e:
@@ -579,7 +526,11 @@ class SqliteEnvironment(Environment):
             self._writes += 1
             if self._writes >= _CAP_AFTER_WRITES:
                 self._cap()
-        budget.cap_deadline = math.inf if self._capped else time.thread_time() + _UNCAPPED_SECONDS
+        if self._capped:
+            budget.cap_deadline = math.inf
+        else:
+            budget.cap_wall = time.monotonic() + _UNCAPPED_SECONDS
+            budget.cap_deadline = time.thread_time() + _UNCAPPED_SECONDS
         try:
             result = self._write_once(t, kind, fn)
             if result is _CAP_WANTED:

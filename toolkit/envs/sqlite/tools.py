@@ -10,7 +10,7 @@ import math
 from typing import Any
 
 from toolkit.envs.sqlite.domain import Column, DomainError, DomainSpec, Table, ToolDef, TriggerInfo
-from toolkit.envs.sqlite.sqltext import _PV_RE, _short
+from toolkit.envs.sqlite.sqltext import _PV_RE, _short, qident
 
 MAX_STRING = 10_000  # longest string argument accepted (characters)
 MAX_QUERY_LIMIT = 200  # largest `limit` of a query_* call
@@ -87,6 +87,78 @@ def check_value(c: Column, v: Any, tool: str, nullable: bool, enforce_enum: bool
         raise _ArgError(f"{where} must be one of {', '.join(map(str, c.enum))}; got {_short(v, 60)!r}",
                         f"allowed values for {c.name}: {', '.join(map(str, c.enum))}")
     return v
+
+
+def query_sql(t: Table, args: dict) -> tuple[str, list, int, int]:
+    """The SELECT of a `query_<table>` call with these arguments: (sql, parameters, limit,
+    offset); the statement takes `limit + 1` and `offset` as its last two parameters (one row more
+    than the limit says whether the result was truncated). Raises _ArgError on a bad argument."""
+    tool = f"query_{t.name}"
+    allowed = [c.name for c in t.columns] + list(QUERY_CONTROL_PARAMS)
+    check_keys(t, args, allowed, tool)
+    where: list[str] = []
+    params: list[Any] = []
+    for key, val in args.items():
+        if key in QUERY_CONTROL_PARAMS:
+            continue
+        c = t.colmap[key]
+        col = qident(c.name)
+        if isinstance(val, dict):
+            extra = [k for k in val if k not in ("op", "value")]
+            if extra or "op" not in val or "value" not in val:
+                raise _ArgError(f"{tool}: filter on {c.name} must be a value or {{\"op\", \"value\"}}",
+                                f"ops: {', '.join(QUERY_OPS)}")
+            op, value = val["op"], val["value"]
+            if not isinstance(op, str) or op.lower() not in QUERY_OPS:
+                raise _ArgError(f"{tool}: unknown operator {_short(op, 40)!r} for {c.name}",
+                                f"ops: {', '.join(QUERY_OPS)}")
+            op = op.lower()
+        else:
+            op, value = "=", val
+        if op == "in":
+            if not isinstance(value, list) or not value or len(value) > MAX_IN_ITEMS:
+                raise _ArgError(f"{tool}: op 'in' on {c.name} needs a list of 1..{MAX_IN_ITEMS} values", None)
+            vals = [check_value(c, x, tool, nullable=False, enforce_enum=False) for x in value]
+            where.append(f"{col} IN ({', '.join('?' * len(vals))})")
+            params.extend(vals)
+        elif op == "like":
+            if not isinstance(value, str) or len(value) > MAX_STRING:
+                raise _ArgError(f"{tool}: op 'like' on {c.name} needs a string pattern", "e.g. \"%smith%\"")
+            where.append(f"{col} LIKE ?")
+            params.append(value)
+        elif value is None:
+            if op not in ("=", "!="):
+                raise _ArgError(f"{tool}: null can only be compared with = or !=", None)
+            where.append(f"{col} IS {'NOT ' if op == '!=' else ''}NULL")
+        else:
+            v = check_value(c, value, tool, nullable=False, enforce_enum=False)
+            where.append(f"{col} {'IS NOT' if op == '!=' else op} ?")
+            params.append(v)
+    order_sql = ", ".join(qident(k) for k in t.pk) if t.pk else "rowid"
+    if "order_by" in args:
+        ob = args["order_by"]
+        if not isinstance(ob, str) or ob not in t.colmap:
+            raise _ArgError(f"{tool}: order_by must be a column of {t.name}",
+                            f"columns: {', '.join(t.colmap)}")
+        direction = args.get("order", "asc")
+        if not isinstance(direction, str) or direction.lower() not in ("asc", "desc"):
+            raise _ArgError(f"{tool}: order must be 'asc' or 'desc'", None)
+        order_sql = f"{qident(t.colmap[ob].name)} {direction.upper()}, {order_sql}"
+    elif "order" in args:
+        direction = args["order"]
+        if not isinstance(direction, str) or direction.lower() not in ("asc", "desc"):
+            raise _ArgError(f"{tool}: order must be 'asc' or 'desc'", None)
+        if direction.lower() == "desc":
+            order_sql = ", ".join(f"{x} DESC" for x in order_sql.split(", "))
+    limit = args.get("limit", DEFAULT_QUERY_LIMIT)
+    if isinstance(limit, bool) or not isinstance(limit, int) or not (1 <= limit <= MAX_QUERY_LIMIT):
+        raise _ArgError(f"{tool}: limit must be an integer between 1 and {MAX_QUERY_LIMIT}", None)
+    offset = args.get("offset", 0)
+    if isinstance(offset, bool) or not isinstance(offset, int) or not (0 <= offset <= MAX_OFFSET):
+        raise _ArgError(f"{tool}: offset must be an integer between 0 and {MAX_OFFSET}", None)
+    sql = (f"SELECT * FROM {qident(t.name)}" + (f" WHERE {' AND '.join(where)}" if where else "")
+           + f" ORDER BY {order_sql} LIMIT ? OFFSET ?")
+    return sql, params, limit, offset
 
 
 _OP_SCHEMA = {

@@ -74,7 +74,8 @@ class Walker:
         self.env.restore(cp)
 
     def snapshot(self) -> dict:
-        return self.env.snapshot()
+        # the chain's states share the rows of the tables a write left alone (never edited)
+        return self.env.snapshot_shared()
 
     def hash(self) -> str:
         return self.env.state_hash()

@@ -103,7 +103,8 @@ def run_traced(env_base: Any, origin: dict, actions: list[dict]) -> dict:
     tools = env.domain.tools
     h_origin = env.state_hash()
     canon0 = {t: tc.digest for t, tc in env.canonical().items()}
-    origin_c = env.snapshot()
+    # the trace's states share the row dicts of tables a call left alone (rows are never edited)
+    origin_c = env.snapshot_shared()
     start = env.checkpoint()
     seen: set[str] = set()
     results, steps = [], []
@@ -113,7 +114,7 @@ def run_traced(env_base: Any, origin: dict, actions: list[dict]) -> dict:
     for i, a in enumerate(actions):
         td = tools.get(a["name"])
         is_write = td is not None and td.kind in ("insert", "update")
-        before = (snap if snap is not None else env.snapshot()) if is_write else None
+        before = (snap if snap is not None else env.snapshot_shared()) if is_write else None
         res = env.call(a["name"], copy.deepcopy(a["arguments"]))
         if res.ok and (td is None or td.kind != "query"):
             snap = None
@@ -126,7 +127,7 @@ def run_traced(env_base: Any, origin: dict, actions: list[dict]) -> dict:
             step = {"write": True, "table": td.table, "alone_fails": None,
                     "dep": [str(v) for v in args.values() if v is not None and not isinstance(v, bool)
                             and str(v) in seen],
-                    "waterfall": waterfall(env, td.table, before, snap := env.snapshot())}
+                    "waterfall": waterfall(env, td.table, before, snap := env.snapshot_shared())}
             if writes > 1 and not a.get("expect_error"):
                 cp = env.checkpoint()
                 env.restore(start)
@@ -140,7 +141,7 @@ def run_traced(env_base: Any, origin: dict, actions: list[dict]) -> dict:
         h0 = h1
     canon1 = {t: tc.digest for t, tc in env.canonical().items()}
     changed = sorted(t for t in set(canon0) | set(canon1) if canon0.get(t) != canon1.get(t))
-    return {"origin": origin_c, "target": snap if snap is not None else env.snapshot(),
+    return {"origin": origin_c, "target": snap if snap is not None else env.snapshot_shared(),
             "target_bytes": env.checkpoint(), "results": results,
             "h_origin": h_origin, "h_target": h0, "tables_changed": changed, "steps": steps,
             "actions": [{**a, "arguments": copy.copy(a.get("arguments"))} for a in actions]}
