@@ -1,4 +1,4 @@
-"""Refusals remembered by what the rule reads (hints.failure_scopes, GoalExplorer.known_refusal):
+"""Refusals remembered by what the rule reads (refusals.failure_scopes, refusals.Refusals):
 a call a rule refused is skipped on a state where the rule's tables hold the same rows and the
 call passes the same values of the arguments the rule names. The scopes below were read off the
 trigger SQL by hand; the memo is checked against real calls on real SQLite states."""
@@ -13,7 +13,7 @@ from toolkit.envs.sqlite import SqliteEnvironment
 from toolkit.flows.logigen.analysis import analyze
 from toolkit.flows.logigen.explorer import Probe
 from toolkit.flows.logigen.goals import GoalExplorer
-from toolkit.flows.logigen.hints import failure_scopes
+from toolkit.flows.logigen.refusals import failure_scopes
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 
@@ -105,26 +105,25 @@ def test_the_memo_follows_the_tables_and_arguments_the_rule_reads():
     ids = w.env.table_ids()
     r = w.call(big.name, big.args)
     assert r.error["violated_rule"] == "qty_cap"
-    gx.remember_refusal(big, "qty_cap", ids)
+    gx.refusals.remember(big.name, big.args, "qty_cap", ids)
     # another fresh key, another member: qty_cap reads only NEW.qty
     other = Probe("insert_item", {"item_id": "x2", "member_id": "m2", "qty": 7}, "insert", "item")
-    assert gx.known_refusal(other, ids) == "qty_cap"
-    assert gx.known_refusal(Probe("insert_item", {**other.args, "qty": 5}, "insert", "item"), ids) is None
+    assert gx.refusals.known(other.name, other.args, ids) == "qty_cap"
+    assert gx.refusals.known("insert_item", {**other.args, "qty": 5}, ids) is None
     frozen = Probe("insert_item", {"item_id": "x3", "member_id": "m2", "qty": 1}, "insert", "item")
     r = w.call(frozen.name, frozen.args)
     assert r.error["violated_rule"] == "member_active"
-    gx.remember_refusal(frozen, "member_active", ids)
-    assert gx.known_refusal(Probe("insert_item", {**frozen.args, "item_id": "x9"}, "insert", "item"), ids) \
-        == "member_active"
+    gx.refusals.remember(frozen.name, frozen.args, "member_active", ids)
+    assert gx.refusals.known("insert_item", {**frozen.args, "item_id": "x9"}, ids) == "member_active"
     # the member table changes (m1 inserts an item: the AFTER trigger spends credit): not known there
     assert w.call("insert_item", {"item_id": "ok1", "member_id": "m1", "qty": 1}).ok
     ids2 = w.env.table_ids()
     assert ids2["member"] != ids["member"] and ids2["settings"] == ids["settings"]
-    assert gx.known_refusal(frozen, ids2) is None
-    assert gx.known_refusal(other, ids2) == "qty_cap"  # reads no table
+    assert gx.refusals.known(frozen.name, frozen.args, ids2) is None
+    assert gx.refusals.known(other.name, other.args, ids2) == "qty_cap"  # reads no table
     # a refusal the memo may not keep (a view) is not remembered
-    gx.remember_refusal(frozen, "open_cap", ids2)
-    assert gx.known_refusal(frozen, ids2) is None
+    gx.refusals.remember(frozen.name, frozen.args, "open_cap", ids2)
+    assert gx.refusals.known(frozen.name, frozen.args, ids2) is None
 
 
 def _check_chains(env_ref: dict, n: int, seed: int) -> tuple[int, int]:
@@ -134,20 +133,20 @@ def _check_chains(env_ref: dict, n: int, seed: int) -> tuple[int, int]:
     gx = GoalExplorer(env, env.snapshot(), seed)
     w = gx.walker
     seen = {"hits": 0, "passed": 0}
-    known = gx.known_refusal
+    known = gx.refusals.known
 
-    def checked(p, ids):
-        rule = known(p, ids)
+    def checked(name, args, ids):
+        rule = known(name, args, ids)
         if rule is not None:
             seen["hits"] += 1
             cp = w.cp()
-            r = w.call(p.name, p.args)
+            r = w.call(name, args)
             if r.ok:
                 seen["passed"] += 1
                 w.restore(cp)
         return rule
 
-    gx.known_refusal = checked
+    gx.refusals.known = checked
     for i in range(n):
         gx.chain(random.Random(f"{seed}:{i}"), gx.base, 3)
     env.close()

@@ -45,9 +45,9 @@ from toolkit.flows.logigen.explorer import (
 )
 from toolkit.envs.sqlite.vocab import domain_words
 from toolkit.flows.logigen.phrases import Phrases, _is_date
+from toolkit.flows.logigen.refusals import Refusals, failure_scopes
 
 MAX_TRIES_PER_STEP = 24
-_ABSENT = object()  # an argument the call does not pass (its default / the row's value)
 
 
 class Walker:
@@ -210,29 +210,23 @@ class GoalExplorer:
         self._owned: dict = {}
         self._dead = _Bounded(200000)  # (state hash, tool, arguments) of writes that fail there
         self._dead_rows = _Bounded(100000)  # (table, row) refused by a rule that reads only the row (OLD.*)
-        # (tool, scope, the arguments the rule reads, its tables' content ids) -> the rule that
-        # refused such a call: refused again wherever those agree (hints.failure_scopes)
-        self._refused = _Bounded(200000)
         try:
             from toolkit.flows.logigen.analysis import analyze
             from toolkit.flows.logigen.reach import _immutable
 
-            from toolkit.flows.logigen.hints import column_hints, failure_scopes, row_only_rules
+            from toolkit.flows.logigen.hints import column_hints, row_only_rules
 
             an = analyze(env_base)
             self._frozen = set(_immutable(an))
             self.hints = column_hints(an)
             self._row_rules = row_only_rules(an)
-            self._fail_scopes = failure_scopes(an, env_base.domain.tables, env_base.domain.tools)
+            # refusals that carry over to other states with the same rows where the rule reads
+            self.refusals = Refusals(failure_scopes(an, env_base.domain.tables, env_base.domain.tools))
         except Exception:  # noqa: BLE001 - no analysis: nothing is known frozen, every change is tried
             self._frozen = set()
             self._row_rules = set()
             self.hints = {}
-            self._fail_scopes = {}
-        self._scopes: dict[str, list[tuple]] = {}  # tool -> the distinct (tables, arguments) of its rules
-        for (tool, _), scope in sorted(self._fail_scopes.items()):
-            if scope not in self._scopes.setdefault(tool, []):
-                self._scopes[tool].append(scope)
+            self.refusals = Refusals({})
         self.pk = None
         if self.principal and len(self.view.tables[self.principal].pk) == 1:
             self.pk = self.view.tables[self.principal].pk[0]
@@ -746,7 +740,8 @@ class GoalExplorer:
                                                                       lazy=True, width=width, hints=True)),
                                  MAX_TRIES_PER_STEP * width)
         dead = self._dead
-        ids = w.env.table_ids() if self._scopes else {}
+        refusals = self.refusals
+        ids = w.env.table_ids() if refusals else {}
         for p in self._novel_first(cands, prefix):
             # a write that failed (or changed nothing) on a state with this hash fails again: the
             # outcome of a call depends on the state's content and the arguments only (chains
@@ -761,7 +756,7 @@ class GoalExplorer:
                 continue
             # refused by a rule that reads only some arguments and some tables, on a state where
             # those tables held the rows they hold now: refused again (with the same side effects)
-            rule = self.known_refusal(p, ids) if dk is not None else None
+            rule = refusals.known(p.name, p.args, ids) if dk is not None else None
             if rule is not None:
                 w.calls += 1
                 if p.kind == "update" and rule in self._row_rules:
@@ -778,7 +773,7 @@ class GoalExplorer:
                 if dk is not None:
                     dead[dk] = True
                     if rule is not None:
-                        self.remember_refusal(p, rule, ids)
+                        refusals.remember(p.name, p.args, rule, ids)
                 continue  # a failed write leaves the state as it was
             if w.hash() == h0:
                 w.restore(cp)
@@ -797,27 +792,6 @@ class GoalExplorer:
             used[p.name] = used.get(p.name, 0) + 1
             return {"actions": acts, "request": req, "patterns": pats}
         return None
-
-    @staticmethod
-    def _refusal_key(p: Probe, scope: tuple, ids: dict) -> tuple:
-        tabs, cols = scope
-        return (p.name, scope, tuple(p.args.get(c, _ABSENT) for c in cols), tuple(ids[t] for t in tabs))
-
-    def known_refusal(self, p: Probe, ids: dict) -> str | None:
-        """The rule that refused a call agreeing with `p` on what the rule reads (the arguments it
-        names, its tables' rows: `ids` = the walker's `table_ids()`), or None. `p`'s arguments
-        must be hashable."""
-        for scope in self._scopes.get(p.name, ()):
-            rule = self._refused.get(self._refusal_key(p, scope, ids))
-            if rule is not None:
-                return rule
-        return None
-
-    def remember_refusal(self, p: Probe, rule: str, ids: dict) -> None:
-        """`p` was refused by `rule` on the state whose `table_ids()` are `ids`."""
-        scope = self._fail_scopes.get((p.name, rule))
-        if scope is not None:
-            self._refused[self._refusal_key(p, scope, ids)] = rule
 
     def plan_write(self, p: Probe, state: dict, rng: random.Random, created: dict, menu_share: float,
                    lookup_share: float, walker_moved: bytes | None = None) -> tuple[list[dict], dict, list[str], Probe]:

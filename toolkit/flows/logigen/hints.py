@@ -11,11 +11,10 @@ the literal, or the constant and the days (integers) after it (`today`, `today +
 
 from __future__ import annotations
 
-import re
 from datetime import date, timedelta
 from typing import Any
 
-from toolkit.flows.logigen.reach import _FROM, _cond_operands, _operands, row_refs
+from toolkit.flows.logigen.reach import _cond_operands, _operands, row_refs
 
 
 def _is_date(v: Any) -> bool:
@@ -116,56 +115,3 @@ def row_only_rules(an: Any) -> set[str]:
             out.add(rule)
     return out
 
-
-_NEW_OLD = re.compile(r"\b(NEW|OLD)\.(\w+)", re.IGNORECASE)
-_UNSTABLE = re.compile(r"\bnow\b|current_|random|changes\s*\(|last_insert_rowid", re.IGNORECASE)
-
-
-def failure_scopes(an: Any, tables: dict, tools: dict) -> dict[tuple[str, str], tuple[tuple[str, ...], tuple[str, ...]]]:
-    """{(write tool, rule): (the tables the rule's checks read, the arguments they read)} for the
-    pairs where a refusal is a function of those arguments and those tables' contents alone:
-    when the tool's call was refused by the rule on one state, a call with the same values of
-    those arguments is refused on every state whose read tables hold the same rows (by this
-    rule, or by one that fires before it). The goal explorer skips such a call instead of
-    running it (GoalExplorer._next_write): an insert's fresh key is not among the arguments a
-    rule reads unless the rule names NEW.<key>.
-
-    A pair qualifies only when every check of the rule that the tool reaches is a BEFORE check
-    on the tool's own table and event (it sees the state before the call: no cascade through an
-    AFTER trigger, whose writes may depend on other tables), no BEFORE trigger of that table and
-    event writes anything, the condition names only tables of the domain (no view, no CTE) and
-    nothing time- or call-dependent (`now`, `CURRENT_*`, `random()`, `changes()`). The read
-    tables are every table named after FROM/JOIN in the condition, and the tool's table for an
-    UPDATE (OLD.*, and NEW.* of the columns the call does not set). The arguments are the
-    columns the condition names as NEW.<c> (a column the call does not pass is its default on
-    an INSERT, the row's value on an UPDATE: the caller keys on its absence too), and on an
-    UPDATE the table's key (which row)."""
-    writing_before = {(t.table, t.event) for t in an.before if t.effects}
-    out: dict[tuple[str, str], tuple[str, ...]] = {}
-    for name, td in tools.items():
-        event = {"insert": "INSERT", "update": "UPDATE"}.get(td.kind)
-        if event is None or (td.table, event) in writing_before:
-            continue
-        for rule, checks in an.rules.items():
-            reached = [rc for rc in checks if name in rc.tools or (rc.table == td.table and rc.event == event)]
-            if not reached:
-                continue
-            read: set[str] = {td.table} if event == "UPDATE" else set()
-            cols: set[str] = set(tables[td.table].pk) if event == "UPDATE" and td.table in tables else set()
-            ok = True
-            for rc in reached:
-                # a RAISE inside a CASE keeps its statement only as an opaque condition's text
-                sql = " ".join([rc.sql, *(c.text or "" for c in rc.conditions if c.kind == "opaque")])
-                if (rc.table != td.table or rc.event != event or rc.timing != "BEFORE"
-                        or _UNSTABLE.search(sql)):
-                    ok = False
-                    break
-                named = set(_FROM.findall(sql))
-                if not named <= set(tables):
-                    ok = False
-                    break
-                read |= named
-                cols |= {c for side, c in _NEW_OLD.findall(sql) if side.upper() == "NEW"}
-            if ok:
-                out[(name, rule)] = (tuple(sorted(read)), tuple(sorted(cols)))
-    return out
