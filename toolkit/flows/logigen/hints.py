@@ -114,4 +114,3 @@ def row_only_rules(an: Any) -> set[str]:
         if checks and all(old_only(rc) for rc in checks):
             out.add(rule)
     return out
-
