@@ -156,6 +156,37 @@ def test_initial_state_validation(tiny_dom):
         SqliteEnvironment(tiny_dom, state={"log": [{"log_id": 1, "msg": {"x": 1}}]})
 
 
+def test_initial_state_rows_in_batches_keep_order_and_name_the_refused_row(tiny_dom):
+    """Rows go in as batches of the same columns: a mixed state loads exactly (order, defaults,
+    empty rows, booleans), and a refused row deep in a batch is named, with the first error first."""
+    items = [{"item_id": i, "sku": f"s{i}", "stock": i} for i in range(1, 6)]
+    items.append({"sku": "auto", "stock": 7, "price": 2.5, "active": False})  # no key: rowid 6
+    items.append({"item_id": 9, "stock": 0, "sku": "z", "color": "red"})  # another column order
+    st = {"item": items, "log": [{}, {}, {"msg": "x"}]}
+    env = SqliteEnvironment(tiny_dom, state=st)
+    try:
+        snap = env.snapshot()
+        assert [r["sku"] for r in snap["item"]] == ["s1", "s2", "s3", "s4", "s5", "auto", "z"]
+        auto = next(r for r in snap["item"] if r["sku"] == "auto")
+        assert auto["item_id"] == 6 and auto["price"] == 2.5 and auto["active"] in (0, False)
+        assert [r["msg"] for r in snap["log"]] == [None, None, "x"] and [r["log_id"] for r in snap["log"]] == [1, 2, 3]
+    finally:
+        env.close()
+    dup = [{"item_id": i, "sku": "same" if i in (2, 4) else f"s{i}", "stock": 1} for i in range(1, 7)]
+    with pytest.raises(DomainError, match=r"item\[3\] rejected: UNIQUE"):
+        SqliteEnvironment(tiny_dom, state={"item": dup})
+    neg = [{"item_id": i, "sku": f"s{i}", "stock": -1 if i == 5 else 1} for i in range(1, 8)]
+    with pytest.raises(DomainError, match=r"item\[4\] rejected: CHECK"):
+        SqliteEnvironment(tiny_dom, state={"item": neg})
+    # a refusal before a malformed row is the error reported (rows are taken in order)
+    first = [{"item_id": 1, "sku": "a", "stock": 1}, {"item_id": 2, "sku": "a", "stock": 1},
+             {"item_id": 3, "sku": "c", "stock": {"x": 1}}]
+    with pytest.raises(DomainError, match=r"item\[1\] rejected: UNIQUE"):
+        SqliteEnvironment(tiny_dom, state={"item": first})
+    with pytest.raises(DomainError, match=r"item\[1\] has a non-scalar"):
+        SqliteEnvironment(tiny_dom, state={"item": first[:1] + first[2:]})
+
+
 # ---------------------------------------------------------------------------------------------
 # tools
 

@@ -65,8 +65,14 @@ def _introspect_tables(conn: sqlite3.Connection, readonly: set[str]) -> dict[str
 
 
 def _insert_rows(conn: sqlite3.Connection, tables: dict[str, Table], data: dict, what: str) -> None:
+    """Insert `data` ({table: [rows]}) in its order. Each row is checked (a mapping, known columns,
+    scalar values); consecutive rows of a table with the same columns go in as one executemany (a
+    state of a few hundred rows is loaded for every injected origin and every inline state a stage
+    replays on). A batch SQLite refuses is rolled back to a savepoint and inserted a row at a time,
+    so the error names the row; errors come in row order, as when every row was its own INSERT."""
     if not isinstance(data, dict):
         raise DomainError(f"{what}: expected a mapping {{table: [rows]}}")
+    sqls: dict[tuple, str] = {}
     for tname, rows in data.items():
         t = tables.get(tname)
         if t is None:
@@ -75,28 +81,61 @@ def _insert_rows(conn: sqlite3.Connection, tables: dict[str, Table], data: dict,
             continue
         if not isinstance(rows, list):
             raise DomainError(f"{what}: table {tname!r} must map to a list of rows")
+        colmap = t.colmap
+        batch: list[tuple[int, list]] = []
+        names: tuple = ()
         for i, row in enumerate(rows):
+            problem = None
             if not isinstance(row, dict):
-                raise DomainError(f"{what}: {tname}[{i}] is not a mapping")
-            bad = [k for k in row if k not in t.colmap]
-            if bad:
-                raise DomainError(f"{what}: {tname}[{i}] unknown columns {bad}; columns: {list(t.colmap)}")
-            if not row:
-                conn.execute(f"INSERT INTO {qident(tname)} DEFAULT VALUES")
-                continue
-            names = list(row)
-            vals = [int(v) if isinstance(v, bool) else v for v in row.values()]
-            for v in vals:
-                if not (v is None or isinstance(v, (int, float, str, bytes))):
-                    raise DomainError(f"{what}: {tname}[{i}] has a non-scalar value {str(v)[:80]!r}")
-            sql = (f"INSERT INTO {qident(tname)} ({', '.join(qident(t.colmap[n].name) for n in names)}) "
-                   f"VALUES ({', '.join('?' * len(names))})")
-            try:
-                conn.execute(sql, vals)
-            except sqlite3.Error as e:
-                if is_full(e):
-                    raise DomainError(too_big(what, f"{tname}[{i}]", operator_limits().db_size_mb)) from None
-                raise DomainError(f"{what}: {tname}[{i}] rejected: {e}") from None
+                problem = f"{what}: {tname}[{i}] is not a mapping"
+            elif bad := [k for k in row if k not in colmap]:
+                problem = f"{what}: {tname}[{i}] unknown columns {bad}; columns: {list(colmap)}"
+            else:
+                vals = [int(v) if isinstance(v, bool) else v for v in row.values()]
+                odd = next((v for v in vals if not (v is None or isinstance(v, (int, float, str, bytes)))), None)
+                if odd is not None:
+                    problem = f"{what}: {tname}[{i}] has a non-scalar value {str(odd)[:80]!r}"
+            if problem is not None:
+                if batch:  # the rows before it first: a refusal among them is the first error
+                    _insert_batch(conn, tname, colmap, names, batch, sqls, what)
+                raise DomainError(problem)
+            cols = tuple(row)
+            if cols != names and batch:
+                _insert_batch(conn, tname, colmap, names, batch, sqls, what)
+                batch = []
+            names = cols
+            batch.append((i, vals))
+        if batch:
+            _insert_batch(conn, tname, colmap, names, batch, sqls, what)
+
+
+def _insert_batch(conn: sqlite3.Connection, tname: str, colmap: dict, names: tuple, batch: list[tuple[int, list]],
+                  sqls: dict, what: str) -> None:
+    """Rows [(index, values)] of `tname` with the columns `names`: one executemany, or, when SQLite
+    refuses one of them, a row at a time after rolling the batch back."""
+    sql = sqls.get((tname, names))
+    if sql is None:
+        sql = sqls[(tname, names)] = (
+            f"INSERT INTO {qident(tname)} ({', '.join(qident(colmap[n].name) for n in names)}) "
+            f"VALUES ({', '.join('?' * len(names))})" if names else f"INSERT INTO {qident(tname)} DEFAULT VALUES")
+    if len(batch) > 1:
+        conn.execute("SAVEPOINT toolkit_rows")
+        try:
+            conn.executemany(sql, [vals for _, vals in batch])
+            ok = True
+        except sqlite3.Error:
+            conn.execute("ROLLBACK TO toolkit_rows")
+            ok = False
+        conn.execute("RELEASE toolkit_rows")
+        if ok:
+            return
+    for i, vals in batch:
+        try:
+            conn.execute(sql, vals)
+        except sqlite3.Error as e:
+            if is_full(e):
+                raise DomainError(too_big(what, f"{tname}[{i}]", operator_limits().db_size_mb)) from None
+            raise DomainError(f"{what}: {tname}[{i}] rejected: {e}") from None
 
 
 def _check_fks(conn: sqlite3.Connection, what: str) -> None:

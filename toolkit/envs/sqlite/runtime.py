@@ -50,6 +50,7 @@ _SAVEPOINT = "tk_tool_call"
 
 _CP_CANON_SIZE = 64  # canonical forms kept per environment for checkpoints/loaded bytes
 _SHARED_ROWS_SIZE = 256  # table contents kept as row dicts per environment (snapshot_shared)
+_HASH_MEMO_SIZE = 4096  # state hashes kept per environment, by the tables' content ids
 _CAP_WANTED = object()  # a write interrupted to put the size cap in place (`_write`)
 _CAP_AFTER_WRITES = 8  # the size cap is back in place before the 8th write after a load ...
 _UNCAPPED_SECONDS = 0.002  # ... or once a write has taken this much CPU
@@ -82,6 +83,7 @@ class SqliteEnvironment(Environment):
         self._loaded: tuple[bytes, int] | None = None  # (bytes loaded, total_changes then) while untouched
         self._cp_canon: OrderedDict[int, tuple[bytes, tuple[dict, dict, dict]]] = OrderedDict()
         self._shared_rows: OrderedDict[tuple[str, int], list[dict]] = OrderedDict()  # snapshot_shared
+        self._hash_memo: dict[tuple[int, ...], str] = {}  # state_hash by content ids
         self._hidden_extra = [str(x) for x in (self.config.get("hide") or [])]
         self._initial_state = copy.deepcopy(state) if state is not None else None
         self._init_hash: str | None = None
@@ -410,7 +412,18 @@ class SqliteEnvironment(Environment):
         with self._lock:
             key = (getattr(self, "_gen", 0), self._conn.total_changes)
             if key != getattr(self, "_hash_key", None):
-                self._hash_val = hash_tables({t: tc.digest for t, tc in sorted(self.canonical().items()) if tc.keys})
+                canon = self.canonical()
+                # the tables' content ids fix every table's canonical form under this env's keys:
+                # a state seen before (a search returns to the same few) is not hashed again
+                rid = self._raw_id
+                ids = tuple([rid[t] for t in self.domain.tables])
+                h = self._hash_memo.get(ids)
+                if h is None:
+                    h = hash_tables({t: tc.digest for t, tc in sorted(canon.items()) if tc.keys})
+                    if len(self._hash_memo) >= _HASH_MEMO_SIZE:
+                        self._hash_memo.clear()
+                    self._hash_memo[ids] = h
+                self._hash_val = h
                 self._hash_key = key
             return self._hash_val
 
