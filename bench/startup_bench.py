@@ -13,6 +13,9 @@ Rows:
 - `python -c pass`: the baseline (the interpreter's own start with this venv's site-packages);
 - `<command> --help` for gen-plan gen-task validate-task rollout verify repair reflect simulate-env
   make-verifier eval-tau2;
+- the floor under a run path built on the project's chosen libraries, no toolkit code: `import
+  click`, pydantic's first model (import, one model class, one validation), `asyncio.run` of a
+  no-op, and the three together (what every streaming command's run loads before its own code);
 - `gen-task ... -n 1 (no input)`: `gen-task --strategy logigen --explorer symbolic -n 1` on empty
   stdin: the run path's start (config merge, the strategy's modules, the stream) without synthesis;
 - `gen-task ... -n 1 < <domain>`: the same with one domain record (`{"env": {"backend": "sqlite",
@@ -45,6 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 STREAMING = ("gen-plan", "gen-task", "validate-task", "rollout", "verify", "repair", "reflect", "simulate-env",
              "make-verifier", "eval-tau2")
 GOAL_HELP, GOAL_RUN = 0.25, 0.5
+_MODEL = "from pydantic import BaseModel, Field\nclass A(BaseModel):\n    x: int = Field(1)\nA(x=2)"
 
 
 def cpu_of(argv: list[str], env: dict, stdin: str = "") -> float:
@@ -74,6 +78,12 @@ def main() -> None:
     where = {"path": str(Path(args.domain).resolve())} if Path(args.domain).is_dir() else {"id": args.domain}
     domain = json.dumps({"id": "bench", "env": {"backend": "sqlite", **where}}) + "\n"
     cases: list[tuple[str, list[str], str, float | None]] = [("python -c pass", [py, "-c", "pass"], "", None)]
+    floor = {"import click": "import click",
+             "pydantic: first model": _MODEL,
+             "asyncio.run(no-op)": "import asyncio\nasync def f(): pass\nasyncio.run(f())",
+             "click + pydantic model + asyncio.run": "import click\n" + _MODEL
+             + "\nimport asyncio\nasync def f(): pass\nasyncio.run(f())"}
+    cases += [(f"floor: {k}", [py, "-c", code], "", None) for k, code in floor.items()]
     cases += [(f"{c} --help", [py, str(ROOT / "bin" / c), "--help"], "", GOAL_HELP) for c in STREAMING]
     cases += [("gen-task logigen symbolic -n 1 (no input)", gen, "", GOAL_RUN),
               (f"gen-task logigen symbolic -n 1 < {args.domain}", gen, domain, GOAL_RUN)]
