@@ -45,7 +45,8 @@ def leaks(env_ref: dict, rs: list) -> list:
     for r in rs:
         text = A.user_texts(r)
         hit = [c for c in snake
-               if re.search(r"(?i)(?<![\w-])" + r"[\s_]+".join(map(re.escape, c.split("_"))) + r"(?![\w-])", text)]
+               if re.search(r"(?i)(?<![\w-])" + r"[\s_]+".join(map(re.escape, c.split("_"))) + r"(?![\w-])", text)
+               or re.search(r"(?i)(?<![A-Za-z0-9_])" + re.escape(c) + r"(?![A-Za-z0-9_])", text)]
         hit += ["a " + t for t in plural if re.search(r"(?i)\b(?:a|an)\s+(?:new\s+)?" + re.escape(t) + r"\b", text)]
         if hit:
             bad.append((r.id, hit, text[:300]))

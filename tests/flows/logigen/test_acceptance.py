@@ -241,6 +241,8 @@ def test_signatures_and_user_views(name):
         for col in snake:  # with its underscores or with spaces, any case
             spaced = r"[\s_]+".join(map(re.escape, col.split("_")))
             assert not re.search(r"(?i)(?<![\w-])" + spaced + r"(?![\w-])", text), (r.id, col, text)
+            # raw, it is schema wherever it stands: inside a value too (a made-up key "permit_id-7")
+            assert not re.search(r"(?i)(?<![A-Za-z0-9_])" + re.escape(col) + r"(?![A-Za-z0-9_])", text), (r.id, col, text)
         for t in plural:
             assert not re.search(r"(?i)\b(?:a|an)\s+(?:new\s+)?" + re.escape(t) + r"\b", text), (r.id, t, text)
         for col, c in cols.items():

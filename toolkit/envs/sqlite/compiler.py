@@ -120,14 +120,21 @@ def _insert_batch(conn: sqlite3.Connection, tname: str, colmap: dict, names: tup
             f"VALUES ({', '.join('?' * len(names))})" if names else f"INSERT INTO {qident(tname)} DEFAULT VALUES")
     if len(batch) > 1:
         conn.execute("SAVEPOINT toolkit_rows")
+        before = conn.total_changes
         try:
             conn.executemany(sql, [vals for _, vals in batch])
-            ok = True
-        except sqlite3.Error:
-            conn.execute("ROLLBACK TO toolkit_rows")
-            ok = False
-        conn.execute("RELEASE toolkit_rows")
-        if ok:
+        except sqlite3.Error as e:
+            # the rows before the refused one went in (one change each: no triggers while loading)
+            i = batch[min(max(0, conn.total_changes - before), len(batch) - 1)][0]
+            try:
+                conn.execute("ROLLBACK TO toolkit_rows")
+                conn.execute("RELEASE toolkit_rows")
+            except sqlite3.Error:  # SQLITE_FULL can end the whole transaction: nothing to replay
+                if is_full(e):
+                    raise DomainError(too_big(what, f"{tname}[{i}]", operator_limits().db_size_mb)) from None
+                raise DomainError(f"{what}: {tname}[{i}] rejected: {e}") from None
+        else:
+            conn.execute("RELEASE toolkit_rows")
             return
     for i, vals in batch:
         try:

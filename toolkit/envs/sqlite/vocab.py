@@ -104,6 +104,14 @@ _PROVENANCE = re.compile(r"(?i)^(?:set|maintained|computed|calculated|filled|kep
                          r"assigned|written|derived|managed|auto\w*|internal|technical|read[- ]only|"
                          r"not settable|system|deprecated|unused|legacy|todo|fixme|see)\b")
 _LEAD = re.compile(r"(?i)^(?:the|a|an|this|its|their|our)\s+")
+# a period's two ends: the words before a date suffix (`start_date`, `end_d`), and whole names
+_PERIOD_START = {("start",), ("starts",), ("begin",), ("begins",), ("from",)}
+_PERIOD_END = {("end",), ("ends",), ("until",), ("to",), ("expiry",), ("expires",)}
+_PERIOD_NAMES = {("valid", "from"): "starting", ("valid", "to"): "ending", ("valid", "until"): "ending",
+                 ("starts", "on"): "starting", ("ends", "on"): "ending", ("date", "from"): "starting",
+                 ("date", "to"): "ending"}
+# a key's format written as its comment ("FRZ-yyyy-nnn", "SR-####", "mm/dd"): a mask, not words
+_MASK_PART = re.compile(r"[A-Z]{1,6}|\d+|(.)\1+")
 _REL = re.compile(r"(?i)\s+(?:that|which|who|whose|where|when|while|if|once|until|as)\s+.*$")
 _FLAG_DOC = re.compile(r"(?i)^\s*(?:1|true|yes|y|set|on)\s*(=|:|->|for|marks|when|if|means that|means)\s*(.+)$")
 _PARTICIPLES = {"due", "paid", "made", "held", "sent", "done", "born", "given", "taken", "seen", "won", "lost",
@@ -116,6 +124,13 @@ _ADJECTIVE = re.compile(r"(?:ed|en|ive|al|able|ible|ic|ous|ful|less|ant|ent|ary|
 
 def _squash(s: str) -> str:
     return re.sub(r"\s+", " ", s).strip(" .,;:-")
+
+
+def _is_mask(word: str) -> bool:
+    """A code's format ("FRZ-yyyy-nnn", "SR-####", "mm/dd", "G-017"): parts split by - or /, each
+    capitals, digits or one character repeated."""
+    parts = re.split(r"[-/]", word.strip(".,;"))
+    return len(parts) > 1 and all(x and _MASK_PART.fullmatch(x) for x in parts)
 
 
 def clean_doc(doc: str) -> tuple[str | None, str | None]:
@@ -134,6 +149,7 @@ def clean_doc(doc: str) -> tuple[str | None, str | None]:
     if len(parts) > 1 and _squash(parts[1]).lower() in _UNITS:  # "price of a permit per month, EUR"
         unit = _squash(parts[1])
     s = _squash(_FORMAT.sub(" ", s))
+    s = _squash(" ".join(w for w in s.split() if not _is_mask(w)))
     m = re.search(r"(?i)(?:^|\s)(?:in|as|of)\s+([A-Za-z%]{1,8})$", s)
     if m and m.group(1).lower() in _UNITS:
         unit, s = m.group(1), _squash(s[:m.start()])
@@ -170,6 +186,9 @@ class DomainWords:
         ban = [re.escape(x).replace(r"\ ", r"[\s_]+") for x in sorted(set(self.spaced) | {c.lower() for c in self.column_names},
                                                                       key=len, reverse=True)]
         self._ban_cols = re.compile(r"(?i)(?<![\w-])(?:" + "|".join(ban) + r")(?![\w-])") if ban else None
+        # a raw name (underscores) is schema wherever it stands, inside a value too ("permit_id-7")
+        raw = [re.escape(c.lower()) for c in sorted(self.column_names, key=len, reverse=True)]
+        self._ban_raw = re.compile(r"(?i)(?<![A-Za-z0-9_])(?:" + "|".join(raw) + r")(?![A-Za-z0-9_])") if raw else None
         pl = [re.escape(x).replace(r"\ ", r"[\s_]+") for x in sorted(self.plural_tables, key=len, reverse=True)]
         self._ban_plural = (re.compile(r"(?i)\b(?:a|an|one)\s+(?:new\s+|other\s+|single\s+)?(?:" + "|".join(pl) + r")(?![\w-])")
                             if pl else None)
@@ -345,9 +364,21 @@ class DomainWords:
 
     def when(self, col: str) -> tuple[str, str] | None:
         """(participle, "day"|"date") of a name like `returned_day`, `due_day`, `booked_on`: the
-        value said as "returned on day 41", "booked 2025-05-01"; None for other names."""
+        value said as "returned on day 41", "booked 2025-05-01"; a period's ends (`start_date`,
+        `end_d`, `valid_from`, `valid_to`, `starts_on`) as "starting"/"ending"; None for other names."""
         parts = col.lower().strip("_").split("_")
-        if len(parts) < 2 or parts[-1] not in ("day", "date", "on", "at", "time", "dt"):
+        if tuple(parts) in _PERIOD_NAMES:
+            return _PERIOD_NAMES[tuple(parts)], "on"
+        if len(parts) < 2 or parts[-1] not in ("day", "date", "on", "at", "time", "dt", "d"):
+            return None
+        # the two ends of a period (`start_date`, `valid_from`, `end_d`, `valid_until`): "starting
+        # 2025-06-20", "ending 2025-07-04" (two bare "on <date>" would not say which is which)
+        head = tuple(x for x in parts[:-1] if x != "valid") if parts[-1] != "on" else tuple(parts[:-1])
+        if head in _PERIOD_START:
+            return "starting", "on"
+        if head in _PERIOD_END:
+            return "ending", "on"
+        if parts[-1] == "d":
             return None
         p = " ".join(parts[:-1])
         last = parts[-2]
@@ -365,6 +396,8 @@ class DomainWords:
             return found
         if self._ban_cols is not None:
             found += [f"column {m.group(0)!r}" for m in self._ban_cols.finditer(text)]
+        if self._ban_raw is not None:
+            found += [f"column {m.group(0)!r}" for m in self._ban_raw.finditer(text)]
         if self._ban_plural is not None:
             found += [f"plural table {m.group(0)!r}" for m in self._ban_plural.finditer(text)]
         return list(dict.fromkeys(found))
@@ -375,7 +408,7 @@ class DomainWords:
     def patterns(self) -> list[str]:
         """The regular expressions of `banned` (case-insensitive inline flag): for a leak rule that
         stores its terms as text."""
-        return [x.pattern for x in (self._ban_cols, self._ban_plural) if x is not None]
+        return [x.pattern for x in (self._ban_cols, self._ban_raw, self._ban_plural) if x is not None]
 
 
 _CACHE: dict[int, tuple[Any, DomainWords]] = {}

@@ -233,7 +233,7 @@ class ViolationSearch:
         if c.json_type in ("integer", "number"):
             nums = [v for v in existing if isinstance(v, (int, float))]
             return int(max(nums, default=0)) + 1000
-        return f"{c.name}-probe-{len(existing) + 1}"
+        return _next_key([v for v in existing if v is not None])
 
     # -- calls ---------------------------------------------------------------------------------
 
@@ -567,3 +567,24 @@ def hidden_tools_search(dom: Any, an: Any, max_calls: int) -> ViolationSearch:
     dom2 = copy.copy(dom)
     dom2.tools = {n: dataclasses.replace(td, hidden=False, side="both") for n, td in dom.tools.items()}
     return ViolationSearch(dom2, an, SqliteEnvironment(dom2), max_calls)
+
+
+def _next_key(existing: list) -> str:
+    """A text key not in `existing`, in the shape of the table's own keys: the next number after
+    the highest one with the same prefix ("SR-6997" -> "SR-6998", "B-0042" -> "B-0043"), so a task
+    that inserts it reads like the desk's own records (never the column's name: a user says "a new
+    service request SR-6998"); "NEW-1" when the table has no key that ends in digits."""
+    strs = {str(v) for v in existing}
+    shaped = sorted((m.start(), s) for s in strs if (m := re.search(r"\d+$", s)))
+    if not shaped:
+        k = len(strs) + 1
+        while f"NEW-{k}" in strs:
+            k += 1
+        return f"NEW-{k}"
+    base = max((s for _, s in shaped), key=lambda s: (int(re.search(r"\d+$", s).group()), s))
+    stem = re.sub(r"\d+$", "", base)
+    width = len(base) - len(stem)
+    n = int(base[len(stem):]) + 1
+    while f"{stem}{n:0{width}d}" in strs:
+        n += 1
+    return f"{stem}{n:0{width}d}"
