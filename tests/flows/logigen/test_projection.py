@@ -103,3 +103,41 @@ def test_a_stated_number_is_said_in_any_form():
         env.close()
     assert "2500.0" not in said
     assert "2500.0" in unsaid
+
+
+def test_period_ends_key_formats_and_made_up_keys_read_like_the_desk():
+    """A period's two dates are said "starting"/"ending" (two bare "on <date>" would not say which);
+    a comment that is only a key's format gives no words; a key made up for a new row has the
+    table's own shape, never the column's name, and a raw column name inside a value is banned."""
+    from toolkit.envs import load_env
+    from toolkit.envs.sqlite.vocab import clean_doc, domain_words
+    from toolkit.flows.logigen.explorer import DomainView
+    from toolkit.flows.logigen.phrases import Phrases
+    from toolkit.flows.logigen.provoke import _next_key
+
+    data = Path(__file__).resolve().parents[2] / "data"
+    env = load_env({"backend": "sqlite", "path": str(data / "gym")})
+    try:
+        say = Phrases(DomainView(env))
+        w = domain_words(env.domain)
+    finally:
+        env.close()
+    # gym's freeze: `start_d`, `end_d`, and `freeze_id TEXT -- FRZ-yyyy-nnn`
+    assert say.value("freeze", "start_d", "2025-06-20") == "starting 2025-06-20"
+    assert say.value("freeze", "end_d", "2025-07-04") == "ending 2025-07-04"
+    assert say.w.attr("freeze", "freeze_id") is None
+    for col, word in (("valid_from", "starting"), ("valid_to", "ending"), ("start_date", "starting"),
+                      ("ends_on", "ending"), ("returned_day", "returned"), ("booked_on", "booked")):
+        assert (say.w.when(col) or ("",))[0] == word, col
+    assert say.w.when("dob_d") is None and say.w.when("start") is None
+    assert clean_doc("FRZ-yyyy-nnn") == (None, None) and clean_doc("SR-####") == (None, None)
+    assert clean_doc("e-mail address")[0] == "e-mail address" and clean_doc("X-ray type")[0] == "X-ray type"
+    assert clean_doc("A-1 priority level")[0] == "priority level"
+    # made-up keys
+    assert _next_key(["SR-6950", "SR-6997", "SR-6996"]) == "SR-6998"
+    assert _next_key(["B-0042", "B-0007"]) == "B-0043"
+    assert _next_key(["FRZ-2025-009", "FRZ-2025-010"]) == "FRZ-2025-011"
+    assert _next_key(["x", "NEW-3", "y"]) == "NEW-4" and _next_key([]) == "NEW-1"
+    # a raw name banned wherever it stands; its spaced form next to a hyphen is a value's word
+    assert w.banned("a new freeze ('freeze_id-probe-6')") and w.banned("member_no: M-1")
+    assert not w.banned("a new freeze ('FRZ-2025-011', starting 2025-06-20)")
