@@ -2,7 +2,7 @@
 domains, measured with the acceptance test's own independent checks
 (tests/flows/logigen/test_acceptance.py: replayed writes, read-dependent writes, user texts).
 
-    python bench/logigen_acceptance.py [citypermits gym courier vet] [-n 100] [--seed 11]
+    python bench/logigen_acceptance.py [citypermits gym courier vet waterdesk] [-n 100] [--seed 11]
 
 Per domain (a directory name under tests/data, or a path), one JSON line: tasks, tasks with >= 3
 writes, with a write depending on a read, the signature ratio, the rules and the rules with a
@@ -82,7 +82,7 @@ def measure(domain: str, n: int, seed: int) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("domains", nargs="*", default=["citypermits", "gym", "courier", "vet"])
+    ap.add_argument("domains", nargs="*", default=["citypermits", "gym", "courier", "vet", "waterdesk"])
     ap.add_argument("-n", type=int, default=100)
     ap.add_argument("--seed", type=int, default=11)
     a = ap.parse_args()
