@@ -113,7 +113,7 @@ def test_period_ends_key_formats_and_made_up_keys_read_like_the_desk():
     from toolkit.envs.sqlite.vocab import clean_doc, domain_words
     from toolkit.flows.logigen.explorer import DomainView
     from toolkit.flows.logigen.phrases import Phrases
-    from toolkit.flows.logigen.provoke import _next_key
+    from toolkit.flows.logigen.provoke import next_key
 
     data = Path(__file__).resolve().parents[2] / "data"
     env = load_env({"backend": "sqlite", "path": str(data / "gym")})
@@ -134,10 +134,10 @@ def test_period_ends_key_formats_and_made_up_keys_read_like_the_desk():
     assert clean_doc("e-mail address")[0] == "e-mail address" and clean_doc("X-ray type")[0] == "X-ray type"
     assert clean_doc("A-1 priority level")[0] == "priority level"
     # made-up keys
-    assert _next_key(["SR-6950", "SR-6997", "SR-6996"]) == "SR-6998"
-    assert _next_key(["B-0042", "B-0007"]) == "B-0043"
-    assert _next_key(["FRZ-2025-009", "FRZ-2025-010"]) == "FRZ-2025-011"
-    assert _next_key(["x", "NEW-3", "y"]) == "NEW-4" and _next_key([]) == "NEW-1"
+    assert next_key(["SR-6950", "SR-6997", "SR-6996"]) == "SR-6998"
+    assert next_key(["B-0042", "B-0007"]) == "B-0043"
+    assert next_key(["FRZ-2025-009", "FRZ-2025-010"]) == "FRZ-2025-011"
+    assert next_key(["x", "NEW-3", "y"]) == "NEW-4" and next_key([]) == "NEW-1"
     # a raw name banned wherever it stands; its spaced form next to a hyphen is a value's word
     assert w.banned("a new freeze ('freeze_id-probe-6')") and w.banned("member_no: M-1")
     assert not w.banned("a new freeze ('FRZ-2025-011', starting 2025-06-20)")

@@ -233,7 +233,7 @@ class ViolationSearch:
         if c.json_type in ("integer", "number"):
             nums = [v for v in existing if isinstance(v, (int, float))]
             return int(max(nums, default=0)) + 1000
-        return _next_key([v for v in existing if v is not None])
+        return next_key([v for v in existing if v is not None])
 
     # -- calls ---------------------------------------------------------------------------------
 
@@ -569,7 +569,7 @@ def hidden_tools_search(dom: Any, an: Any, max_calls: int) -> ViolationSearch:
     return ViolationSearch(dom2, an, SqliteEnvironment(dom2), max_calls)
 
 
-def _next_key(existing: list) -> str:
+def next_key(existing: list) -> str:
     """A text key not in `existing`, in the shape of the table's own keys: the next number after
     the highest one with the same prefix ("SR-6997" -> "SR-6998", "B-0042" -> "B-0043"), so a task
     that inserts it reads like the desk's own records (never the column's name: a user says "a new

@@ -26,10 +26,12 @@ on S itself.
 from __future__ import annotations
 
 import random
+import re
 from typing import Any
 
 from toolkit.flows.logigen.explorer import Boundary, Probe, _is_date, _shift_date
 from toolkit.flows.logigen.hints import fits_column
+from toolkit.flows.logigen.provoke import next_key
 from toolkit.flows.logigen.reach import Read, _cond_operands, _operands
 
 
@@ -223,8 +225,14 @@ class Targeted:
                     if self.tried >= per:
                         break
                     self.tried += 1
-                    if (g == n and not self._repeatable(g)) or not self.cov._verify(origin, g, n, self.rule,
-                                                                                     state_rule=True):
+                    if g == n and not self._repeatable(g):
+                        # the same request again, as a new row (on another plate, say, when the
+                        # first one is taken): the first twin the rule lets through then refuses
+                        g = next((x for x in self._twins(origin, g, rc)
+                                  if self.cov._verify(origin, x, n, self.rule, state_rule=True)), None)
+                        if g is None:
+                            continue
+                    elif not self.cov._verify(origin, g, n, self.rule, state_rule=True):
                         continue
                     gp = _probe(self.view, g)
                     if gp is None:
@@ -239,6 +247,38 @@ class Targeted:
                     if hit is not None:
                         return hit
         return None
+
+    def _twins(self, origin: dict, call: dict, rc: Any, alts: int = 3) -> list[dict]:
+        """An insert `call` as a new row: its key made new (the table's own shape, one past the
+        largest), then also one column the rule does not read set to another value of that column
+        in the table (a plate the first permit does not hold), at most `alts` per column. The goal
+        whose next unit is the same request (the third visitor permit of a month, then the
+        fourth). Empty for an update or a table whose key the call does not give."""
+        td = self.view.tools.get(call["name"])
+        if td is None or td.kind != "insert":
+            return []
+        t = self.view.tables[td.table]
+        keys = [k for k in t.pk if k in call["arguments"]]
+        if not keys:
+            return []
+        args = dict(call["arguments"])
+        rows = origin.get(td.table, [])
+        for k in keys:
+            have = [r.get(k) for r in rows if r.get(k) is not None] + [args[k]]
+            if isinstance(args[k], int) and not isinstance(args[k], bool):
+                args[k] = max(v for v in have if isinstance(v, int) and not isinstance(v, bool)) + 1
+            elif isinstance(args[k], str):
+                args[k] = next_key(have)
+            else:
+                return []
+        out = [{"name": call["name"], "arguments": args}]
+        read = set(re.findall(r"\bNEW\.\"?(\w+)", rc.sql or ""))
+        for col in sorted(args):
+            if col in keys or col in read or self.view.fk(td.table, col) is None and _is_date(args[col]):
+                continue
+            others = list(dict.fromkeys(r.get(col) for r in rows if r.get(col) not in (None, args[col])))[:alts]
+            out += [{"name": call["name"], "arguments": {**args, col: v}} for v in others]
+        return out
 
     def _repeatable(self, call: dict) -> bool:
         """An insert into a table keyed by a rowid alias: the same call twice makes two rows (the
@@ -402,7 +442,13 @@ class Targeted:
                     if self.tried >= self.budget:
                         return None
                     self.tried += 1
-                    if (g != nn or self._repeatable(g)) and self.cov._verify(st, g, nn, self.rule, state_rule=True):
+                    if g == nn and not self._repeatable(g):
+                        g = next((x for x in self._twins(st, g, rc)
+                                  if self.cov._verify(st, x, nn, self.rule, state_rule=True)), None)
+                        ok = g is not None
+                    else:
+                        ok = self.cov._verify(st, g, nn, self.rule, state_rule=True)
+                    if ok:
                         gp = _probe(self.view, g)
                         if gp is not None:
                             sd = dict(seeded, n_minus_1=True, search="targeted", moves=r.label())
