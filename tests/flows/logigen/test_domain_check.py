@@ -260,3 +260,56 @@ def test_a_key_made_of_references_pairs_real_rows():
     keys = [(a["student_id"], a["section_id"]) for a in tmpls]
     assert all(s in students and c in sections for s, c in keys)
     assert not set(keys) & taken and len(set(keys)) == len(keys)
+
+
+def test_a_count_cap_two_calls_away_is_provoked_when_the_repeat_needs_another_plate():
+    """A resident at 1 of 3 permits a month: two accepted, the next refused. The same request
+    repeated with a new key is first refused by another rule (the plate already holds a permit
+    that month), so the repeat takes another plate; without that the search never gets past the
+    other rule, and one setup call (the search's second call) is not enough (issue 34's permits
+    example)."""
+    from toolkit.envs.sqlite import SqliteEnvironment
+    from toolkit.flows.logigen.provoke import find_violating_call
+
+    spec = {
+        "name": "permits",
+        "schema": """
+CREATE TABLE resident (resident_id TEXT PRIMARY KEY NOT NULL);
+CREATE TABLE permit (
+  permit_id TEXT PRIMARY KEY NOT NULL,
+  resident_id TEXT NOT NULL REFERENCES resident(resident_id),
+  plate TEXT NOT NULL,
+  month TEXT NOT NULL
+);
+CREATE TRIGGER permit_rules BEFORE INSERT ON permit BEGIN
+  SELECT RAISE(ABORT, 'POLICY_VIOLATION: one_per_plate: a plate holds one permit a month')
+  WHERE EXISTS (SELECT 1 FROM permit p WHERE p.plate = NEW.plate AND p.month = NEW.month);
+  SELECT RAISE(ABORT, 'POLICY_VIOLATION: monthly_cap: at most 3 permits per resident a month')
+  WHERE (SELECT COUNT(*) FROM permit p WHERE p.resident_id = NEW.resident_id AND p.month = NEW.month) >= 3;
+END;
+""",
+        "policy": "- **[one_per_plate]** one permit per plate a month\n- **[monthly_cap]** at most 3 a month\n",
+        "seed": {"resident": [{"resident_id": "R-1"}, {"resident_id": "R-2"}],
+                 "permit": [{"permit_id": "P-001", "resident_id": "R-1", "plate": "AA", "month": "2025-03"},
+                            {"permit_id": "P-003", "resident_id": "R-2", "plate": "CC", "month": "2025-03"},
+                            {"permit_id": "P-004", "resident_id": "R-2", "plate": "DD", "month": "2025-02"}]},
+    }
+    env = SqliteEnvironment.from_spec(spec)
+    try:
+        hit = find_violating_call(env, "monthly_cap")
+        assert hit is not None, "not provoked"
+        setup, call = hit["setup"], hit["call"]
+        assert hit["error"]["violated_rule"] == "monthly_cap"
+        who, month = call["arguments"]["resident_id"], call["arguments"]["month"]
+        held = [p for p in env.snapshot()["permit"] if p["resident_id"] == who and p["month"] == month]
+        # by execution: the setup calls are accepted in turn, then the call is refused by the cap
+        env.reset()
+        for c in setup:
+            assert env.call(c["name"], dict(c["arguments"])).ok, c
+        assert len(held) + len(setup) == 3
+        assert len({c["arguments"]["plate"] for c in setup}) == len(setup)  # another plate each time
+        r = env.call(call["name"], dict(call["arguments"]))
+        assert not r.ok and r.error["violated_rule"] == "monthly_cap"
+        assert all("probe" not in c["arguments"]["permit_id"] for c in setup + [call])
+    finally:
+        env.close()

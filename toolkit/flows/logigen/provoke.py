@@ -228,8 +228,10 @@ class ViolationSearch:
             out.append(args)
         return out
 
-    def _fresh_key(self, table: str, c: Any) -> Any:
-        existing = self.colvals.get((table, c.name), [])
+    def _fresh_key(self, table: str, c: Any, also: list | None = None) -> Any:
+        """A key for a new row: none of the seed's values of the column, nor `also` (keys the
+        calls of this search already gave)."""
+        existing = list(self.colvals.get((table, c.name), [])) + [v for v in (also or []) if v is not None]
         if c.json_type in ("integer", "number"):
             nums = [v for v in existing if isinstance(v, (int, float))]
             return int(max(nums, default=0)) + 1000
@@ -319,20 +321,39 @@ class ViolationSearch:
                     out.append((label, st))
         return out[:24]
 
-    def _repeat(self, td: Any, rule: str, kind: str, firsts: list[dict], state: dict | None, finish: Any) -> Any:
+    def _repeat(self, td: Any, rule: str, kind: str, firsts: list[dict], state: dict | None, finish: Any,
+                vary: Any = None) -> Any:
         """The first of `firsts` that is accepted, repeated with a fresh key while it is accepted,
         until the rule refuses it (the report entry, its setup = the accepted calls), at most
-        REPEAT_STEPS times; _SPENT when the budget runs out, None when none gets refused."""
+        REPEAT_STEPS times; _SPENT when the budget runs out, None when none gets refused. A repeat
+        another rule refuses (the plate already holds a permit for those days) is tried again with
+        `vary(args)`'s variants (one column the rule does not read changed), the first the other
+        rules let through taken."""
         t = self.dom.tables[td.table]
 
+        def attempt(args: dict) -> tuple[str, Any, dict]:
+            st, res = self.try_call(td.name, args, rule, kind)
+            if st == "other" and vary is not None:
+                for k, alt in enumerate(vary(args)):
+                    if k >= REPEAT_VARIANTS or self.calls >= self.max_calls:
+                        break
+                    st2, res2 = self.try_call(td.name, alt, rule, kind)
+                    if st2 in ("hit", "ok"):
+                        return st2, res2, alt
+            return st, res, args
+
         def fresh(args: dict) -> dict:
+            # a key none of the rows so far has (the seed's and the setup calls' own)
             args = dict(args)
             for c in t.columns:
                 if c.pk and not c.rowid_alias and c.name in args:
-                    args[c.name] = self._fresh_key(t.name, c) if not isinstance(args[c.name], int) else args[c.name] + 1
+                    args[c.name] = (self._fresh_key(t.name, c, also=[a["arguments"].get(c.name) for a in setup]
+                                                    + [args[c.name]])
+                                    if not isinstance(args[c.name], int) else args[c.name] + 1)
             return args
 
         tried = 0
+        setup: list[dict] = []
         for first in firsts:
             if tried >= 8:
                 break
@@ -341,13 +362,11 @@ class ViolationSearch:
             if st != "ok":
                 continue
             tried += 1
-            setup = [{"name": td.name, "arguments": first}]
-            args = fresh(first)
-            st, res = self.try_call(td.name, args, rule, kind)
+            setup[:] = [{"name": td.name, "arguments": first}]
+            st, res, args = attempt(fresh(first))
             while st == "ok" and len(setup) < REPEAT_STEPS:
                 setup.append({"name": td.name, "arguments": args})
-                args = fresh(args)
-                st, res = self.try_call(td.name, args, rule, kind)
+                st, res, args = attempt(fresh(args))
             if st == "hit":
                 out = finish(td.name, args, res, f"after: {td.name}({short_args(first)})"
                              + (f" x{len(setup)}" if len(setup) > 1 else ""))
@@ -448,7 +467,14 @@ class ViolationSearch:
             # 2 of 3 visitor permits a month gets the third, and the fourth is refused); cheap, so
             # before the mutation sweeps. The templates the evaluate filter skipped count too (a
             # count below its limit evaluates false on the state the search starts from)
-            got = self._repeat(td, rule, kind, valid + [b for b in bases if b not in valid], state, finish)
+            def vary(args: dict) -> Any:
+                for col in others:
+                    if col in t.pk:
+                        continue
+                    for v in [x for x in pools[col] if x != args.get(col)][:3]:
+                        yield {**args, col: v}
+
+            got = self._repeat(td, rule, kind, valid + [b for b in bases if b not in valid], state, finish, vary)
             if got is not None:
                 return None if got is _SPENT else got
             # phase 2: valid templates x one or two mutation units
@@ -470,7 +496,8 @@ class ViolationSearch:
                     args = {**first, **u}
                     for c in t.columns:
                         if c.pk and not c.rowid_alias and c.name in args:
-                            args[c.name] = self._fresh_key(t.name, c) if not isinstance(args[c.name], int) else args[c.name] + 1
+                            args[c.name] = (self._fresh_key(t.name, c, also=[first.get(c.name)])
+                                            if not isinstance(args[c.name], int) else args[c.name] + 1)
                     st, res = self.try_call(td.name, args, rule, kind)
                     if st == "hit":
                         out = finish(td.name, args, res, label)
@@ -510,6 +537,7 @@ class ViolationSearch:
 
 
 REPEAT_STEPS = 8  # the same accepted insert repeated at most this often before the refused one
+REPEAT_VARIANTS = 12  # variants of a repeat another rule refuses, tried per step
 
 
 def find_violating_call(env: Any, rule: str, state: dict | None = None, *, max_calls: int = 2000,
