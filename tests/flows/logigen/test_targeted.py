@@ -250,3 +250,16 @@ def test_citypermits_monthly_visitor_cap_the_third_permit_then_the_fourth():
     assert len(held) == 2  # one below the cap, counted by hand
     # the made-up key has the table's own shape
     assert goal["arguments"]["permit_id"].startswith("P-") and "probe" not in goal["arguments"]["permit_id"]
+
+
+def test_citypermits_cash_monthly_limit_on_another_residents_permit():
+    # round(SUM(cash paid this month by the permit's resident) + NEW.amount, 2) > 150. The witness
+    # is a 180.00 cash payment on P-2024-0388, which is paid in full: no amount is accepted there.
+    # Moved to another permit: R-0708 paid 130.00 cash in March and owes 30.00 on P-2025-0026
+    # (seed.yaml's own comment), so 20 is the most the cap lets through, and then 1 more is refused.
+    b, origin, _ = boundary(CITYPERMITS, "cash_monthly_limit")
+    goal, nxt = b.crossing
+    assert goal["name"] == nxt["name"] == "insert_payment"
+    assert goal["arguments"]["permit_id"] == nxt["arguments"]["permit_id"] == "P-2025-0026"
+    assert goal["arguments"]["method"] == "cash" and goal["arguments"]["amount"] == 20
+    assert nxt["arguments"]["amount"] == 1

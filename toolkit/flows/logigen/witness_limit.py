@@ -20,6 +20,8 @@ from toolkit.flows.logigen.explorer import (
 from toolkit.flows.logigen.reach import row_refs
 from toolkit.flows.logigen.witness_violation import Witness
 
+AMOUNT_MOVES = 40  # other referenced rows the amount bisection moves a witness to
+
 
 class LimitWitnesses:
     """RuleCoverage's argument / column limit boundaries."""
@@ -119,15 +121,27 @@ class LimitWitnesses:
         reads = {c for rc in self.an.rules.get(rule, []) for side, c in row_refs(rc) if side == "NEW"}
         t = self.view.tables[v.table]
         w = self.gx.walker
-        for col, bad in v.args.items():
+        # the witness's own row first, then the witness moved to other rows its references point
+        # to (its payment on a fully paid permit has no amount left to bisect; another resident's
+        # permit with some owed does): at most AMOUNT_MOVES of them
+        moves: list[dict] = [dict(v.args)]
+        for a, x in v.args.items():
+            fk = self.view.fk(v.table, a)
+            rt = self.view.tables.get(fk.get("table")) if fk else None
+            if rt is None:
+                continue
+            to = fk.get("to") or (rt.pk[0] if rt.pk else None)
+            others = [r.get(to) for r in wit.origin.get(rt.name, []) if r.get(to) not in (None, x)]
+            moves += [{**v.args, a: o} for o in others]
+        for args, (col, bad) in ((m, cb) for m in moves[:1 + AMOUNT_MOVES] for cb in v.args.items()):
             c = t.colmap.get(col)
             if (c is None or c.pk or col not in reads or c.json_type not in ("integer", "number")
                     or isinstance(bad, bool) or not isinstance(bad, (int, float)) or bad <= 2):
                 continue
             self._load(wit.origin)
 
-            def ok(x: int, col: str = col) -> bool:
-                return w.probe(v.name, {**v.args, col: x}).ok
+            def ok(x: int, col: str = col, args: dict = args) -> bool:
+                return w.probe(v.name, {**args, col: x}).ok
 
             if not ok(1):
                 continue
@@ -137,8 +151,8 @@ class LimitWitnesses:
                 lo, hi = (mid, hi) if ok(mid) else (lo, mid)
             if lo <= 1:
                 continue
-            goal = {"name": v.name, "arguments": {**v.args, col: lo}}
-            nxt = {"name": v.name, "arguments": {**v.args, col: 1}}
+            goal = {"name": v.name, "arguments": {**args, col: lo}}
+            nxt = {"name": v.name, "arguments": {**args, col: 1}}
             for k in t.pk:  # a second row of a table keyed by the call: its own new key
                 kc = t.colmap.get(k)
                 if k in v.args and kc is not None and not kc.rowid_alias:
