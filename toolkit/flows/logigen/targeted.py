@@ -274,7 +274,9 @@ class Targeted:
         out = [{"name": call["name"], "arguments": args}]
         read = set(re.findall(r"\bNEW\.\"?(\w+)", rc.sql or ""))
         for col in sorted(args):
-            if col in keys or col in read or self.view.fk(td.table, col) is None and _is_date(args[col]):
+            # never the key, a column the rule reads, or a date of the row's own (it may be what
+            # the rule counts by: the month of a permit)
+            if col in keys or col in read or (self.view.fk(td.table, col) is None and _is_date(args[col])):
                 continue
             others = list(dict.fromkeys(r.get(col) for r in rows if r.get(col) not in (None, args[col])))[:alts]
             out += [{"name": call["name"], "arguments": {**args, col: v}} for v in others]
