@@ -263,3 +263,18 @@ def test_citypermits_cash_monthly_limit_on_another_residents_permit():
     assert goal["arguments"]["permit_id"] == nxt["arguments"]["permit_id"] == "P-2025-0026"
     assert goal["arguments"]["method"] == "cash" and goal["arguments"]["amount"] == 20
     assert nxt["arguments"]["amount"] == 1
+
+
+def test_citypermits_household_cap_witness_with_the_domain_checks_budget():
+    # `toolkit domain check` provokes household_cap after ~2,200 calls (a third resident permit
+    # for a resident holding 2: their own free car, their zone, dates from today); the generator's
+    # fallback search now has the same budget, so its violation-first task exists too
+    cov = coverage(CITYPERMITS)
+    assert cov.violations["household_cap"], cov.dropped.get("household_cap")
+    wit = cov.violations["household_cap"][0]
+    assert outcome(CITYPERMITS, wit.origin, [wit.call.call()]) == ["household_cap"]
+    who = wit.call.args["resident_id"]
+    held = [p for p in wit.origin["permit"] if p["resident_id"] == who and p["kind"] == "resident"
+            and p["status"] in ("pending_payment", "active", "suspended")]
+    badge = next(r["has_blue_badge"] for r in wit.origin["resident"] if r["resident_id"] == who)
+    assert len(held) == (3 if badge else 2)  # at the cap, counted by hand

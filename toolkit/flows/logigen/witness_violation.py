@@ -20,7 +20,7 @@ from toolkit.flows.logigen.explorer import (
     candidates,
     canonical_state,
 )
-from toolkit.flows.logigen.provoke import ViolationSearch, find_violating_call
+from toolkit.flows.logigen.provoke import MAX_CALLS_PER_RULE, ViolationSearch, find_violating_call
 from toolkit.flows.logigen.reach import operands
 
 
@@ -82,7 +82,9 @@ class ViolationWitnesses:
                 hit = None
             else:
               try:
-                hit = find_violating_call(w.env, rule, max_calls=self.max_calls)
+                # the domain check's own budget: a rule it provokes, the generator finds too
+                # (citypermits' household cap: 2,209 calls, ~0.4 CPU-s, once per domain and seed)
+                hit = find_violating_call(w.env, rule, max_calls=max(self.max_calls, MAX_CALLS_PER_RULE))
               except Exception as e:  # noqa: BLE001
                 self.errors.append(f"{rule}: violation search failed: {type(e).__name__}: {e}")
                 hit = None
