@@ -1,6 +1,6 @@
 """The lazy rule search and its per-domain cache (synth.GoalDesigner, search_cache.py): a warm
 cache gives the cold output, a bad entry is ignored and counted, an edited domain misses, and a
-run searches only the boundaries its plan draws."""
+run searches only the violations and boundaries its plan draws."""
 
 from __future__ import annotations
 
@@ -145,10 +145,57 @@ def test_resume_from_a_partial_boundary_search(home):
     env = load_env({"backend": "sqlite", "path": str(CARRENTAL)})
     try:  # the designer gen-task builds for record "c", seed 3, whose plan needs one boundary
         g = GoalDesigner(env, env.snapshot(), zlib.crc32(b"3:c"))
-        k = sum(1 for ws in g.cov.violations.values() if ws)
+        k = len(g.violation_rules())
         g.plan(k + 1)
         g.close()
     finally:
         env.close()
     assert 0 < len(g.searched) < len(g.cov.rules) and search_cache.STATS["stored"] == 1
     assert run(CARRENTAL, 30) == cold and search_cache.STATS["hit"] == 1
+
+
+def test_n1_runs_no_violation_search_it_does_not_draw(home):
+    """carrental: s_origin's probes find no witness for some rules; their own search (the domain
+    check's, ~0.1-0.4 CPU-s a rule) runs only when the plan reaches them, and the tasks are those
+    of a designer that searched every rule first."""
+    lazy, drafts = designer(1)
+    none = [r for r in lazy.cov.rules if not lazy.cov.violations[r]]
+    assert len(none) >= 2 and lazy.cov.pending[:len(none)] == none  # none searched for one task
+    rep = lazy.coverage(drafts)
+    assert rep["violation_unsearched"] == lazy.cov.pending and len(drafts) == 1
+    env = load_env({"backend": "sqlite", "path": str(CARRENTAL)})
+    try:
+        eager = GoalDesigner(env, env.snapshot(), 11, O.GenTaskOptions(search_cache=False))
+        eager._settle()  # every violation search first (what the designer did before it was lazy)
+        assert eager.cov.pending == []
+        first = eager.drafts(1, 8)
+        eager.close()
+    finally:
+        env.close()
+    assert [d.actions for d in first] == [d.actions for d in drafts]
+    assert "violation_unsearched" not in eager.coverage(first)
+    # settling a rule runs the pending searches before it, in their order, and no more, and
+    # gives the witnesses of the full search; no boundary is searched meanwhile
+    full, _ = designer(60)
+    assert full.cov.pending == []
+    found = next(r for r in none if full.cov.violations[r])  # a rule only its own search finds
+    env = load_env({"backend": "sqlite", "path": str(CARRENTAL)})
+    try:
+        part = GoalDesigner(env, env.snapshot(), 11, O.GenTaskOptions(search_cache=False))
+        part._settle(found)
+        part.close()
+    finally:
+        env.close()
+    k = lazy.cov.pending.index(found) + 1
+    assert part.cov.pending == lazy.cov.pending[k:]
+    assert {r: len(part.cov.violations[r]) for r in lazy.cov.pending[:k]} == \
+        {r: len(full.cov.violations[r]) for r in lazy.cov.pending[:k]}
+    assert part.searched == [] and part.cov.draws == {}
+
+
+def test_resume_from_a_partial_violation_search(home):
+    cold = run(CARRENTAL, 30, search_cache=False)
+    one = run(CARRENTAL, 1)  # stores s_origin's witnesses, the rule searches still pending
+    assert json.loads(one[0])["task"]["extra"]["rule_coverage"]["violation_unsearched"]
+    assert search_cache.STATS["stored"] == 1
+    assert run(CARRENTAL, 30) == cold and search_cache.STATS["hit"] == 1 and search_cache.STATS["stored"] == 2

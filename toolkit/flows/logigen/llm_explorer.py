@@ -284,7 +284,7 @@ async def explore_once(gd: Any, i: int, kind: str, record: Any, ctx: Any, opts: 
 def pick_kind(gd: Any, made: int, made_viol: int, made_edge: int, llm_edges: list | None = None) -> str:
     """mismatch for `violation_share`, edge for `boundary_share` of the tasks, else a plain goal."""
     k = made + 1
-    if made_viol < math.ceil(gd.violation_share * k) and any(gd.cov.violations.values()):
+    if made_viol < math.ceil(gd.violation_share * k) and gd.any_violation():
         return "mismatch"
     if made_edge < math.ceil(gd.boundary_share * k) and (llm_edges or gd.edge_rules(1)):  # lazy search
         return "edge"

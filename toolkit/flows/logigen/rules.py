@@ -68,6 +68,9 @@ class RuleCoverage(ViolationWitnesses, LimitWitnesses, StateWitnesses):
         self._hash_memo: dict[int, tuple[dict, str]] = {}
         self._probe_memo: dict[tuple, tuple[dict, str | None]] = {}
         self.violations: dict[str, list[Witness]] = {r: [] for r in self.rules}
+        # the rules whose violation search has not run yet (start_violations / search_violation)
+        self.pending: list[str] = []
+        self.stuck: set[str] = set()
         self.boundaries: dict[str, list[tuple[Boundary, dict]]] = {r: [] for r in self.rules}
 
     # -- boundaries ------------------------------------------------------------------------------

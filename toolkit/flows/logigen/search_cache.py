@@ -31,14 +31,15 @@ from typing import Any
 
 from toolkit import diskcache
 
-FORMAT = 2
-MAGIC = b"TKLGSEARCH2\n"
+FORMAT = 3
+MAGIC = b"TKLGSEARCH3\n"
 ENV = "TOOLKIT_LOGIGEN_SEARCH_CACHE"
 SUBDIR = "logigen-search"
 WHAT = "gen-task: rule search cache"
 STATS: Counter = Counter()  # hit | miss | corrupt | stored | store_failed | pruned (this process)
 MAX_ENTRIES = 256  # the oldest entries beyond it are deleted when one is written
-FIELDS = ("violations", "boundaries", "impossible", "dropped", "draws", "errors", "seed", "_two_left")
+FIELDS = ("violations", "pending", "stuck", "boundaries", "impossible", "dropped", "draws", "errors", "seed",
+          "_two_left")
 _CODE_DIRS = (Path(__file__).resolve().parent, Path(__file__).resolve().parent.parent.parent / "envs" / "sqlite")
 
 
@@ -82,7 +83,8 @@ class _Unpickler(pickle.Unpickler):
 
 
 def snapshot(cov: Any, searched: list[str], started: bool) -> dict:
-    """What a later run needs to go on from where `cov`'s search is now."""
+    """What a later run needs to go on from where `cov`'s search is now (the violation searches
+    still pending, the boundaries searched)."""
     return {"fields": {k: getattr(cov, k) for k in FIELDS}, "rng": cov.rng.getstate(), "searched": list(searched),
             "started": started}
 
@@ -99,7 +101,8 @@ def load(key: str, base: dict, rules: list[str]) -> dict | None:
     def check(snap: Any) -> None:
         f = snap["fields"]
         if (set(f["violations"]) != set(rules) or set(f["boundaries"]) != set(rules)
-                or not set(snap["searched"]) <= set(rules) or not isinstance(snap["started"], bool)):
+                or not set(snap["searched"]) <= set(rules) or not isinstance(snap["started"], bool)
+                or not set(f["pending"]) <= set(rules) or (f["pending"] and snap["searched"])):
             raise ValueError("rules differ")
 
     return diskcache.read(path_of(key), key, MAGIC, STATS, WHAT, unpickler=lambda f: _Unpickler(f, base),

@@ -36,10 +36,12 @@ READ_TRIES = 3
 
 class GoalDesigner:
     """Plans and draws the tasks of one domain input. The rule search (rules.RuleCoverage) is
-    lazy: every rule's violation witnesses are found first (the plan starts with them), a rule's
-    boundary is searched only when the plan or a draw needs it, in the rules' fixed order (so the
-    results are those of the full search, whatever `-n`), and what was searched is kept per
-    domain (search_cache.py) for the next run to resume."""
+    lazy: the cheap violation witnesses of every rule first (s_origin's probes), a rule's own
+    violation search (`search_violation`, the costly one) only when the plan or a draw needs its
+    witnesses, every violation search before the first boundary search, and a rule's boundary
+    only when the plan or a draw needs it; each kind in its fixed order, so the results are
+    those of the full search whatever `-n`. What was searched is kept per domain
+    (search_cache.py) for the next run to resume."""
 
     def __init__(self, env: Any, base: dict, seed: int, opts: O.GenTaskOptions | None = None,
                  explorer: str = "symbolic"):
@@ -65,7 +67,7 @@ class GoalDesigner:
         self.reach_ready = False  # ... in this process
         self.logged = 0  # cov.errors already said on stderr
         self.cache_key = None
-        self.cache_progress = -1  # rules searched in the entry read or written last (-1: none)
+        self.cache_progress = -1  # `_progress()` of the entry read or written last (-1: none)
         if search_cache.enabled(opts.search_cache):
             self.cache_key = search_cache.search_key(env, seed, {"max_draws": self.cov.max_draws,
                                                                  "targeted_draws": self.cov.targeted_draws,
@@ -74,15 +76,45 @@ class GoalDesigner:
             if snap is not None:
                 search_cache.restore(self.cov, snap)
                 self.searched, self.started = list(snap["searched"]), snap["started"]
-                self.cache_progress = len(self.searched)
+                self.cache_progress = self._progress()
         if self.cache_progress < 0:
-            self.cov.find_violations()
+            self.cov.start_violations()
         self._say_errors()
+
+    def _progress(self) -> int:
+        """How far the search is: rules whose violation witnesses are final plus rules whose
+        boundary was searched (both only grow)."""
+        return len(self.cov.rules) - len(self.cov.pending) + len(self.searched)
 
     def _say_errors(self) -> None:
         for e in self.cov.errors[self.logged:]:
             log(f"gen-task: rule coverage: {e}")
         self.logged = len(self.cov.errors)
+
+    # -- the lazy violation search ---------------------------------------------------------------
+
+    def _settle(self, rule: str | None = None) -> None:
+        """Run the pending violation searches, in their order, until `rule`'s witnesses are final
+        (None: all of them)."""
+        while self.cov.pending and (rule is None or not self.cov.settled(rule)):
+            self.cov.search_violation()
+        self._say_errors()
+
+    def violation_rules(self, want: int | None = None) -> list[str]:
+        """The rules with a violation witness, sorted: the first `want` of them (None: all),
+        searching only as far as that needs."""
+        out: list[str] = []
+        for r in self.cov.rules:  # sorted
+            if want is not None and len(out) >= want:
+                break
+            self._settle(r)
+            if self.cov.violations[r]:
+                out.append(r)
+        return out
+
+    def any_violation(self) -> bool:
+        """Some rule has a violation witness (searching only until one has)."""
+        return bool(self.violation_rules(1))
 
     # -- the lazy boundary search ----------------------------------------------------------------
 
@@ -94,6 +126,7 @@ class GoalDesigner:
         """Search the next rule's boundary (the rules' fixed order); False when none is left."""
         if self.complete:
             return False
+        self._settle()  # every violation search before the first boundary one (they share a generator)
         if not self.reach_ready:
             # resumed from the cache: the static analysis again, its errors already in the list
             said = len(self.cov.errors)
@@ -119,10 +152,10 @@ class GoalDesigner:
 
     def close(self) -> None:
         try:
-            if self.cache_key is not None and len(self.searched) > self.cache_progress:
+            if self.cache_key is not None and self._progress() > self.cache_progress:
                 search_cache.store(self.cache_key, self.base,
                                    search_cache.snapshot(self.cov, self.searched, self.started))
-                self.cache_progress = len(self.searched)
+                self.cache_progress = self._progress()
         finally:
             self.gx.close()
 
@@ -132,6 +165,7 @@ class GoalDesigner:
         gx = self.gx
         want = rng.choice(self.writes)
         if kind == "mismatch":
+            self._settle(rule)
             rules = [r for r, ws in self.cov.violations.items() if ws]
             if not rules:
                 return None
@@ -183,7 +217,7 @@ class GoalDesigner:
     def plan(self, n: int) -> list[tuple[str, str | None]]:
         out: list[tuple[str, str | None]] = []
         if self.coverage_on:
-            out += [("mismatch", r) for r, ws in sorted(self.cov.violations.items()) if ws]
+            out += [("mismatch", r) for r in self.violation_rules(n)]
             out += [("edge", r) for r in self.edge_rules(max(0, n - len(out)))]
         return out[:n]
 
@@ -206,7 +240,7 @@ class GoalDesigner:
             else:
                 rule = None
                 k = len(out) + 1
-                if made["mismatch"] < math.ceil(self.violation_share * k) and any(self.cov.violations.values()):
+                if made["mismatch"] < math.ceil(self.violation_share * k) and self.any_violation():
                     kind = "mismatch"
                 elif made["edge"] < math.ceil(self.boundary_share * k) and self.edge_rules(1):
                     kind = "edge"
@@ -282,7 +316,9 @@ class GoalDesigner:
 
     def coverage(self, drafts: list) -> dict:
         """The coverage report; a rule whose boundary this run did not need is listed in
-        `boundary_unsearched` (and not among the rules without a boundary)."""
+        `boundary_unsearched` (and not among the rules without a boundary), one whose own
+        violation search it did not need in `violation_unsearched` (its `violation` count is what
+        s_origin's probes found)."""
         rep = self.cov.report()
         unsearched = [r for r in self.cov.rules if r not in self.searched]
         viol = sorted({d.attempt.rule for d in drafts if d.attempt is not None})
@@ -295,4 +331,6 @@ class GoalDesigner:
                    draws_failed=dict(self.failed))
         if unsearched:
             rep["boundary_unsearched"] = unsearched
+        if self.cov.pending:
+            rep["violation_unsearched"] = list(self.cov.pending)
         return rep

@@ -35,6 +35,18 @@ class ViolationWitnesses:
     """RuleCoverage's violation search (the coverage's walker, analysis and memo state)."""
 
     def find_violations(self) -> None:
+        """Every rule's violation witnesses: `start_violations`, then `search_violation` until no
+        rule is left (GoalDesigner calls them lazily, in the same order, so searching the first k
+        pending rules gives the same witnesses as this)."""
+        self.start_violations()
+        while self.search_violation():
+            pass
+
+    def start_violations(self) -> None:
+        """Witnesses from s_origin's probes and the analysis' NEW.<col> thresholds (every rule at
+        once, cheap), then `pending`: the rules left to `search_violation`, in the order it takes
+        them (the rules with no witness, sorted, then the stuck ones: every witness belongs to
+        someone with no rows of their own to go on with)."""
         w = self.gx.walker
         w.restore(self.gx.base_cp)
         base = self.gx.base
@@ -72,56 +84,78 @@ class ViolationWitnesses:
         # (a banned customer with no bookings): look for one in a derived state as well
         stuck = [r for r in self.rules if self.violations[r]
                  and not any(self._has_rows(wit.origin, self._owner(wit.origin, wit.call)) for wit in self.violations[r])]
-        missing = [r for r in self.rules if not self.violations[r]] + stuck
-        if not missing:
+        self.pending = [r for r in self.rules if not self.violations[r]] + stuck
+        self.stuck = set(stuck)
+        w.restore(self.gx.base_cp)
+
+    def search_violation(self) -> bool:
+        """The next pending rule's search (after `start_violations`): a repeated call, the domain
+        check's search, a state cell, derived states; False when no rule is pending. Each rule's
+        search starts on s_origin and ends there, and reads only the coverage's own random
+        generator, so what runs between two of them (a goal chain) changes nothing."""
+        if not self.pending:
+            return False
+        rule = self.pending.pop(0)
+        w = self.gx.walker
+        w.restore(self.gx.base_cp)
+        try:
+            self._search_violation(rule, rule in self.stuck)
+        finally:
+            w.restore(self.gx.base_cp)
+        return True
+
+    def settled(self, rule: str) -> bool:
+        """The rule's witnesses are final (its search ran, or it needed none)."""
+        return rule not in self.pending
+
+    def _search_violation(self, rule: str, stuck: bool) -> None:
+        w = self.gx.walker
+        base = self.gx.base
+        if not stuck and self._repeat_witness(rule):
             return
-        for rule in missing:
-            if rule not in stuck and self._repeat_witness(rule):
-                continue
-            if rule in stuck:
-                hit = None
-            else:
-              try:
+        if stuck:
+            hit = None
+        else:
+            try:
                 # the domain check's own budget: a rule it provokes, the generator finds too
                 # (citypermits' household cap: 2,209 calls, ~0.4 CPU-s, once per domain and seed)
                 hit = find_violating_call(w.env, rule, max_calls=max(self.max_calls, MAX_CALLS_PER_RULE))
-              except Exception as e:  # noqa: BLE001
+            except Exception as e:  # noqa: BLE001
                 self.errors.append(f"{rule}: violation search failed: {type(e).__name__}: {e}")
                 hit = None
-              w.restore(self.gx.base_cp)
-            if hit:
-                origin, seeded = base, {}
-                if hit.get("setup"):
-                    origin = self._after(base, hit["setup"])
-                    seeded = {"by": "executed calls", "calls": hit["setup"]}
-                p = self._probe_of(hit["call"], rule)
-                if origin is not None and p is not None:
-                    self.violations[rule].append(Witness(origin, p, seeded))
-                    if self._has_rows(origin, self._owner(origin, p)):
-                        continue
-            if self.violations[rule] and self._cell_witness(rule):
-                continue
-            # states derived from the rule's condition (an OLD value, a subquery cell)
+            w.restore(self.gx.base_cp)
+        if hit:
+            origin, seeded = base, {}
+            if hit.get("setup"):
+                origin = self._after(base, hit["setup"])
+                seeded = {"by": "executed calls", "calls": hit["setup"]}
+            p = self._probe_of(hit["call"], rule)
+            if origin is not None and p is not None:
+                self.violations[rule].append(Witness(origin, p, seeded))
+                if self._has_rows(origin, self._owner(origin, p)):
+                    return
+        if self.violations[rule] and self._cell_witness(rule):
+            return
+        # states derived from the rule's condition (an OLD value, a subquery cell)
+        try:
+            vs = ViolationSearch(w.env.domain, self.an, w.env, self.max_calls, base_state=base)
+            derived = vs.derived_states(self.an.rules[rule])
+        except Exception as e:  # noqa: BLE001
+            self.errors.append(f"{rule}: derived states failed: {type(e).__name__}: {e}")
+            derived = []
+        for label, st in derived[:8]:
             try:
-                vs = ViolationSearch(w.env.domain, self.an, w.env, self.max_calls, base_state=base)
-                derived = vs.derived_states(self.an.rules[rule])
+                st = canonical_state(self.gx.env_base, st)
+                hit = find_violating_call(w.env, rule, state=st, max_calls=self.max_calls // 4)
             except Exception as e:  # noqa: BLE001
-                self.errors.append(f"{rule}: derived states failed: {type(e).__name__}: {e}")
-                derived = []
-            for label, st in derived[:8]:
-                try:
-                    st = canonical_state(self.gx.env_base, st)
-                    hit = find_violating_call(w.env, rule, state=st, max_calls=self.max_calls // 4)
-                except Exception as e:  # noqa: BLE001
-                    self.errors.append(f"{rule}: search from {label} failed: {type(e).__name__}: {e}")
-                    continue
-                w.restore(self.gx.base_cp)
-                if hit and not hit.get("setup"):
-                    p = self._probe_of(hit["call"], rule)
-                    if p is not None and (rule not in stuck or self._has_rows(st, self._owner(st, p))):
-                        self.violations[rule].append(Witness(st, p, {"by": "state cell", "derived": label}))
-                        break
-        w.restore(self.gx.base_cp)
+                self.errors.append(f"{rule}: search from {label} failed: {type(e).__name__}: {e}")
+                continue
+            w.restore(self.gx.base_cp)
+            if hit and not hit.get("setup"):
+                p = self._probe_of(hit["call"], rule)
+                if p is not None and (not stuck or self._has_rows(st, self._owner(st, p))):
+                    self.violations[rule].append(Witness(st, p, {"by": "state cell", "derived": label}))
+                    break
 
     def _repeat_witness(self, rule: str, max_steps: int = 6, max_starts: int = 8) -> bool:
         """A count or sum limit (`(SELECT COUNT(*) FROM orders WHERE user_id = NEW.user_id AND
