@@ -229,6 +229,25 @@ class LlamaCppGenerator:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def reloadable_cpu_weights() -> None:
+    """vLLM's CPU build, colocated: keep every linear layer's weight where TRL's weight sync
+    writes it. After loading, vLLM's CPU build packs a linear layer's weight for oneDNN (or an
+    AMX kernel), computes from the packed copy and replaces `layer.weight` by an empty tensor
+    without its `weight_loader`, on CPUs with those kernels (AVX-512 BF16 / AMX; not on others):
+    the first `VLLMGeneration.sync_weights` then fails ("'Parameter' object has no attribute
+    'weight_loader'"), and an embedding kept beside a packed copy would be sampled stale.
+    Patched here, in the training process, before TRL builds the engine: plain
+    `torch.nn.functional.linear` on the layer's own weight, which the sync updates in place.
+    Slower per token on those CPUs; a GPU run (CUDA) never takes this path."""
+    import torch
+    from vllm.model_executor.layers import utils as vllm_layer_utils
+
+    def dispatch(layer: torch.nn.Module, remove_weight: bool) -> None:  # noqa: ARG001 - vLLM's signature
+        layer.cpu_linear = torch.nn.functional.linear
+
+    vllm_layer_utils.dispatch_cpu_unquantized_gemm = dispatch
+
+
 class TRLVLLMGenerator:
     """Generation through TRL's `VLLMGeneration` (built by GRPOTrainer from `use_vllm`, `vllm_mode`):
     server mode sends each batch of concurrent turns from this rank to `trl vllm-serve` as token ids;

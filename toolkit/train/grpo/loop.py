@@ -26,6 +26,7 @@ from toolkit.train.grpo.generators import (
     LlamaCppGenerator,
     ScriptedGenerator,
     TRLVLLMGenerator,
+    reloadable_cpu_weights,
 )
 from toolkit.train.grpo.options import GRPOOptions
 from toolkit.train.sft import apply_template, cpu_defaults, lora_config, model_dtype, resolve_resume
@@ -106,6 +107,7 @@ class GRPORun:
             # vLLM's CPU build would reserve TRL's vllm_gpu_memory_utilization (0.9) of the machine's RAM
             # for its KV cache, and refuse to start when less is free: give it an explicit size (GiB)
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+            reloadable_cpu_weights()  # TRL's weight sync writes into the layers vLLM computes from
         # model_dtype float32 with `trl: {bf16: true}`: fp32 weights and optimizer, bf16 autocast (as sft)
         model = AutoModelForCausalLM.from_pretrained(model_path, dtype=model_dtype(copts.model_dtype, args))
         # the dataloader only paces TRL's loop; tasks come from our own seeded stream (exact resume)
