@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import random
+from pathlib import Path
 
 from tests.flows.logigen.test_labels import ENV
 from toolkit.envs import load_env
@@ -150,3 +151,25 @@ def test_goal_chains_without_a_read_are_drawn_again(monkeypatch):
     one, default = reads(1), reads(3)
     assert one[0] == default[0] and one[1] < one[0]  # the control: some chain had no read
     assert default[1] == default[0]
+
+
+def test_a_rows_owner_is_read_in_the_state_asked_about():
+    """An appointment belongs to the owner of its pet: the same appointment row (equal content)
+    in two states whose pet belongs to different owners has two owners, whatever was asked
+    first (a memo by the row's content alone answered the second state with the first's)."""
+    env = load_env({"backend": "sqlite", "path": str(Path(__file__).resolve().parents[2] / "data" / "vet")})
+    gx = GoalExplorer(env, env.snapshot(), 5)
+    try:
+        assert gx.principal == "ownr"
+        a = gx.base
+        appt = a["appt"][0]
+        pet = next(p for p in a["pet"] if p["pet_id"] == appt["pet_id"])
+        other = next(o["own_id"] for o in a["ownr"] if o["own_id"] != pet["own_id"])
+        b = {**a, "pet": [dict(p, own_id=other) if p is pet else p for p in a["pet"]],
+             "appt": [dict(r) for r in a["appt"]]}  # equal rows, new dicts
+        for first, second, want in ((a, b, other), (b, a, pet["own_id"])):
+            gx.owner_of(first, "appt", first["appt"][0])
+            assert gx.owner_of(second, "appt", second["appt"][0]) == want
+    finally:
+        gx.close()
+        env.close()

@@ -21,6 +21,7 @@ from toolkit.flows.logigen import options as O
 
 ROOT = Path(__file__).resolve().parents[3]
 CARRENTAL = ROOT / "tests" / "data" / "carrental"
+VET = ROOT / "tests" / "data" / "vet"
 
 
 @pytest.fixture
@@ -50,19 +51,23 @@ def entries(home: Path) -> list[Path]:
     return sorted((home / "logigen-search").glob("*.pkl"))
 
 
-def test_warm_cache_gives_the_cold_output(home):
-    cold = run(CARRENTAL, 30, search_cache=False)
+# vet: its appointments and invoices belong to an owner through the pet; a search state and a
+# chain state can hold the same appointment row under pets of different owners (a row's owner
+# once memoized by the row's content alone made the warm run draw other tasks than the cold one)
+@pytest.mark.parametrize("domain,n", [(CARRENTAL, 30), (VET, 40)], ids=["carrental", "vet"])
+def test_warm_cache_gives_the_cold_output(home, domain, n):
+    cold = run(domain, n, seed=11, search_cache=False)
     assert not entries(home) and search_cache.STATS["hit"] == 0
-    first = run(CARRENTAL, 30)  # a miss: searched, stored
+    first = run(domain, n, seed=11)  # a miss: searched, stored
     assert search_cache.STATS["miss"] == 1 and search_cache.STATS["stored"] == 1 and len(entries(home)) == 1
-    warm = run(CARRENTAL, 30)  # a hit: nothing searched again
+    warm = run(domain, n, seed=11)  # a hit: nothing searched again
     assert search_cache.STATS["hit"] == 1
     assert first == cold and warm == cold
     # a partial entry (-n 1 searched no boundary) resumes to the same full results
     shutil.rmtree(home / "logigen-search")
-    assert len(run(CARRENTAL, 1)) == 1
+    assert len(run(domain, 1, seed=11)) == 1
     hits = search_cache.STATS["hit"]
-    assert run(CARRENTAL, 30) == cold and search_cache.STATS["hit"] == hits + 1
+    assert run(domain, n, seed=11) == cold and search_cache.STATS["hit"] == hits + 1
 
 
 def test_a_corrupt_entry_is_ignored_and_counted(home, capfd):

@@ -85,6 +85,7 @@ class SqliteEnvironment(Environment):
         self._shared_rows: OrderedDict[tuple[str, int], list[dict]] = OrderedDict()  # snapshot_shared
         self._hash_memo: dict[tuple[int, ...], str] = {}  # state_hash by content ids
         self._hidden_extra = [str(x) for x in (self.config.get("hide") or [])]
+        self._visible_memo: dict[tuple[str, str], bool] = {}  # (tool, side) -> visible (config is fixed)
         self._initial_state = copy.deepcopy(state) if state is not None else None
         self._init_hash: str | None = None
         # the operator's limits (a record's config.limits may only narrow them): every tool call's
@@ -155,9 +156,13 @@ class SqliteEnvironment(Environment):
         return self.domain.rules
 
     def _visible(self, td: ToolDef, side: str) -> bool:
-        if td.hidden or any(fnmatch.fnmatchcase(td.name, p) for p in self._hidden_extra):
-            return False
-        return td.side == "both" or td.side == side
+        k = (td.name, side)
+        hit = self._visible_memo.get(k)
+        if hit is None:
+            hit = not (td.hidden or any(fnmatch.fnmatchcase(td.name, p) for p in self._hidden_extra)) and (
+                td.side == "both" or td.side == side)
+            self._visible_memo[k] = hit
+        return hit
 
     def tools(self, side: str = "agent") -> list[dict]:
         return [copy.deepcopy(td.schema) for td in self.domain.tools.values() if self._visible(td, side)]

@@ -60,6 +60,9 @@ class DomainView:
         for t in self.tables.values():
             for fk in t.fks:
                 self._fks.setdefault((t.name, fk.get("column")), fk)
+        # {table: its columns that are references}
+        self.fk_cols: dict[str, frozenset] = {t.name: frozenset(fk.get("column") for fk in t.fks)
+                                              for t in self.tables.values()}
 
     def fk(self, table: str, col: str) -> dict | None:
         if table not in self.tables:

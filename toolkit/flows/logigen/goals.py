@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import copy
 import itertools
-import math
 import random
 from collections import Counter
 from datetime import date, timedelta
@@ -117,18 +116,20 @@ def _row(state: dict, table: str, key: dict) -> dict | None:
         idx: dict | None = {}
         try:
             for r in rows:
-                idx.setdefault(tuple([r.get(c) for c in cols]), r)
+                kv = tuple([r.get(c) for c in cols])
+                # a dict finds a NaN by identity where == says not equal: a row whose key holds a
+                # NaN (never stored by SQLite) equals no key, and stays out of the index
+                if all(v == v for v in kv):
+                    idx.setdefault(kv, r)
         except TypeError:
             idx = None
         if len(_ROW_INDEX) > 4096:
             _ROW_INDEX.clear()
         hit = _ROW_INDEX[ik] = (rows, idx)
     idx = hit[1]
-    vals = tuple(key.values())
-    # a dict finds a NaN by identity where == says not equal: NaN (never stored by SQLite) scans
-    if idx is not None and not any(isinstance(v, float) and math.isnan(v) for v in vals):
+    if idx is not None:
         try:
-            return idx.get(vals)
+            return idx.get(tuple(key.values()))
         except TypeError:
             pass
     return next((r for r in rows if all(r.get(k) == v for k, v in key.items())), None)
@@ -205,8 +206,7 @@ class GoalExplorer:
         # how many accepted tasks began with each sequence of write tools (GoalDesigner counts
         # them): a chain step tries a write that starts a rarer sequence first
         self.prefixes: Counter = Counter()
-        self._owners: dict = {}
-        self._owner_ids: dict = {}
+        self._owner_plan: dict = {}  # table -> the references owner_of follows
         self._owned: dict = {}
         self._dead = _Bounded(200000)  # (state hash, tool, arguments) of writes that fail there
         self._dead_rows = _Bounded(100000)  # (table, row) refused by a rule that reads only the row (OLD.*)
@@ -236,54 +236,45 @@ class GoalExplorer:
     # -- whose rows ------------------------------------------------------------------------------
 
     def owner_of(self, state: dict, table: str, row: dict, depth: int = 0) -> Any:
-        """The principal key a row belongs to (directly or through one reference), or None.
-        Memoized per row content (ownership never changes within a chain: `owns`)."""
+        """The principal key a row belongs to (directly or through up to two references), or None.
+        Exact for `state`: a reference to another table is followed to the row it names in this
+        state (`_row`'s index per rows list), never to a row of another state with the same
+        content, so the answer never depends on which states were asked about before (a run
+        resumed from the rule-search cache draws the tasks of a cold run)."""
         if self.principal is None or depth > 2:
             return None
-        # the same row object is asked about again and again (every candidate scan of a state):
-        # an identity cache in front of the content memo (the entry keeps the row alive)
-        fast = self._owner_ids.get((id(row), table, depth))
-        if fast is not None and fast[0] is row and fast[1] == len(row):
-            return fast[2]
-        out = self._owner_of_memo(state, table, row, depth)
-        if len(self._owner_ids) > 200000:
-            self._owner_ids.clear()
-        self._owner_ids[(id(row), table, depth)] = (row, len(row), out)
-        return out
-
-    def _owner_of_memo(self, state: dict, table: str, row: dict, depth: int) -> Any:
-        try:
-            key = (table, tuple(sorted(row.items())))
-            hit = self._owners.get(key, self)
-        except TypeError:
-            key, hit = None, self
-        if hit is not self:
-            return hit
-        out = self._owner_of(state, table, row, depth)
-        if key is not None:
-            if len(self._owners) > 50000:
-                self._owners.clear()
-            self._owners[key] = out
-        return out
-
-    def _owner_of(self, state: dict, table: str, row: dict, depth: int) -> Any:
         if table == self.principal:
             return row.get(self.pk)
-        for fk in self.view.tables[table].fks:
-            tt, col = fk.get("table"), fk.get("column")
+        for col, tt, to, direct in self._owner_refs(table):
             v = row.get(col)
-            if v is None or tt not in self.view.tables:
+            if v is None:
                 continue
-            if tt == self.principal:
+            if direct:
                 return v
-            rt = self.view.tables[tt]
-            to = fk.get("to") or (rt.pk[0] if rt.pk else None)
-            ref = next((r for r in state.get(tt, []) if r.get(to) == v), None)
+            ref = _row(state, tt, {to: v})
             if ref is not None:
                 o = self.owner_of(state, tt, ref, depth + 1)
                 if o is not None:
                     return o
         return None
+
+    def _owner_refs(self, table: str) -> list[tuple[str, str, str, bool]]:
+        """(column, referenced table, referenced column, to the principal's table) of `table`'s
+        references that `owner_of` follows, in order."""
+        hit = self._owner_plan.get(table)
+        if hit is None:
+            hit = []
+            for fk in self.view.tables[table].fks:
+                tt, col = fk.get("table"), fk.get("column")
+                if tt not in self.view.tables:
+                    continue
+                if tt == self.principal:
+                    hit.append((col, tt, None, True))
+                    continue
+                rt = self.view.tables[tt]
+                hit.append((col, tt, fk.get("to") or (rt.pk[0] if rt.pk else None), False))
+            self._owner_plan[table] = hit
+        return hit
 
     def _owned_keys(self, state: dict, table: str, to: str, who: Any) -> list:
         """`to` of the rows of `table` that `who` owns, memoized per rows list (by identity and
@@ -306,7 +297,7 @@ class GoalExplorer:
             row = _row(state, p.table, {k: p.args.get(k) for k in t.pk})
             if row is None or self.owner_of(state, p.table, row) != who:
                 return False
-            if p.table != self.principal and not any((p.table, k) in self.view._fks for k in p.args):
+            if p.table != self.principal and self.view.fk_cols[p.table].isdisjoint(p.args):
                 return True  # no reference changes: the row stays whose it was
             new = {**row, **p.args}
             return self.owner_of(state, p.table, new) == who
@@ -418,8 +409,7 @@ class GoalExplorer:
         depends on the row only: several changes of the same row are asked in a row)."""
         if p.kind != "update" or self.principal is None or who is None or p.table == self.principal:
             return self.owns(state, p, who)
-        fks = self.view._fks
-        if any((p.table, k) in fks for k in p.args):
+        if not self.view.fk_cols[p.table].isdisjoint(p.args):
             return self.owns(state, p, who)
         try:
             ck = (p.table, tuple([p.args.get(k) for k in self.view.tables[p.table].pk]))

@@ -30,6 +30,7 @@ import re
 from typing import Any
 
 from toolkit.flows.logigen.explorer import Boundary, Probe, _is_date, _shift_date
+from toolkit.flows.logigen.goals import _row
 from toolkit.flows.logigen.hints import fits_column
 from toolkit.flows.logigen.provoke import next_key
 from toolkit.flows.logigen.reach import Read, _cond_operands, _operands
@@ -113,7 +114,7 @@ def _probe(view: Any, call: dict) -> Probe | None:
 def _row_of(state: dict, table: str, pk: list, args: dict) -> dict | None:
     if not pk or any(k not in args for k in pk):
         return None
-    return next((r for r in state.get(table, []) if all(r.get(k) == args[k] for k in pk)), None)
+    return _row(state, table, {k: args[k] for k in pk})
 
 
 def _literal_columns(sub: Any) -> set:
