@@ -9,7 +9,8 @@ Read from what a domain author already writes, never from a per-domain table in 
   (`-- price per night in EUR` -> "price per night", unit "EUR"; `-- e.g. G-017`,
   `-- YYYY-MM-DD`, `-- set by the hotel system` say nothing and are dropped), a gloss in the
   policy or in tools.yaml descriptions (`` `due_day` is the day the book must be back``), a
-  one-word column name (`amount`, `capacity`: a word, not an identifier), or the name's grammar
+  one-word column name that is an English word (`amount`, `capacity`; english.is_word: not
+  `nm`, `brd`, `sts`), or the name's grammar made of words
   (`returned_day` -> "returned on day 41", `num_guests` -> "number of guests"); a flag
   (a 0/1 or yes/no column) as what it means (`-- 1 for a student card` -> "with a student card",
   `is_electric` -> "electric" / "not electric");
@@ -18,8 +19,9 @@ Read from what a domain author already writes, never from a per-domain table in 
 
 `banned(text)` is the check the user views must pass (validate-task's projection verdict, `toolkit
 stats --quality`, the generator's own phrasing): a multi-word column name, with underscores or
-with spaces ("due_day", "due day"), or "a <plural table>" ("a loans", "a new members"). A one-word
-column name is a word ("amount") and is not banned by itself.
+with spaces ("due_day", "due day"), a one-word column name that is no English word ("nm", "sts";
+unless the domain also uses it as a value or a table's name), or "a <plural table>" ("a loans",
+"a new members"). A one-word column name that is a word ("amount") is not banned by itself.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from __future__ import annotations
 import re
 import threading
 from typing import Any
+
+from toolkit.envs.sqlite.english import is_word
 
 # ---------------------------------------------------------------------------------------------
 # English inflection (grammar, not a domain vocabulary)
@@ -189,6 +193,16 @@ class DomainWords:
         # a raw name (underscores) is schema wherever it stands, inside a value too ("permit_id-7")
         raw = [re.escape(c.lower()) for c in sorted(self.column_names, key=len, reverse=True)]
         self._ban_raw = re.compile(r"(?i)(?<![A-Za-z0-9_])(?:" + "|".join(raw) + r")(?![A-Za-z0-9_])") if raw else None
+        # a one-word column name that is no word (`nm`, `brd`, `sts`): schema as well, unless the
+        # domain also says the token as a table's noun or as a value (`brd`, a species as well as
+        # the breed column) - a person may repeat what the data says
+        said = {str(v).lower() for t in self.tables.values() for c in t.columns for v in (c.enum or [])}
+        said |= {x.lower() for one, many in self._nouns.values() for x in (one, many)}
+        said |= {words(t).lower() for t in self.tables}
+        self.abbreviations = sorted({c.name.lower() for t in self.tables.values() for c in t.columns
+                                     if re.fullmatch(r"[A-Za-z]{2,}", c.name) and not is_word(c.name)} - said)
+        ab = [re.escape(x) for x in sorted(self.abbreviations, key=len, reverse=True)]
+        self._ban_abbrev = re.compile(r"(?i)(?<![\w-])(?:" + "|".join(ab) + r")(?![\w-])") if ab else None
         pl = [re.escape(x).replace(r"\ ", r"[\s_]+") for x in sorted(self.plural_tables, key=len, reverse=True)]
         self._ban_plural = (re.compile(r"(?i)\b(?:a|an|one)\s+(?:new\s+|other\s+|single\s+)?(?:" + "|".join(pl) + r")(?![\w-])")
                             if pl else None)
@@ -300,7 +314,9 @@ class DomainWords:
                 out = (parts[0], f"not {parts[0]}")
             elif len(parts) == 1:  # a thing it has or not: insurance
                 out = (f"with {parts[0]}", f"without {parts[0]}")
-            else:
+            if out is not None and not all(is_word(w) for w in out[0].split()):
+                out = None  # `is_actv`: "actv" is no word
+            if out is None:
                 out = ("with that option", "without that option")
         if not (self.clean(out[0]) and self.clean(out[1])):
             out = ("with that option", "without that option")
@@ -332,8 +348,8 @@ class DomainWords:
                     cands.insert(0, cut)
         if col in self._gloss:
             cands.append(self._gloss[col])
-        if "_" not in col.strip("_") and re.fullmatch(r"[A-Za-z]+", col):
-            cands.append(col.lower())
+        if "_" not in col.strip("_") and re.fullmatch(r"[A-Za-z]+", col) and is_word(col):
+            cands.append(col.lower())  # `amount`, `breed`; never `nm`, `brd`, `sts`
         cands += self._grammar(col)
         for x in cands:
             if x and self.clean(x):
@@ -360,7 +376,8 @@ class DomainWords:
             out.append(("maximum " if parts[0] == "max" else "minimum ") + " ".join(parts[1:]))
         if parts[-1] in ("max", "min"):
             out.append(("maximum " if parts[-1] == "max" else "minimum ") + " ".join(parts[:-1]))
-        return out
+        # "maximum dy" from `max_dy` says the abbreviation: only phrases made of words
+        return [x for x in out if all(is_word(w) for w in x.split())]
 
     def when(self, col: str) -> tuple[str, str] | None:
         """(participle, "day"|"date") of a name like `returned_day`, `due_day`, `booked_on`: the
@@ -398,6 +415,8 @@ class DomainWords:
             found += [f"column {m.group(0)!r}" for m in self._ban_cols.finditer(text)]
         if self._ban_raw is not None:
             found += [f"column {m.group(0)!r}" for m in self._ban_raw.finditer(text)]
+        if self._ban_abbrev is not None:
+            found += [f"column {m.group(0)!r}" for m in self._ban_abbrev.finditer(text)]
         if self._ban_plural is not None:
             found += [f"plural table {m.group(0)!r}" for m in self._ban_plural.finditer(text)]
         return list(dict.fromkeys(found))
@@ -408,7 +427,8 @@ class DomainWords:
     def patterns(self) -> list[str]:
         """The regular expressions of `banned` (case-insensitive inline flag): for a leak rule that
         stores its terms as text."""
-        return [x.pattern for x in (self._ban_cols, self._ban_raw, self._ban_plural) if x is not None]
+        return [x.pattern for x in (self._ban_cols, self._ban_raw, self._ban_abbrev, self._ban_plural)
+                if x is not None]
 
 
 _CACHE: dict[int, tuple[Any, DomainWords]] = {}

@@ -207,6 +207,7 @@ class GoalExplorer:
         # them): a chain step tries a write that starts a rarer sequence first
         self.prefixes: Counter = Counter()
         self._owner_plan: dict = {}  # table -> the references owner_of follows
+        self._owner_memo: tuple = (None, {})  # (state, {(table, id(row), depth): (row, len, owner)})
         self._owned: dict = {}
         self._dead = _Bounded(200000)  # (state hash, tool, arguments) of writes that fail there
         self._dead_rows = _Bounded(100000)  # (table, row) refused by a rule that reads only the row (OLD.*)
@@ -245,6 +246,21 @@ class GoalExplorer:
             return None
         if table == self.principal:
             return row.get(self.pk)
+        # asked again and again about the rows of one state (a candidate scan): a memo for the
+        # last state asked about (states are never edited once made), per row object (the entry
+        # keeps the row alive, so its id is not reused)
+        memo = self._owner_memo
+        if memo[0] is not state:
+            memo = self._owner_memo = (state, {})
+        k = (table, id(row), depth)
+        hit = memo[1].get(k)
+        if hit is not None and hit[0] is row and hit[1] == len(row):
+            return hit[2]
+        out = self._owner_via_refs(state, table, row, depth)
+        memo[1][k] = (row, len(row), out)
+        return out
+
+    def _owner_via_refs(self, state: dict, table: str, row: dict, depth: int) -> Any:
         for col, tt, to, direct in self._owner_refs(table):
             v = row.get(col)
             if v is None:
