@@ -18,6 +18,7 @@ from toolkit.envs.sqlite.domain import (
     ToolDef,
     TriggerInfo,
 )
+from toolkit.envs.sqlite.english import is_word
 from toolkit.envs.sqlite.guard import _DomainGuard, _harden, cap_size, is_full, too_big
 from toolkit.envs.sqlite.sqltext import (
     _json_type,
@@ -365,6 +366,9 @@ def build_domain(spec: DomainSpec) -> CompiledDomain:
                          exclude_keys=excl, initial_hash="")
     dom.keys = state_keys_for(spec, tables, excl)
     dom.write_sets = _write_sets(tables, triggers, tools)
+    # judged once here (kept in the on-disk domain cache): a later run's phrasing never loads the list
+    dom.words = {w: is_word(w) for t in tables.values() for n in [t.name, *(c.name for c in t.columns)]
+                 for w in n.lower().split("_") if w}
     return dom
 
 

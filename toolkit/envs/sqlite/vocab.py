@@ -123,6 +123,8 @@ _PARTICIPLES = {"due", "paid", "made", "held", "sent", "done", "born", "given", 
                 "read", "met", "found", "hired", "fired", "issued", "opened", "closed", "valid"}
 
 
+# the parts of a name `_grammar` turns into its own words ("number of", "maximum")
+_GRAMMAR_WORDS = frozenset({"num", "n", "nb", "no", "count", "total", "qty", "number", "of", "max", "min"})
 _ADJECTIVE = re.compile(r"(?:ed|en|ive|al|able|ible|ic|ous|ful|less|ant|ent|ary|ory|ile|ish)$")
 
 
@@ -177,6 +179,7 @@ class DomainWords:
     def __init__(self, dom: Any):
         self.dom = dom
         self.tables = dom.tables
+        self._known: dict[str, bool] = dict(getattr(dom, "words", None) or {})
         self._fk: dict[tuple[str, str], dict] = {}
         for t in self.tables.values():
             for fk in t.fks:
@@ -200,7 +203,7 @@ class DomainWords:
         said |= {x.lower() for one, many in self._nouns.values() for x in (one, many)}
         said |= {words(t).lower() for t in self.tables}
         self.abbreviations = sorted({c.name.lower() for t in self.tables.values() for c in t.columns
-                                     if re.fullmatch(r"[A-Za-z]{2,}", c.name) and not is_word(c.name)} - said)
+                                     if re.fullmatch(r"[A-Za-z]{2,}", c.name) and not self.word(c.name)} - said)
         ab = [re.escape(x) for x in sorted(self.abbreviations, key=len, reverse=True)]
         self._ban_abbrev = re.compile(r"(?i)(?<![\w-])(?:" + "|".join(ab) + r")(?![\w-])") if ab else None
         pl = [re.escape(x).replace(r"\ ", r"[\s_]+") for x in sorted(self.plural_tables, key=len, reverse=True)]
@@ -208,6 +211,15 @@ class DomainWords:
                             if pl else None)
         self._gloss = self._glossary()
         self._attr: dict = {}
+
+    def word(self, token: str) -> bool:
+        """english.is_word, answered from the compiled domain's own judgments where it has one
+        (the parts of its table and column names) without loading the word list."""
+        low = token.lower()
+        hit = self._known.get(low)
+        if hit is None:
+            hit = self._known[low] = is_word(low)
+        return hit
 
     # -- nouns -------------------------------------------------------------------------------------
 
@@ -314,7 +326,7 @@ class DomainWords:
                 out = (parts[0], f"not {parts[0]}")
             elif len(parts) == 1:  # a thing it has or not: insurance
                 out = (f"with {parts[0]}", f"without {parts[0]}")
-            if out is not None and not all(is_word(w) for w in out[0].split()):
+            if out is not None and not all(self.word(w) for w in (parts[1:] if len(parts) > 1 else parts)):
                 out = None  # `is_actv`: "actv" is no word
             if out is None:
                 out = ("with that option", "without that option")
@@ -348,7 +360,7 @@ class DomainWords:
                     cands.insert(0, cut)
         if col in self._gloss:
             cands.append(self._gloss[col])
-        if "_" not in col.strip("_") and re.fullmatch(r"[A-Za-z]+", col) and is_word(col):
+        if "_" not in col.strip("_") and re.fullmatch(r"[A-Za-z]+", col) and self.word(col):
             cands.append(col.lower())  # `amount`, `breed`; never `nm`, `brd`, `sts`
         cands += self._grammar(col)
         for x in cands:
@@ -358,8 +370,7 @@ class DomainWords:
         self._attr[key] = out
         return out
 
-    @staticmethod
-    def _grammar(col: str) -> list[str]:
+    def _grammar(self, col: str) -> list[str]:
         """Noun phrases from the shape of a multi-word name that are not the name itself:
         `num_guests` / `guest_count` -> "number of guests", `max_loans` -> "maximum loans"."""
         parts = col.lower().strip("_").split("_")
@@ -376,8 +387,10 @@ class DomainWords:
             out.append(("maximum " if parts[0] == "max" else "minimum ") + " ".join(parts[1:]))
         if parts[-1] in ("max", "min"):
             out.append(("maximum " if parts[-1] == "max" else "minimum ") + " ".join(parts[:-1]))
-        # "maximum dy" from `max_dy` says the abbreviation: only phrases made of words
-        return [x for x in out if all(is_word(w) for w in x.split())]
+        # "maximum dy" from `max_dy` says the abbreviation: only names made of words
+        if out and not all(self.word(p) for p in parts if p not in _GRAMMAR_WORDS):
+            return []
+        return out
 
     def when(self, col: str) -> tuple[str, str] | None:
         """(participle, "day"|"date") of a name like `returned_day`, `due_day`, `booked_on`: the
