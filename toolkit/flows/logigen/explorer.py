@@ -204,10 +204,27 @@ def alt_values(view: DomainView, state: dict, table: str, col: Any, cur: Any, rn
     elif isinstance(cur, str) and _DATE_RE.match(cur):
         vals = [v for v in (_shift_date(cur, d) for d in (1, 7, -1)) if v]
     else:
-        distinct = list(dict.fromkeys(r.get(col.name) for r in rows if r.get(col.name) is not None))
+        distinct = _distinct(rows, col.name)
         if 1 < len(distinct) <= max(4, len(rows) // 2):
             vals = [v for v in distinct if v != cur]
     return vals[:k]
+
+
+_DISTINCT: dict = {}
+
+
+def _distinct(rows: list, name: str) -> list:
+    """The column's distinct non-null values in row order, per rows list (by identity and length;
+    the entry keeps the list alive: state rows are never edited in place): every candidate row of
+    a table asks again."""
+    k = (id(rows), len(rows), name)
+    hit = _DISTINCT.get(k)
+    if hit is None or hit[0] is not rows:
+        out = list(dict.fromkeys(r.get(name) for r in rows if r.get(name) is not None))
+        if len(_DISTINCT) > 4096:
+            _DISTINCT.clear()
+        hit = _DISTINCT[k] = (rows, out)
+    return hit[1]
 
 
 def new_key(state: dict, table: Any, col: Any, rng: random.Random) -> Any:
