@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from toolkit.envs import load_env
-from toolkit.envs.sqlite.english import is_word
+from toolkit.envs.sqlite.english import expansion, is_word
 from toolkit.envs.sqlite.vocab import domain_words
 from toolkit.schema import Record
 from toolkit.stages import strategies
@@ -43,12 +43,33 @@ def vet():
     env.close()
 
 
+def test_expansion_from_the_domains_own_words():
+    policy = ("Reception books appts, voids invoices and takes payments. Verify the owner. A pet's name, "
+              "breed and species; birds and reptiles only with a vet cleared for exotics. Wt > 0.")
+    tokens = {t.lower() for t in re.findall(r"[A-Za-z]+", policy)}
+    assert expansion("inv", tokens) == "invoice"  # a word it begins
+    assert expansion("pmt", tokens) == "payment"  # its letters in order
+    assert expansion("ownr", tokens) == "owner"
+    assert expansion("nm", tokens) == "name"
+    assert expansion("spc", tokens) == "species"
+    assert expansion("brd", tokens) is None  # "breed" and "birds": ambiguous
+    assert expansion("appt", tokens) is None  # "appts" is no word, "appointment" not in the text
+    assert expansion("wt", tokens) is None  # nothing spells it out
+    assert expansion("name", tokens) is None  # a word already
+    assert expansion("mins", {"minutes"}) == "minute"
+
+
 def test_vet_abbreviations_have_no_words_and_are_banned(vet):
     w = domain_words(vet.domain)
-    assert w.attr("pet", "nm") is None and w.attr("pet", "brd") is None and w.attr("appt", "sts") is None
+    # spelled out where the policy says the word (vet's policy: "a pet's name", "invoices", "payments")
+    assert w.attr("pet", "nm") == "name" and w.attr("pet", "spc") == "species"
+    assert w.noun("pmt") == "payment" and w.nouns("inv") == "invoices" and w.noun("ownr") == "owner"
+    assert w.noun("appt") == "appt"  # the policy never says "appointment"
+    assert w.attr("pet", "brd") is None and w.attr("appt", "sts") is None  # no word spells them out
     assert w.attr("appt", "notes") == "notes" and w.attr("appt", "slot") == "slot"
     assert w.attr("vet", "max_dy") is None  # not "maximum dy"
     assert w.flag("ownr", "is_actv") == ("with that option", "without that option")  # not "actv"
+    assert w.flag("pet", "is_dcsd") == ("deceased", "not deceased")
     assert set(VET_ABBREVIATIONS) <= set(w.abbreviations) and "brd" not in w.abbreviations
     assert w.banned("the pet whose nm is 'Luna'") == ["column 'nm'"]
     assert w.banned("inv INV-25-0751: void (now opn); Sts pending") == ["column 'Sts'"]

@@ -8,6 +8,7 @@ import hashlib
 import json
 import re
 import sqlite3
+from typing import Any
 
 from toolkit.envs.sqlite.domain import (
     Column,
@@ -18,7 +19,7 @@ from toolkit.envs.sqlite.domain import (
     ToolDef,
     TriggerInfo,
 )
-from toolkit.envs.sqlite.english import is_word
+from toolkit.envs.sqlite.english import expansion, is_word
 from toolkit.envs.sqlite.guard import _DomainGuard, _harden, cap_size, is_full, too_big
 from toolkit.envs.sqlite.sqltext import (
     _json_type,
@@ -369,7 +370,36 @@ def build_domain(spec: DomainSpec) -> CompiledDomain:
     # judged once here (kept in the on-disk domain cache): a later run's phrasing never loads the list
     dom.words = {w: is_word(w) for t in tables.values() for n in [t.name, *(c.name for c in t.columns)]
                  for w in n.lower().split("_") if w}
+    dom.expansions = _expansions(spec, tables, dom.words)
     return dom
+
+
+def _expansions(spec: DomainSpec, tables: dict, judged: dict) -> dict[str, str]:
+    """{abbreviated part of a table or column name: the word of the domain's own texts it stands
+    for} (english.expansion: `inv` -> "invoice" where the policy speaks of invoices): the words the
+    phrasing uses for a domain whose names are abbreviations."""
+    texts = [spec.policy or "", spec.description or ""]
+
+    def strings(o: Any) -> None:
+        if isinstance(o, str):
+            texts.append(o)
+        elif isinstance(o, dict):
+            for v in o.values():
+                strings(v)
+        elif isinstance(o, list):
+            for v in o:
+                strings(v)
+
+    strings(spec.tools or {})
+    texts += [x.doc or "" for t in tables.values() for x in [t, *t.columns]]
+    tokens = {w.lower() for w in re.findall(r"[A-Za-z]{2,}", "\n".join(texts))}
+    out = {}
+    for part, ok in judged.items():
+        if not ok:
+            e = expansion(part, tokens)
+            if e is not None:
+                out[part] = e
+    return out
 
 
 def _policy_hint(policy: str, rule: str) -> str | None:

@@ -113,6 +113,7 @@ class CompiledDomain:
     content_ids_base: int = 0
     row_memos: dict = field(default_factory=dict)  # keys signature -> {(table, row, refs): row key}
     words: dict = field(default_factory=dict)  # part of a table/column name -> an English word (english.py)
+    expansions: dict = field(default_factory=dict)  # abbreviated name part -> the word of the domain's texts
     lock: Any = field(default_factory=threading.Lock)
 
     # what a process learns while it runs the domain (caches, memos, the lock) is not kept

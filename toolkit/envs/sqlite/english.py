@@ -62,6 +62,45 @@ def is_word(token: str) -> bool:
     return any(w2 != w and w2 in words for w2 in (p.sub(r, w) for p, r in _BRITISH))
 
 
+# function words: never what an abbreviation stands for ("wt" is not "with")
+_FUNCTION = frozenset("""about above after again against also among and any are because been before being below
+between both but can could did does doing done down during each either else every few for from further had has
+have having her here hers him his how into its just may might more most much must neither never nor not now off
+once only onto other others our out over own per same shall she should since some such than that the their them
+then there these they this those through thus too under until upon very via was were what when where whether which
+while who whom whose why will with within without would yet you your except besides beyond despite inside
+outside toward towards across along around behind beside near though although unless whereas already always
+often""".split())
+
+
+def _subsequence(short: str, long: str) -> bool:
+    it = iter(long)
+    return all(ch in it for ch in short)
+
+
+def expansion(abbrev: str, tokens: set[str]) -> str | None:
+    """The word of the domain's own texts (`tokens`: their lowercase words) that the abbreviation
+    `abbrev` (no word itself) stands for, or None when none or more than one fits: a word the
+    abbreviation begins ("inv" -> "invoice"), else a word holding its letters in order from the
+    same first letter ("pmt" -> "payment", "ownr" -> "owner"; "brd" with both "breed" and
+    "birds" in the texts: None). `tokens` are compared in the singular (a trailing -s, -es, -ies)."""
+    a = abbrev.lower()
+    if len(a) < 2 or is_word(a):
+        return None
+    cands = set()
+    for t in tokens:
+        if len(t) <= len(a) or t[0] != a[0] or t in _FUNCTION or not is_word(t):
+            continue
+        ones = [t[:-3] + "y"] if t.endswith("ies") else [t[:-2], t[:-1]] if t.endswith("es") else \
+            [t[:-1]] if t.endswith("s") and not t.endswith(("ss", "us", "is")) else []
+        cands.add((next((o for o in ones if len(o) > len(a) and is_word(o)), t), t))
+    for fits in (lambda w: w.startswith(a), lambda w: _subsequence(a, w)):
+        hit = {one for one, t in cands if fits(one) or fits(t)}
+        if hit:
+            return hit.pop() if len(hit) == 1 else None
+    return None
+
+
 def build(out: Path = _FILE) -> int:
     """Write the list from the installed pyspellchecker's English dictionary; the word count."""
     import json

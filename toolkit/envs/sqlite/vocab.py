@@ -180,6 +180,7 @@ class DomainWords:
         self.dom = dom
         self.tables = dom.tables
         self._known: dict[str, bool] = dict(getattr(dom, "words", None) or {})
+        self._exp: dict[str, str] = dict(getattr(dom, "expansions", None) or {})  # `inv` -> "invoice"
         self._fk: dict[tuple[str, str], dict] = {}
         for t in self.tables.values():
             for fk in t.fks:
@@ -223,9 +224,14 @@ class DomainWords:
 
     # -- nouns -------------------------------------------------------------------------------------
 
+    def spelled(self, name: str) -> str:
+        """A table's or column's name in words, each abbreviation the domain's texts spell out
+        replaced by its word (`pmt` -> "payment", `is_dcsd` -> "is deceased")."""
+        return " ".join(self._exp.get(p.lower(), p) for p in words(name).split())
+
     def _noun_of(self, table: str) -> tuple[str, str]:
         t = self.tables[table]
-        w = words(table)
+        w = self.spelled(table)
         hints: list[str] = []
         for c in t.pk:  # loan_id in loans
             m = re.match(r"(.+?)_(?:id|no|num|number|code|key|ref)$", c)
@@ -238,6 +244,8 @@ class DomainWords:
                     if m:
                         hints.append(words(m.group(1)).split()[-1])
         one = singular(w, tuple(hints))
+        if w != words(table):  # spelled out from an abbreviation: the word is singular
+            return w, plural(w)
         return one, (w if one != w else plural(one))
 
     def noun(self, table: str) -> str:
@@ -315,7 +323,7 @@ class DomainWords:
                     ph = (lead.group(0) if lead else "") + what
                     out = (f"with {ph}", f"without {ph}")
         if out is None:
-            parts = col.lower().strip("_").split("_")
+            parts = [self._exp.get(p, p) for p in col.lower().strip("_").split("_")]
             if parts[0] in ("is", "was", "can", "allows", "allow") and len(parts) > 1:
                 stem = " ".join(parts[1:])
                 out = (stem, f"not {stem}")
@@ -360,8 +368,11 @@ class DomainWords:
                     cands.insert(0, cut)
         if col in self._gloss:
             cands.append(self._gloss[col])
-        if "_" not in col.strip("_") and re.fullmatch(r"[A-Za-z]+", col) and self.word(col):
-            cands.append(col.lower())  # `amount`, `breed`; never `nm`, `brd`, `sts`
+        if "_" not in col.strip("_") and re.fullmatch(r"[A-Za-z]+", col):
+            if self.word(col):
+                cands.append(col.lower())  # `amount`, `breed`; never `nm`, `brd`, `sts`
+            elif col.lower() in self._exp:
+                cands.append(self._exp[col.lower()])  # `nm` -> "name" where the policy says "name"
         cands += self._grammar(col)
         for x in cands:
             if x and self.clean(x):
