@@ -8,7 +8,6 @@ import hashlib
 import json
 import re
 import sqlite3
-from typing import Any
 
 from toolkit.envs.sqlite.domain import (
     Column,
@@ -378,19 +377,7 @@ def _expansions(spec: DomainSpec, tables: dict, judged: dict) -> dict[str, str]:
     """{abbreviated part of a table or column name: the word of the domain's own texts it stands
     for} (english.expansion: `inv` -> "invoice" where the policy speaks of invoices): the words the
     phrasing uses for a domain whose names are abbreviations."""
-    texts = [spec.policy or "", spec.description or ""]
-
-    def strings(o: Any) -> None:
-        if isinstance(o, str):
-            texts.append(o)
-        elif isinstance(o, dict):
-            for v in o.values():
-                strings(v)
-        elif isinstance(o, list):
-            for v in o:
-                strings(v)
-
-    strings(spec.tools or {})
+    texts = [spec.policy or "", spec.description or "", *spec.tool_texts()]
     texts += [x.doc or "" for t in tables.values() for x in [t, *t.columns]]
     tokens = {w.lower() for w in re.findall(r"[A-Za-z]{2,}", "\n".join(texts))}
     out = {}

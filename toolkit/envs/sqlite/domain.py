@@ -32,6 +32,20 @@ class DomainSpec:
     references: list = field(default_factory=list)  # declared references to technical keys
     source: str | None = None
 
+    def tool_texts(self) -> list[str]:
+        """Every string of the tools overrides (descriptions, notes): words the domain's author wrote."""
+        out: list[str] = []
+        todo: list = [self.tools or {}]
+        while todo:
+            o = todo.pop()
+            if isinstance(o, str):
+                out.append(o)
+            elif isinstance(o, dict):
+                todo.extend(reversed(list(o.values())))
+            elif isinstance(o, list):
+                todo.extend(reversed(o))
+        return out
+
 
 @dataclass
 class Column:

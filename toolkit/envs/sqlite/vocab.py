@@ -261,20 +261,7 @@ class DomainWords:
         """{column: meaning} from the policy and tools.yaml texts: "`due_day` is the day ...",
         "due_day: the day ...", "due_day (the day ...)"."""
         spec = self.dom.spec
-        texts = [spec.policy or ""]
-
-        def strings(o: Any) -> None:
-            if isinstance(o, str):
-                texts.append(o)
-            elif isinstance(o, dict):
-                for v in o.values():
-                    strings(v)
-            elif isinstance(o, list):
-                for v in o:
-                    strings(v)
-
-        strings(spec.tools or {})
-        blob = "\n".join(texts)
+        blob = "\n".join([spec.policy or "", *spec.tool_texts()])
         out: dict[str, str] = {}
         for c in self.column_names:
             if c not in blob:
