@@ -250,7 +250,7 @@ class GoalExplorer:
         # last state asked about (states are never edited once made), per row object (the entry
         # keeps the row alive, so its id is not reused)
         memo = self._owner_memo
-        if memo[0] is not state:
+        if memo[0] is not state or len(memo[1]) > 100000:
             memo = self._owner_memo = (state, {})
         k = (table, id(row), depth)
         hit = memo[1].get(k)
